@@ -1,0 +1,86 @@
+"""Every exception filechannel raises, rooted at :class:`FileChannelError`.
+
+Errors from the layers below (the OS, zstandard, and later boto3, fsspec and
+pyspark) are translated at the boundary, so a caller only ever has to catch
+the families defined here. Each message names what was involved (the file,
+the offset) and, where there is one, what to do about it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class FileChannelError(Exception):
+    """Base class of every error raised by filechannel."""
+
+
+class ConfigError(FileChannelError, ValueError):
+    """A configuration value is missing, of the wrong type or out of range."""
+
+
+class InvalidNameError(FileChannelError, ValueError):
+    """A name that becomes part of a path is not allowed (only ``[A-Za-z0-9._-]``, no ``..``)."""
+
+
+class MessageTooLargeError(FileChannelError, ValueError):
+    """A record is larger than the configured ``max_record_bytes``; nothing was written."""
+
+
+class ChannelClosedError(FileChannelError):
+    """The channel, sender or receiver was used after it was closed."""
+
+
+class Timeout(FileChannelError, TimeoutError):
+    """A blocking call did not complete within its timeout."""
+
+
+class OffsetOutOfRangeError(FileChannelError, IndexError):
+    """An offset lies below the first retained offset (retention deleted it) or past the end."""
+
+
+class CorruptRecordError(FileChannelError):
+    """A frame failed its CRC-32C check or is malformed inside data that should be whole."""
+
+
+class AckError(FileChannelError, ValueError):
+    """An ack receiver was asked to acknowledge more records than it has delivered."""
+
+
+class SenderFailedError(FileChannelError):
+    """A previous write failed; the sender refuses further records until the channel is reopened."""
+
+
+class StorageError(FileChannelError, OSError):
+    """An operating-system error on a file of the channel, with the path in the message."""
+
+
+class DiskFullError(StorageError):
+    """The disk (or the file-size limit) is full; the log stays readable up to its last whole record."""
+
+
+_FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+
+def storage_error(exc: OSError, action: str, path: str | os.PathLike[str]) -> StorageError:
+    """Translate an :class:`OSError` into our hierarchy, naming the action and the path."""
+    cls = DiskFullError if exc.errno in _FULL_ERRNOS else StorageError
+    reason = exc.strerror or str(exc)
+    hint = " Free some space (or raise the limit) and reopen the channel." if cls is DiskFullError else ""
+    err = cls(exc.errno or 0, f"cannot {action} {os.fspath(path)!r}: {reason}.{hint}")
+    err.filename = os.fspath(path)
+    return err
+
+
+@contextmanager
+def os_errors(action: str, path: str | os.PathLike[str]) -> Iterator[None]:
+    """Context manager that re-raises any :class:`OSError` as a :class:`StorageError`."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise storage_error(exc, action, path) from exc
