@@ -26,6 +26,10 @@ class InvalidNameError(FileChannelError, ValueError):
     """A name that becomes part of a path is not allowed (only ``[A-Za-z0-9._-]``, no ``..``)."""
 
 
+class RecordTypeError(FileChannelError, TypeError):
+    """A value, key or header is not of a type a record holds (bytes, and str for header names)."""
+
+
 class MessageTooLargeError(FileChannelError, ValueError):
     """A record is larger than the configured ``max_record_bytes``; nothing was written."""
 

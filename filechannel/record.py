@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 
 from crc32c import crc32c
 
-from .errors import ConfigError, CorruptRecordError, MessageTooLargeError
+from .errors import CorruptRecordError, MessageTooLargeError, RecordTypeError
 
 FRAME_HEADER = struct.Struct("<II")
 FRAME_HEADER_SIZE = FRAME_HEADER.size
@@ -92,7 +92,7 @@ def _as_bytes(obj: object, what: str) -> bytes:
         return obj
     if isinstance(obj, (bytearray, memoryview)):
         return bytes(obj)
-    raise ConfigError(f"{what} must be bytes, bytearray or memoryview, not {type(obj).__name__}")
+    raise RecordTypeError(f"{what} must be bytes, bytearray or memoryview, not {type(obj).__name__}")
 
 
 def encode_payload(value: bytes, key: bytes | None, headers: Headers | None, timestamp: int) -> bytes:
@@ -107,14 +107,14 @@ def encode_payload(value: bytes, key: bytes | None, headers: Headers | None, tim
     if headers:
         attrs |= ATTR_HEADERS
         if len(headers) > 0xFFFF:
-            raise ConfigError(f"a record may carry at most 65535 headers, not {len(headers)}")
+            raise RecordTypeError(f"a record may carry at most 65535 headers, not {len(headers)}")
         parts.append(_HEADER_COUNT.pack(len(headers)))
         for name, hvalue in headers:
             if not isinstance(name, str):
-                raise ConfigError(f"header names must be str, not {type(name).__name__}")
+                raise RecordTypeError(f"header names must be str, not {type(name).__name__}")
             bname = name.encode("utf-8")
             if len(bname) > 0xFFFF:
-                raise ConfigError(f"header name {name[:40]!r}... is longer than 65535 bytes")
+                raise RecordTypeError(f"header name {name[:40]!r}... is longer than 65535 bytes")
             hvalue = _as_bytes(hvalue, f"header {name!r}")
             parts.append(_HEADER_NAME_LEN.pack(len(bname)))
             parts.append(bname)
@@ -179,7 +179,7 @@ def encode_value_frames(
     limit = max_record_bytes - RECORD_PREFIX_SIZE
     for v in vals:
         if type(v) is not bytes:
-            raise ConfigError(f"values must be bytes, not {type(v).__name__}")
+            raise RecordTypeError(f"values must be bytes, not {type(v).__name__}")
         if len(v) > limit:
             raise _too_large(len(v) + RECORD_PREFIX_SIZE, max_record_bytes)
     prefix_crc = crc32c(RECORD_PREFIX.pack(0, timestamp))

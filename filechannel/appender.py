@@ -1,0 +1,363 @@
+"""The appender: the one buffered writer per open channel that every sender feeds.
+
+How an append works:
+
+1. The first record of a buffer takes ``writer.lock`` (flock) and reads the writer
+   state, so this process knows the next offset. While the lock is held no other
+   process can append, so offsets assigned to buffered records stay valid.
+2. Records are encoded straight into the buffer (a list of byte strings); index
+   marks are noted every ``index_interval_bytes``.
+3. A *drain* writes the buffer with one ``write`` (plus the index entries and the new
+   writer state) and, by policy, ``fsync``. When nothing is left buffered it releases
+   the lock. The background flusher drains every ``flush_interval``; a full buffer,
+   ``flush()``, and ``fsync="always"`` senders drain at once.
+4. Group commit: a drain is done by one leader at a time. Senders that need their
+   records durable wait for a drain that covers them; records buffered while the
+   leader writes go into the next drain, so concurrent senders share fsyncs.
+5. A process holds the lock for at most ``hold_limit`` seconds at a stretch, then
+   drains and lets other processes in.
+
+If a write fails (a full disk), the segment is cut back to its last whole record, the
+appender is marked failed and every later call raises :class:`SenderFailedError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from .config import ChannelConfig
+from .errors import ChannelClosedError, SenderFailedError, os_errors, storage_error
+from .index import IndexMark, encode_marks
+from .log import Log
+from .names import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from .record import Headers, encode_record_frames, encode_value_frames
+from .writer_state import WriterState, write_state
+
+log = logging.getLogger("filechannel")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Appender:
+    """Buffered, lock-holding writer of one channel (see the module docstring). Thread-safe."""
+
+    def __init__(self, log_: Log, config: ChannelConfig, on_write: Callable[[], None], on_roll: Callable[[], None]) -> None:
+        self._log = log_
+        self._config = config
+        self._on_write = on_write
+        self._on_roll = on_roll
+        self._lock = log_.writer_lock
+        self._cond = threading.Condition(threading.Lock())
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._marks: list[IndexMark] = []
+        self._state: WriterState | None = None  # valid while the lock is held
+        self._held_since = 0.0
+        self._hold_limit = max(0.01, 2 * config.flush_interval)
+        self._written_offset = 0
+        self._durable_offset = 0
+        self._flushing = False
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._seg_fd = -1
+        self._idx_fd = -1
+        self._tix_fd = -1
+        self._seg_base = -1
+        self._last_fsync = time.monotonic()
+        self._flusher: threading.Thread | None = None
+        if config.fsync != "always":
+            self._flusher = threading.Thread(target=self._flush_loop, name="filechannel-flusher", daemon=True)
+            self._flusher.start()
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(self, value: bytes, key: bytes | None, headers: Headers | None, timestamp: int | None) -> int:
+        """Buffer one record; return its offset."""
+        ts = now_ms() if timestamp is None else timestamp
+        with self._cond:
+            state = self._ready_state()
+            pos = state.segment_size + self._pending_bytes
+            size = encode_record_frames(self._pending, value, key, headers, ts, self._config.max_record_bytes)
+            offset = state.end_offset
+            if state.since_index >= self._config.index_interval_bytes:
+                self._marks.append(IndexMark(offset, pos, state.max_timestamp))
+                state.since_index = 0
+            state.since_index += size
+            if ts > state.max_timestamp:
+                state.max_timestamp = ts
+            state.end_offset = offset + 1
+            self._pending_bytes += size
+            full = self._pending_bytes >= self._config.buffer_bytes
+            if len(self._pending) == 2:
+                self._cond.notify_all()
+        self._after_append(offset, full)
+        return offset
+
+    def append_values(self, values: Iterable[bytes], timestamp: int | None) -> range:
+        """Buffer key-less records sharing one timestamp; return their offsets."""
+        ts = now_ms() if timestamp is None else timestamp
+        with self._cond:
+            state = self._ready_state()
+            start = state.end_offset
+            pos0 = state.segment_size + self._pending_bytes
+            batch_marks: list[tuple[int, int]] = []
+            before = len(self._pending)
+            count, nbytes = encode_value_frames(
+                self._pending, values, ts, self._config.max_record_bytes, self._config.index_interval_bytes,
+                state.since_index, batch_marks,
+            )
+            if count == 0:
+                return range(start, start)
+            max_before = state.max_timestamp
+            for n, p in batch_marks:
+                self._marks.append(IndexMark(start + n, pos0 + p, max_before if n == 0 else max(max_before, ts)))
+            if batch_marks:
+                state.since_index = nbytes - batch_marks[-1][1]
+            else:
+                state.since_index += nbytes
+            if ts > state.max_timestamp:
+                state.max_timestamp = ts
+            state.end_offset = start + count
+            self._pending_bytes += nbytes
+            full = self._pending_bytes >= self._config.buffer_bytes
+            if before == 0:
+                self._cond.notify_all()
+        self._after_append(start + count - 1, full)
+        return range(start, start + count)
+
+    def _after_append(self, last_offset: int, full: bool) -> None:
+        if self._config.fsync == "always":
+            self.drain(sync=True, upto=last_offset + 1)
+        elif full:
+            self.drain(sync=False)
+
+    def _ready_state(self) -> WriterState:
+        """Under the mutex: make sure we hold the lock and the active segment has room."""
+        while True:
+            self._check_usable()
+            if self._state is not None and time.monotonic() - self._held_since > self._hold_limit:
+                self._drain_locked(sync=False, upto=None)
+                continue
+            if self._state is None:
+                if self._flushing:
+                    self._cond.wait()
+                    continue
+                self._acquire()
+            state = self._state
+            assert state is not None
+            if self._needs_roll(state):
+                if self._pending or self._flushing:
+                    self._drain_locked(sync=False, upto=None, keep_lock=True)
+                    continue
+                self._roll(state)
+                continue
+            return state
+
+    def _needs_roll(self, state: WriterState) -> bool:
+        if state.end_offset == state.segment_base:
+            return False
+        if state.segment_size + self._pending_bytes >= self._config.segment_bytes:
+            return True
+        seg_ms = self._config.segment_ms
+        return seg_ms is not None and now_ms() - state.created_ms >= seg_ms
+
+    def _acquire(self) -> None:
+        self._lock.acquire()
+        try:
+            state = self._log.current_state()
+            self._open_active(state)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._state = state
+        self._held_since = time.monotonic()
+        self._written_offset = state.end_offset
+
+    def _open_active(self, state: WriterState) -> None:
+        if state.segment_base == self._seg_base and self._seg_fd >= 0:
+            return
+        self._close_files()
+        base = state.segment_base
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+        seg = self._log.segment_path(base)
+        with os_errors("open segment", seg):
+            self._seg_fd = os.open(seg, flags)
+        idx, tix = self._log.file(base, OFFSET_INDEX_SUFFIX), self._log.file(base, TIME_INDEX_SUFFIX)
+        with os_errors("open index", idx):
+            self._idx_fd = os.open(idx, flags | os.O_CREAT, 0o666)
+            self._tix_fd = os.open(tix, flags | os.O_CREAT, 0o666)
+        self._seg_base = base
+
+    def _roll(self, state: WriterState) -> None:
+        """Seal the active segment (fsynced with its index) and start the next one."""
+        with os_errors("fsync segment", self._log.segment_path(state.segment_base)):
+            for fd in (self._seg_fd, self._idx_fd, self._tix_fd):
+                os.fsync(fd)
+        new = self._log.roll(state)
+        self._open_active(new)
+        self._state = new
+        self._on_roll()
+
+    # -- draining ----------------------------------------------------------------------------
+
+    def drain(self, sync: bool, upto: int | None = None) -> None:
+        """Write buffered records (``upto`` an offset: at least those before it), fsync if ``sync``."""
+        with self._cond:
+            self._drain_locked(sync, upto)
+
+    def _drain_locked(self, sync: bool, upto: int | None, keep_lock: bool = False) -> None:
+        while True:
+            if self._failed is not None:
+                raise SenderFailedError(f"a previous write to channel {self._log.path!r} failed: {self._failed}") from self._failed
+            target = (self._state.end_offset if self._state is not None else self._written_offset) if upto is None else upto
+            reached = self._durable_offset if sync else self._written_offset
+            if reached >= target and not self._pending:
+                if not self._flushing and not keep_lock:
+                    self._release_if_idle()
+                return
+            if self._flushing:
+                self._cond.wait()
+                continue
+            self._lead_drain(sync)
+
+    def _lead_drain(self, sync: bool) -> None:
+        """Write the buffer as the one leader; the mutex is released during the I/O."""
+        batch, marks, nbytes = self._pending, self._marks, self._pending_bytes
+        snapshot = None
+        start_size = 0
+        end = self._written_offset
+        if batch:
+            state = self._state
+            assert state is not None, "records are buffered only while the writer lock is held"
+            self._pending, self._marks, self._pending_bytes = [], [], 0
+            end = state.end_offset
+            start_size = state.segment_size
+            state.segment_size += nbytes
+            snapshot = WriterState(
+                state.segment_base, state.segment_id, state.segment_size, end, state.since_index,
+                state.max_timestamp, state.created_ms,
+            )
+        self._flushing = True
+        self._cond.release()
+        error: BaseException | None = None
+        try:
+            self._write(batch, marks, snapshot, start_size, sync)
+        except BaseException as exc:  # noqa: BLE001 - recorded and re-raised to every caller
+            error = exc
+        finally:
+            self._cond.acquire()
+            self._flushing = False
+        if error is not None:
+            self._fail(error, start_size if snapshot is not None else None)
+            self._cond.notify_all()
+            raise SenderFailedError(f"writing to channel {self._log.path!r} failed: {error}") from error
+        self._written_offset = end
+        if sync:
+            self._durable_offset = end
+            self._last_fsync = time.monotonic()
+        self._cond.notify_all()
+        if batch:
+            self._on_write()
+
+    def _write(
+        self, batch: list[bytes], marks: list[IndexMark], snapshot: WriterState | None, start_size: int, sync: bool
+    ) -> None:
+        seg = self._log.segment_path(self._seg_base)
+        if snapshot is not None:
+            data = b"".join(batch)
+            view = memoryview(data)
+            written = 0
+            try:
+                while written < len(data):
+                    written += os.write(self._seg_fd, view[written:])
+            except OSError as exc:
+                raise storage_error(exc, "append to", seg) from exc
+            if marks:
+                idx, tix = encode_marks(snapshot.segment_base, marks)
+                with os_errors("append to index of", seg):
+                    os.write(self._idx_fd, idx)
+                    os.write(self._tix_fd, tix)
+            write_state(self._lock.fd, self._lock.path, snapshot)
+        if sync:
+            with os_errors("fsync", seg):
+                os.fsync(self._seg_fd)
+
+    def _fail(self, error: BaseException, good_size: int | None) -> None:
+        """After a failed write: cut the segment back to its last whole record, stop for good."""
+        self._failed = error
+        seg = self._log.segment_path(self._seg_base)
+        log.error("channel %s: write failed (%s); cutting %s back to %s bytes", self._log.path, error, seg, good_size)
+        if good_size is not None:
+            try:
+                os.ftruncate(self._seg_fd, good_size)
+            except OSError as exc:
+                log.error("channel %s: could not cut %s back (%s); the next open trims it", self._log.path, seg, exc)
+        self._pending, self._marks, self._pending_bytes = [], [], 0
+        self._state = None
+        self._lock.release()
+
+    def _release_if_idle(self) -> None:
+        if self._state is not None and not self._pending and not self._flushing:
+            self._state = None
+            self._lock.release()
+
+    # -- background flusher ------------------------------------------------------------------
+
+    def _flush_loop(self) -> None:
+        interval = self._config.flush_interval
+        fsync_every = self._config.fsync_interval if self._config.fsync == "interval" else None
+        while True:
+            with self._cond:
+                while not self._closed and not self._pending and not self._fsync_due(fsync_every):
+                    self._cond.wait(timeout=fsync_every)
+                if self._closed:
+                    return
+            time.sleep(interval)
+            try:
+                self.drain(sync=self._fsync_due(fsync_every))
+            except Exception:  # noqa: BLE001 - the failure is kept and raised to senders
+                log.debug("background flush failed", exc_info=True)
+
+    def _fsync_due(self, every: float | None) -> bool:
+        return every is not None and self._durable_offset < self._written_offset and time.monotonic() - self._last_fsync >= every
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ChannelClosedError(f"the channel {self._log.path!r} is closed")
+        if self._failed is not None:
+            raise SenderFailedError(
+                f"a previous write to channel {self._log.path!r} failed ({self._failed}); "
+                "records sent since were not written; reopen the channel once the cause is fixed"
+            ) from self._failed
+
+    def close(self) -> None:
+        """Write what is buffered (fsync unless the policy is "never"), stop the flusher."""
+        with self._cond:
+            if self._closed:
+                return
+            try:
+                if self._failed is None:
+                    self._drain_locked(sync=self._config.fsync != "never", upto=None)
+            finally:
+                self._closed = True
+                self._cond.notify_all()
+        if self._flusher is not None:
+            self._flusher.join()
+        with self._cond:
+            self._release_if_idle()
+            self._close_files()
+
+    def _close_files(self) -> None:
+        for fd in (self._seg_fd, self._idx_fd, self._tix_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._seg_fd = self._idx_fd = self._tix_fd = -1
+        self._seg_base = -1

@@ -1,0 +1,277 @@
+"""FileChannel: a durable, segmented log of byte records in one folder.
+
+Opening a channel recovers it (under the writer lock: a torn tail is trimmed; under the
+maintenance lock: interrupted compressions are finished or rolled back). Any number of
+processes may open the same folder at once, to send, receive, or both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+
+from .appender import Appender
+from .compressed import CompressedSegment
+from .config import ChannelConfig
+from .cursor import Cursor
+from .errors import ChannelClosedError, ConfigError, CorruptRecordError, OffsetOutOfRangeError, os_errors
+from .log import MAX_FRAME_PAYLOAD, Log, SegmentRef
+from .position import PositionStore
+from .receiver import AckReceiver, Receiver
+from .record import Record, decode_records
+from .segment import SEGMENT_HEADER_SIZE, FrameScanner, read_segment_header
+from .sender import Sender
+from .wakeup import Wakeup
+
+log = logging.getLogger("filechannel")
+
+Progress = Callable[[int, int], None]
+
+
+class FileChannel:
+    """A channel: senders append records, receivers read them from any offset.
+
+    ``path`` is the channel's folder (created if missing, with the user's umask). Keyword
+    arguments are the settings of :class:`~filechannel.config.ChannelConfig`. Use it as a
+    context manager, or call :meth:`close`, which flushes what senders have buffered.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], **config: object) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self.config = ChannelConfig.from_kwargs(**config)
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise ConfigError(f"channel path {self.path!r} exists and is not a folder")
+        with os_errors("create channel folder", self.path):
+            os.makedirs(self.path, exist_ok=True)
+        self._log = Log(self.path, self.config)
+        self._wakeup = Wakeup(self.path)
+        self.positions = PositionStore(self.path)
+        self._closed = False
+        self._mutex = threading.Lock()
+        self._appender: Appender | None = None
+        self._receivers: weakref.WeakSet[Receiver] = weakref.WeakSet()
+        self._log.writer_lock.acquire()
+        try:
+            self._log.recover()
+        finally:
+            self._log.writer_lock.release()
+        if self._log.maintenance_lock.acquire(blocking=False):
+            try:
+                self._log.finish_interrupted_compressions()
+            finally:
+                self._log.maintenance_lock.release()
+        self._maintenance_wake = threading.Event()
+        self._maintenance: threading.Thread | None = None
+        if self.config.maintenance_interval > 0:
+            self._maintenance = threading.Thread(target=self._maintenance_loop, name="filechannel-maintenance", daemon=True)
+            self._maintenance.start()
+
+    # -- endpoints -------------------------------------------------------------------------
+
+    def sender(self) -> Sender:
+        """A sender. All senders of this channel object share one buffer and flusher."""
+        self._check_open()
+        with self._mutex:
+            if self._appender is None:
+                self._appender = Appender(self._log, self.config, self._wakeup.bump, self._poke_maintenance)
+            return Sender(self, self._appender)
+
+    def receiver(self, start: str | int = "earliest") -> Receiver:
+        """A receiver starting at ``"earliest"``, ``"latest"`` (the end now) or an offset."""
+        self._check_open()
+        rx = Receiver(self, self._resolve_start(start))
+        self._receivers.add(rx)
+        return rx
+
+    def ack_receiver(self, name: str) -> AckReceiver:
+        """An ack receiver named ``name``: resumes at its first unacknowledged record."""
+        self._check_open()
+        rx = AckReceiver(self, name)
+        self._receivers.add(rx)
+        return rx
+
+    def _resolve_start(self, start: str | int) -> int:
+        if start == "earliest":
+            return self.first_offset
+        if start == "latest":
+            return self.end_offset
+        if isinstance(start, int) and not isinstance(start, bool) and start >= 0:
+            return start
+        raise ConfigError(f"start must be 'earliest', 'latest' or an offset >= 0, not {start!r}")
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    @property
+    def first_offset(self) -> int:
+        """The first offset still retained."""
+        return self._log.first_offset
+
+    @property
+    def end_offset(self) -> int:
+        """One past the last record written to the files (what receivers can read now)."""
+        return self._log.end_offset()
+
+    def offset_for_time(self, timestamp_ms: int) -> int | None:
+        """The first offset whose record has a timestamp >= ``timestamp_ms``; None if none yet.
+
+        Uses the time indexes: a bisect per segment and a short scan, never a full scan.
+        """
+        refs = self._log.list_segments()
+        for i, ref in enumerate(refs):
+            start = self._log.time_start(ref, timestamp_ms)
+            if start is None:
+                continue
+            segment_end = refs[i + 1].base_offset if i + 1 < len(refs) else None
+            try:
+                cursor = Cursor(self._log, start)
+            except OffsetOutOfRangeError:
+                continue  # collected meanwhile: later segments may still hold it
+            try:
+                while batch := cursor.read(4096):
+                    for rec in batch:
+                        if segment_end is not None and rec.offset >= segment_end:
+                            break
+                        if rec.timestamp >= timestamp_ms:
+                            return rec.offset
+                    else:
+                        continue
+                    break
+            finally:
+                cursor.close()
+        return None
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes on disk of the channel's files."""
+        total = 0
+        for root, _dirs, files in os.walk(self.path):
+            for f in files:
+                try:
+                    total += os.path.getsize(os.path.join(root, f))
+                except FileNotFoundError:
+                    pass
+        return total
+
+    # -- maintenance -----------------------------------------------------------------------
+
+    def compress_sealed(self) -> list[int]:
+        """Compress every sealed raw segment now; return their base offsets."""
+        self._check_open()
+        with self._log.maintenance_lock.holding():
+            return self._log.compress_sealed()
+
+    def collect_garbage(self) -> list[int]:
+        """Delete the sealed segments that every durable position and retention allow."""
+        self._check_open()
+        with self._log.maintenance_lock.holding():
+            return self._log.collect_garbage(self.positions.minimum())
+
+    def _poke_maintenance(self) -> None:
+        self._maintenance_wake.set()
+
+    def _maintenance_loop(self) -> None:
+        while not self._closed:
+            self._maintenance_wake.wait(self.config.maintenance_interval)
+            self._maintenance_wake.clear()
+            if self._closed:
+                return
+            if not self._log.maintenance_lock.acquire(blocking=False):
+                continue
+            try:
+                self._log.compress_sealed()
+                self._log.collect_garbage(self.positions.minimum())
+            except Exception:  # noqa: BLE001 - keep the thread alive; the next round retries
+                log.exception("channel %s: background maintenance failed", self.path)
+            finally:
+                self._log.maintenance_lock.release()
+
+    # -- integrity -------------------------------------------------------------------------
+
+    def check(self, progress: Progress | None = None) -> int:
+        """Verify the CRC of every record in every segment; return how many there are.
+
+        Raises :class:`CorruptRecordError` naming the file, byte and offset of the first bad
+        record. ``progress(done_bytes, total_bytes)`` is called as segments are read.
+        """
+        self._check_open()
+        refs = self._log.list_segments()
+        total = sum(self._log.segment_bytes_on_disk(r) for r in refs)
+        done = count = 0
+        for i, ref in enumerate(refs):
+            try:
+                count += self._check_segment(ref, sealed=i < len(refs) - 1)
+            except FileNotFoundError:
+                continue  # collected while we checked
+            done += self._log.segment_bytes_on_disk(ref)
+            if progress is not None:
+                progress(done, total)
+        return count
+
+    def _check_segment(self, ref: SegmentRef, sealed: bool) -> int:
+        if ref.compressed:
+            seg = CompressedSegment.open(ref.path)
+            try:
+                n = 0
+                for i, block in enumerate(seg.info.blocks):
+                    out: list[Record] = []
+                    data = seg.read_block(i)
+                    end, got = decode_records(data, 0, block.first_offset, len(data), out)
+                    if end != len(data):
+                        raise CorruptRecordError(
+                            f"compressed segment {ref.path!r}: block {i} ends in a partial frame "
+                            f"at offset {block.first_offset + got}"
+                        )
+                    n += got
+                return n
+            finally:
+                seg.close()
+        with os_errors("open segment", ref.path):
+            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            header = read_segment_header(fd, ref.path)
+            scanner = FrameScanner(fd, ref.path, SEGMENT_HEADER_SIZE, header.base_offset, MAX_FRAME_PAYLOAD)
+            n = sum(1 for _ in scanner)
+            if scanner.stop != "end" and (sealed or scanner.stop == "invalid"):
+                raise scanner.corrupt_error(header.base_offset)
+            return n
+        finally:
+            os.close(fd)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ChannelClosedError(f"the channel {self.path!r} is closed")
+
+    def close(self) -> None:
+        """Flush buffered records, stop background work, release files. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._appender is not None:
+                self._appender.close()
+        finally:
+            self._closed = True
+            self._maintenance_wake.set()
+            if self._maintenance is not None:
+                self._maintenance.join()
+            for rx in list(self._receivers):
+                rx.close()
+            self._wakeup.close()
+            self._log.close()
+
+    def __enter__(self) -> FileChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FileChannel({self.path!r}{', closed' if self._closed else ''})"

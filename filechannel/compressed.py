@@ -1,0 +1,232 @@
+"""A sealed segment compressed into independently decompressible blocks (``B.seg.z``).
+
+Layout (little-endian), chosen so that a reader needs two ranged reads to reach any
+offset: the fixed header, then the block table, then the one block it wants::
+
+    offset 0   4s   magic b"FCHZ"
+           4   u16  format version (1)
+           6   u8   method (1 = zstd)
+           7   u8   reserved (0)
+           8   u32  segment id
+          12   u32  block count N
+          16   u64  base offset
+          24   u64  end offset (one past the last record)
+          32   i64  created, ms since the epoch (from the raw segment's header)
+          40   i64  max timestamp of any record in the segment
+          48   u64  raw size: bytes of frames in the raw segment, header excluded
+          56   N x [u64 first offset][i64 max timestamp through this block]
+                   [u64 raw position][u64 file position][u32 raw length][u32 compressed length]
+               u32  CRC-32C of everything above (header and table)
+               the blocks: each one zstd frame (with its own checksum) of whole frames
+
+A raw position counts from the first frame (raw segment position minus 32). Each block
+holds whole frames exactly as they were in the raw segment, so the same frame decoder
+reads both, and every record keeps its own CRC-32C.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from dataclasses import dataclass
+
+import zstandard
+from crc32c import crc32c
+
+from .errors import CorruptRecordError, os_errors
+from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, read_segment_header
+
+Z_MAGIC = b"FCHZ"
+Z_VERSION = 1
+METHOD_ZSTD = 1
+Z_HEADER = struct.Struct("<4sHBBIIQQqqQ")
+Z_BLOCK = struct.Struct("<QqQQII")
+_CRC = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class Block:
+    first_offset: int
+    max_timestamp: int
+    raw_position: int
+    file_position: int
+    raw_length: int
+    compressed_length: int
+
+
+@dataclass(frozen=True)
+class CompressedInfo:
+    """What the header and block table of a ``.seg.z`` file say."""
+
+    segment_id: int
+    base_offset: int
+    end_offset: int
+    created_ms: int
+    max_timestamp: int
+    raw_size: int
+    blocks: tuple[Block, ...]
+
+    @property
+    def table_size(self) -> int:
+        return Z_HEADER.size + Z_BLOCK.size * len(self.blocks) + _CRC.size
+
+    def block_for_offset(self, offset: int) -> int:
+        """Index of the block holding ``offset`` (which must lie in the segment)."""
+        return max(0, bisect.bisect_right([b.first_offset for b in self.blocks], offset) - 1)
+
+    def block_for_raw_position(self, raw_position: int) -> int:
+        return max(0, bisect.bisect_right([b.raw_position for b in self.blocks], raw_position) - 1)
+
+    def block_for_time(self, timestamp: int) -> int | None:
+        """Index of the first block with a record at or after ``timestamp``; None if there is none."""
+        i = bisect.bisect_left([b.max_timestamp for b in self.blocks], timestamp)
+        return i if i < len(self.blocks) else None
+
+
+def compress_segment(raw_path: str, out_path: str, *, level: int, block_bytes: int, max_payload: int) -> CompressedInfo:
+    """Compress the sealed raw segment at ``raw_path`` into ``out_path`` and fsync it.
+
+    Every frame's CRC is checked on the way; a corrupt segment raises
+    :class:`CorruptRecordError` and nothing is written to ``out_path``.
+    """
+    with os_errors("open segment", raw_path):
+        fd = os.open(raw_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        header = read_segment_header(fd, raw_path)
+        cuts: list[tuple[int, int, int]] = []  # (first offset, raw position, max ts through block)
+        block_start = SEGMENT_HEADER_SIZE
+        max_ts = -(2**63)
+        scanner = FrameScanner(fd, raw_path, SEGMENT_HEADER_SIZE, header.base_offset, max_payload)
+        block_first = header.base_offset
+        for pos, offset, size, ts in scanner:
+            if pos - block_start >= block_bytes:
+                cuts.append((block_first, block_start, max_ts))
+                block_start, block_first = pos, offset
+            max_ts = max(max_ts, ts)
+        if scanner.stop != "end":
+            raise scanner.corrupt_error(header.base_offset)
+        end_pos, end_offset = scanner.end_position, scanner.end_offset
+        if end_pos > block_start:
+            cuts.append((block_first, block_start, max_ts))
+        compressor = zstandard.ZstdCompressor(level=level, write_checksum=True)
+        bodies: list[bytes] = []
+        lengths: list[int] = []
+        for i, (_first, start, _ts) in enumerate(cuts):
+            stop = cuts[i + 1][1] if i + 1 < len(cuts) else end_pos
+            with os_errors("read", raw_path):
+                raw = os.pread(fd, stop - start, start)
+            bodies.append(compressor.compress(raw))
+            lengths.append(stop - start)
+    finally:
+        os.close(fd)
+    table_size = Z_HEADER.size + Z_BLOCK.size * len(cuts) + _CRC.size
+    blocks = []
+    file_pos = table_size
+    for (first, start, ts), body, raw_len in zip(cuts, bodies, lengths):
+        blocks.append(Block(first, ts, start - SEGMENT_HEADER_SIZE, file_pos, raw_len, len(body)))
+        file_pos += len(body)
+    info = CompressedInfo(
+        header.segment_id, header.base_offset, end_offset, header.created_ms, max_ts,
+        end_pos - SEGMENT_HEADER_SIZE, tuple(blocks),
+    )
+    head = _encode_table(info)
+    with os_errors("write compressed segment", out_path):
+        with open(out_path, "wb") as f:
+            f.write(head)
+            for body in bodies:
+                f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+    return info
+
+
+def _encode_table(info: CompressedInfo) -> bytes:
+    parts = [
+        Z_HEADER.pack(
+            Z_MAGIC, Z_VERSION, METHOD_ZSTD, 0, info.segment_id, len(info.blocks), info.base_offset,
+            info.end_offset, info.created_ms, info.max_timestamp, info.raw_size,
+        )
+    ]
+    parts.extend(
+        Z_BLOCK.pack(b.first_offset, b.max_timestamp, b.raw_position, b.file_position, b.raw_length, b.compressed_length)
+        for b in info.blocks
+    )
+    body = b"".join(parts)
+    return body + _CRC.pack(crc32c(body))
+
+
+def decode_table(data: bytes, path: str) -> CompressedInfo:
+    """Parse the header and block table from the first bytes of a ``.seg.z`` file.
+
+    ``data`` must hold at least the header; raises :class:`CorruptRecordError` if the
+    magic, version or table CRC is wrong, or if ``data`` is too short for the table.
+    """
+    if len(data) < Z_HEADER.size:
+        raise CorruptRecordError(f"compressed segment {path!r} is shorter than its header")
+    magic, version, method, _r, seg_id, count, base, end, created, max_ts, raw_size = Z_HEADER.unpack_from(data, 0)
+    if magic != Z_MAGIC or version != Z_VERSION or method != METHOD_ZSTD:
+        raise CorruptRecordError(f"compressed segment {path!r} has a bad magic, version or method")
+    table_end = Z_HEADER.size + Z_BLOCK.size * count
+    if len(data) < table_end + _CRC.size:
+        raise CorruptRecordError(f"compressed segment {path!r} is shorter than its block table")
+    (crc,) = _CRC.unpack_from(data, table_end)
+    if crc32c(memoryview(data)[:table_end]) != crc:
+        raise CorruptRecordError(f"compressed segment {path!r}: the CRC-32C of its header and block table does not match")
+    blocks = tuple(Block(*Z_BLOCK.unpack_from(data, Z_HEADER.size + i * Z_BLOCK.size)) for i in range(count))
+    return CompressedInfo(seg_id, base, end, created, max_ts, raw_size, blocks)
+
+
+def table_length(header: bytes) -> int:
+    """From the first ``Z_HEADER.size`` bytes, how many bytes the header and table span."""
+    count = Z_HEADER.unpack_from(header, 0)[5]
+    return Z_HEADER.size + Z_BLOCK.size * count + _CRC.size
+
+
+class CompressedSegment:
+    """Random access to a ``.seg.z`` file through an open descriptor. Not thread-safe."""
+
+    def __init__(self, fd: int, path: str, info: CompressedInfo) -> None:
+        self.fd = fd
+        self.path = path
+        self.info = info
+        self._dctx = zstandard.ZstdDecompressor()
+
+    @classmethod
+    def open(cls, path: str) -> CompressedSegment:
+        with os_errors("open compressed segment", path):
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            head = os.pread(fd, Z_HEADER.size, 0)
+            if len(head) < Z_HEADER.size:
+                raise CorruptRecordError(f"compressed segment {path!r} is shorter than its header")
+            data = os.pread(fd, table_length(head), 0)
+            info = decode_table(data, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, path, info)
+
+    def read_block(self, i: int) -> bytes:
+        """Decompress block ``i``: whole frames, exactly as they were in the raw segment."""
+        b = self.info.blocks[i]
+        with os_errors("read", self.path):
+            body = os.pread(self.fd, b.compressed_length, b.file_position)
+        try:
+            raw = self._dctx.decompress(body, max_output_size=b.raw_length)
+        except zstandard.ZstdError as exc:
+            raise CorruptRecordError(
+                f"compressed segment {self.path!r}: block {i} (offsets from {b.first_offset}) does not decompress: {exc}"
+            ) from exc
+        if len(raw) != b.raw_length:
+            raise CorruptRecordError(
+                f"compressed segment {self.path!r}: block {i} decompressed to {len(raw)} bytes, expected {b.raw_length}"
+            )
+        return raw
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def header_of(info: CompressedInfo) -> SegmentHeader:
+    return SegmentHeader(info.segment_id, info.base_offset, info.created_ms)

@@ -1,0 +1,204 @@
+"""A cursor: one reader's position in the log, and the buffered reads that advance it.
+
+A cursor reads its current segment in large chunks (``pread`` of a raw segment, one
+decompressed block of a compressed one) and decodes whole frames out of the chunk.
+A partial frame at the end of a chunk is never kept: the next read starts at that
+frame again, so bytes of a torn frame that a writer later trims are never trusted.
+
+At the end of a raw segment it moves on only once the next segment exists, and reads
+the old one once more after seeing it (a writer's last frames land before the roll).
+The cursor holds its segment's file open, so a segment deleted or compressed under
+it stays readable until the cursor moves on. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .compressed import CompressedSegment
+from .errors import CorruptRecordError, os_errors
+from .log import Log, SegmentRef
+from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records
+from .segment import SEGMENT_HEADER_SIZE
+
+READ_CHUNK = 256 * 1024
+
+
+class _RawSource:
+    def __init__(self, ref: SegmentRef) -> None:
+        self.ref = ref
+        with os_errors("open segment", ref.path):
+            self.fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self, position: int, size: int) -> tuple[bytes, int]:
+        with os_errors("read", self.ref.path):
+            return os.pread(self.fd, size, position), 0
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _CompressedSource:
+    """Serves raw-segment positions out of decompressed blocks; keeps the last block."""
+
+    def __init__(self, ref: SegmentRef) -> None:
+        self.ref = ref
+        self.seg = CompressedSegment.open(ref.path)
+        self.info = self.seg.info
+        self._block = -1
+        self._data = b""
+        self._end = SEGMENT_HEADER_SIZE + self.info.raw_size
+
+    def read(self, position: int, size: int) -> tuple[bytes, int]:
+        if position >= self._end:
+            return b"", 0
+        i = self.info.block_for_raw_position(position - SEGMENT_HEADER_SIZE)
+        if i != self._block:
+            self._data = self.seg.read_block(i)
+            self._block = i
+        start = position - SEGMENT_HEADER_SIZE - self.info.blocks[i].raw_position
+        return self._data, start
+
+    def size(self) -> int:
+        return self._end
+
+    def close(self) -> None:
+        self.seg.close()
+
+
+class Cursor:
+    """Reads records from a given offset onward (see the module docstring)."""
+
+    def __init__(self, log: Log, offset: int) -> None:
+        self._log = log
+        self._source: _RawSource | _CompressedSource | None = None
+        self._end: int | None = None  # end offset of the current segment once known sealed
+        self._buf = b""
+        self._bpos = 0
+        self._pos = 0  # segment position of _buf[_bpos]
+        self.offset = offset  # the next offset this cursor delivers
+        self.seek(offset)
+
+    def seek(self, offset: int) -> None:
+        """Deliver ``offset`` next (records between the index entry and it are skipped on read)."""
+        self._open(offset)
+        self._skip_to = offset
+
+    def _open(self, offset: int) -> None:
+        """Position the cursor on ``offset``: segment by listing, byte by index, then a short scan."""
+        while True:
+            ref, end = self._log.locate(offset)
+            try:
+                source = _CompressedSource(ref) if ref.compressed else _RawSource(ref)
+            except FileNotFoundError:
+                continue  # compressed or collected between listing and opening: list again
+            except OSError as exc:
+                if getattr(exc, "errno", None) == 2:
+                    continue
+                raise
+            break
+        self._close_source()
+        self._source = source
+        self._end = source.info.end_offset if isinstance(source, _CompressedSource) else end
+        if isinstance(source, _CompressedSource):
+            info = source.info
+            b = info.blocks[info.block_for_offset(offset)] if info.blocks else None
+            start_offset = b.first_offset if b else info.base_offset
+            start_pos = SEGMENT_HEADER_SIZE + (b.raw_position if b else 0)
+        elif ref.base_offset == offset:
+            start_offset, start_pos = offset, SEGMENT_HEADER_SIZE
+        else:
+            idx = self._log.sealed_offset_index(ref) if end is not None else self._log.load_offset_index(ref.base_offset)
+            start_offset, start_pos = idx.lookup(offset)
+        self._buf, self._bpos, self._pos = b"", 0, start_pos
+        self.offset = start_offset
+
+    def read(self, max_records: int) -> list[Record]:
+        """Up to ``max_records`` records that are in the files now (possibly none)."""
+        while True:
+            out = self._read(max(max_records, self._skip_to - self.offset))
+            if self._skip_to <= (out[0].offset if out else self.offset):
+                return out
+            if out and out[-1].offset >= self._skip_to:
+                return out[self._skip_to - out[0].offset :]
+            if not out:
+                return out
+
+    def _read(self, max_records: int) -> list[Record]:
+        out: list[Record] = []
+        while len(out) < max_records:
+            if self._bpos < len(self._buf):
+                try:
+                    newp, n = decode_records(self._buf, self._bpos, self.offset, max_records - len(out), out)
+                except CorruptRecordError as exc:
+                    self._advance(exc.position, exc.offset - self.offset)  # type: ignore[attr-defined]
+                    self._on_bad_frame(exc)
+                    break
+                self._advance(newp, n)
+                if len(out) >= max_records:
+                    break
+            if not self._fill():
+                break
+        return out
+
+    def _advance(self, newp: int, n: int) -> None:
+        self._pos += newp - self._bpos
+        self._bpos = newp
+        self.offset += n
+
+    def _on_bad_frame(self, exc: CorruptRecordError) -> None:
+        """A CRC mismatch: real corruption unless it is the last frame of the active segment."""
+        source = self._source
+        assert source is not None
+        length = FRAME_HEADER.unpack_from(self._buf, self._bpos)[0]
+        frame_end = self._pos + FRAME_HEADER_SIZE + length
+        sealed = self._end is not None or self._log.list_segments()[-1].base_offset > source.ref.base_offset
+        if isinstance(source, _RawSource) and not sealed and frame_end >= source.size():
+            self._buf, self._bpos = b"", 0  # maybe a frame a dead writer tore; recovery trims it
+            return
+        raise CorruptRecordError(
+            f"corrupt record in {source.ref.path!r} at byte {self._pos} (offset {self.offset}): {exc}. "
+            "Run `filechannel check` to list the damage; restore the segment or seek past it"
+        ) from exc
+
+    def _fill(self) -> bool:
+        """Read the next chunk; False if there is nothing more in the files right now."""
+        source = self._source
+        assert source is not None
+        left = len(self._buf) - self._bpos
+        need = READ_CHUNK
+        if left >= FRAME_HEADER_SIZE:
+            need = max(need, FRAME_HEADER_SIZE + FRAME_HEADER.unpack_from(self._buf, self._bpos)[0])
+        data, start = source.read(self._pos, need)
+        if len(data) - start > left:
+            self._buf, self._bpos = data, start
+            return True
+        # Nothing new in this segment. Is it sealed?
+        if self._end is None:
+            nxt = self._log.next_segment(self.offset)
+            if nxt is None:
+                self._buf, self._bpos = b"", 0
+                return False
+            self._end = self.offset
+            data, start = source.read(self._pos, need)  # frames written before the roll
+            if len(data) - start > left:
+                self._buf, self._bpos = data, start
+                return True
+        if left or self.offset != self._end:
+            raise CorruptRecordError(
+                f"segment {source.ref.path!r} ends with {left} bytes of a partial frame at byte {self._pos} "
+                f"(offset {self.offset}, segment end {self._end}); restore it from a copy or delete it"
+            )
+        self._open(self.offset)
+        return True
+
+    def _close_source(self) -> None:
+        if self._source is not None:
+            self._source.close()
+            self._source = None
+
+    def close(self) -> None:
+        self._close_source()

@@ -1,0 +1,511 @@
+"""The log: the ordered segments of one channel folder, their recovery, compression and deletion.
+
+Invariants (every process that opens the folder keeps them):
+
+- Segments are named by base offset; base offsets increase with the names, and a
+  segment's records are exactly the offsets from its base to the next segment's base.
+- The segment with the largest base offset is the *active* one, always raw (``.seg``);
+  only it is appended to, and only by a holder of ``writer.lock``. Every other segment is
+  sealed, raw or compressed (``.seg.z``, preferred when both exist).
+- Tail recovery (trimming a torn last frame) runs only under ``writer.lock``, so it never
+  cuts a frame another process is still writing.
+- Compression and garbage collection run only under ``maintenance.lock``; they touch
+  sealed segments only, and delete a prefix of them, never a hole.
+
+This class keeps an in-process cache of the listing and of sealed segments' indexes; it
+is shared by the channel's senders and receivers and is thread-safe.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from . import names
+from .compressed import CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length, Z_HEADER
+from .config import ChannelConfig
+from .errors import CorruptRecordError, OffsetOutOfRangeError, os_errors
+from .index import (
+    MIN_TIMESTAMP,
+    IndexMark,
+    OffsetIndex,
+    TimeIndex,
+    encode_marks,
+    truncate_index_files,
+    write_index_files,
+)
+from .lock import FileLock
+from .position import fsync_dir
+from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, create_segment, read_segment_header
+from .writer_state import WriterState, read_state, write_state
+
+log = logging.getLogger("filechannel")
+
+MAX_FRAME_PAYLOAD = 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """One segment as the folder listing shows it."""
+
+    base_offset: int
+    compressed: bool
+    path: str
+
+
+class Log:
+    """The segments of one channel folder (see the module docstring)."""
+
+    def __init__(self, path: str, config: ChannelConfig) -> None:
+        self.path = path
+        self.config = config
+        self.writer_lock = FileLock(os.path.join(path, "writer.lock"))
+        self.maintenance_lock = FileLock(os.path.join(path, "maintenance.lock"))
+        self._mutex = threading.Lock()
+        self._refs: list[SegmentRef] = []
+        self._bases: list[int] = []
+        self._sealed_index: dict[int, OffsetIndex] = {}
+        self._z_info: dict[int, CompressedInfo] = {}
+
+    # -- names -----------------------------------------------------------------------------
+
+    def file(self, base_offset: int, suffix: str) -> str:
+        return os.path.join(self.path, names.segment_stem(base_offset) + suffix)
+
+    def segment_path(self, base_offset: int) -> str:
+        return self.file(base_offset, names.SEGMENT_SUFFIX)
+
+    def compressed_path(self, base_offset: int) -> str:
+        return self.file(base_offset, names.COMPRESSED_SUFFIX)
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def list_segments(self) -> list[SegmentRef]:
+        """List the folder again and return the segments, oldest first."""
+        with os_errors("list", self.path):
+            files = os.listdir(self.path)
+        found: dict[int, bool] = {}
+        for f in files:
+            parsed = names.parse_segment_file(f)
+            if parsed is None:
+                continue
+            base, suffix = parsed
+            if suffix == names.COMPRESSED_SUFFIX:
+                found[base] = True
+            elif suffix == names.SEGMENT_SUFFIX:
+                found.setdefault(base, False)
+        refs = [
+            SegmentRef(b, z, self.compressed_path(b) if z else self.segment_path(b)) for b, z in sorted(found.items())
+        ]
+        with self._mutex:
+            self._refs = refs
+            self._bases = [r.base_offset for r in refs]
+            live = set(self._bases)
+            for cache in (self._sealed_index, self._z_info):
+                for b in [b for b in cache if b not in live]:
+                    del cache[b]
+        return refs
+
+    def segments(self) -> list[SegmentRef]:
+        """The cached listing (listing the folder if there is none yet)."""
+        with self._mutex:
+            refs = self._refs
+        return refs or self.list_segments()
+
+    def locate(self, offset: int) -> tuple[SegmentRef, int | None]:
+        """The segment that holds (or will hold) ``offset``, and its end offset if sealed.
+
+        Lists the folder afresh. Raises :class:`OffsetOutOfRangeError` if ``offset`` lies
+        below the first segment (retention or garbage collection deleted it).
+        """
+        refs = self.list_segments()
+        if not refs or offset < refs[0].base_offset:
+            first = refs[0].base_offset if refs else 0
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is below the first retained offset {first} of channel {self.path!r} "
+                "(its segment was deleted by retention or garbage collection); seek to the first offset or later"
+            )
+        i = bisect.bisect_right([r.base_offset for r in refs], offset) - 1
+        end = refs[i + 1].base_offset if i + 1 < len(refs) else None
+        return refs[i], end
+
+    def next_segment(self, end_offset: int) -> SegmentRef | None:
+        """The segment that starts at ``end_offset`` if it exists (one stat per file kind)."""
+        for z, path in ((True, self.compressed_path(end_offset)), (False, self.segment_path(end_offset))):
+            if os.path.exists(path):
+                return SegmentRef(end_offset, z, path)
+        return None
+
+    @property
+    def first_offset(self) -> int:
+        refs = self.list_segments()
+        return refs[0].base_offset if refs else 0
+
+    def end_offset(self) -> int:
+        """The next offset to be written, as the files show it now (no lock taken)."""
+        refs = self.list_segments()
+        if not refs:
+            return 0
+        last = refs[-1]
+        if last.compressed:
+            return self.compressed_info(last).end_offset
+        state = read_state(self.writer_lock.fd, self.writer_lock.path)
+        try:
+            size = os.path.getsize(last.path)
+        except FileNotFoundError:
+            return self.end_offset()
+        if state is not None and state.segment_base == last.base_offset and state.segment_size == size:
+            return state.end_offset
+        idx = self.load_offset_index(last.base_offset, valid_end=size)
+        offset, pos = idx.last()
+        with os_errors("open segment", last.path):
+            fd = os.open(last.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            scanner = FrameScanner(fd, last.path, pos, offset, MAX_FRAME_PAYLOAD)
+            for _ in scanner:
+                pass
+            return scanner.end_offset
+        finally:
+            os.close(fd)
+
+    # -- indexes ---------------------------------------------------------------------------
+
+    def load_offset_index(self, base_offset: int, valid_end: int | None = None) -> OffsetIndex:
+        return OffsetIndex.load(self.file(base_offset, names.OFFSET_INDEX_SUFFIX), base_offset, valid_end)
+
+    def sealed_offset_index(self, ref: SegmentRef) -> OffsetIndex:
+        """The offset index of a sealed raw segment, cached; rebuilt from the segment if missing."""
+        with self._mutex:
+            idx = self._sealed_index.get(ref.base_offset)
+        if idx is not None:
+            return idx
+        idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
+        if not os.path.exists(idx_path):
+            self.rebuild_index(ref)
+        idx = self.load_offset_index(ref.base_offset)
+        with self._mutex:
+            self._sealed_index[ref.base_offset] = idx
+        return idx
+
+    def rebuild_index(self, ref: SegmentRef) -> None:
+        """Write a raw segment's index files anew from its frames (they are derived data)."""
+        with os_errors("open segment", ref.path):
+            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            marks, _since, _max, scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
+        finally:
+            os.close(fd)
+        write_index_files(
+            self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX), self.file(ref.base_offset, names.TIME_INDEX_SUFFIX),
+            ref.base_offset, marks,
+        )
+        log.info("rebuilt the index of segment %s (%d entries)", ref.path, len(marks))
+
+    def _scan_marks(
+        self, fd: int, path: str, position: int, offset: int, since_index: int, max_ts: int
+    ) -> tuple[list[IndexMark], int, int, FrameScanner]:
+        """Scan frames from ``position``, producing the index marks the writer would have made."""
+        interval = self.config.index_interval_bytes
+        marks: list[IndexMark] = []
+        scanner = FrameScanner(fd, path, position, offset, MAX_FRAME_PAYLOAD)
+        for pos, off, size, ts in scanner:
+            if since_index >= interval:
+                marks.append(IndexMark(off, pos, max_ts))
+                since_index = 0
+            since_index += size
+            if ts > max_ts:
+                max_ts = ts
+        return marks, since_index, max_ts, scanner
+
+    def compressed_info(self, ref: SegmentRef) -> CompressedInfo:
+        with self._mutex:
+            info = self._z_info.get(ref.base_offset)
+        if info is None:
+            seg = CompressedSegment.open(ref.path)
+            info = seg.info
+            seg.close()
+            with self._mutex:
+                self._z_info[ref.base_offset] = info
+        return info
+
+    def time_start(self, ref: SegmentRef, timestamp: int) -> int | None:
+        """Where to start scanning ``ref`` for the first record with timestamp >= ``timestamp``.
+
+        None when the segment certainly holds no such record.
+        """
+        if ref.compressed:
+            info = self.compressed_info(ref)
+            i = info.block_for_time(timestamp)
+            return None if i is None else info.blocks[i].first_offset
+        tix = TimeIndex.load(self.file(ref.base_offset, names.TIME_INDEX_SUFFIX), ref.base_offset)
+        return tix.lookup(timestamp)
+
+    # -- recovery (under writer.lock) ------------------------------------------------------
+
+    def recover(self) -> WriterState:
+        """Find where the log ends, trimming a torn tail; the caller holds ``writer.lock``."""
+        refs = self.list_segments()
+        if not refs:
+            state = self._create_active(0, 0)
+            self.list_segments()
+            return state
+        last = refs[-1]
+        if last.compressed:
+            # The active segment is never compressed; a lost roll can leave a sealed one last.
+            info = self.compressed_info(last)
+            state = self._create_active(info.end_offset, info.segment_id + 1)
+            self.list_segments()
+            return state
+        return self._recover_active(last, refs)
+
+    def _create_active(self, base_offset: int, segment_id: int) -> WriterState:
+        now = int(time.time() * 1000)
+        fd = create_segment(self.segment_path(base_offset), SegmentHeader(segment_id, base_offset, now))
+        os.close(fd)
+        if self.config.fsync != "never":
+            fsync_dir(self.path)
+        state = WriterState(base_offset, segment_id, SEGMENT_HEADER_SIZE, base_offset, 0, MIN_TIMESTAMP, now)
+        write_state(self.writer_lock.fd, self.writer_lock.path, state)
+        return state
+
+    def _recover_active(self, last: SegmentRef, refs: list[SegmentRef]) -> WriterState:
+        path = last.path
+        with os_errors("open segment", path):
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            if size < SEGMENT_HEADER_SIZE:
+                # A crash between creating the file and writing its header: start it again.
+                prev_id = self._segment_id(refs[-2]) if len(refs) > 1 else -1
+                log.warning("segment %s has a torn header (%d bytes); rewriting it", path, size)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, SegmentHeader(prev_id + 1, last.base_offset, int(time.time() * 1000)).encode(), 0)
+                size = SEGMENT_HEADER_SIZE
+            header = read_segment_header(fd, path)
+            idx_path = self.file(last.base_offset, names.OFFSET_INDEX_SUFFIX)
+            tix_path = self.file(last.base_offset, names.TIME_INDEX_SUFFIX)
+            idx = OffsetIndex.load(idx_path, last.base_offset, valid_end=size)
+            tix = TimeIndex.load(tix_path, last.base_offset, count=len(idx))
+            count = min(len(idx), len(tix))
+            truncate_index_files(idx_path, tix_path, count)
+            if count:
+                offset, position = idx.offsets[count - 1], idx.positions[count - 1]
+                max_before = tix.max_before[count - 1]
+            else:
+                offset, position, max_before = last.base_offset, SEGMENT_HEADER_SIZE, MIN_TIMESTAMP
+            marks, since, max_ts, scanner = self._scan_marks(fd, path, position, offset, 0, max_before)
+            if scanner.stop != "end":
+                torn = size - scanner.end_position
+                log.warning(
+                    "channel %s: trimmed a torn tail of %d bytes at byte %d of %s (offset %d); "
+                    "records before it are intact",
+                    self.path, torn, scanner.end_position, path, scanner.end_offset,
+                )
+                with os_errors("truncate", path):
+                    os.ftruncate(fd, scanner.end_position)
+                    if self.config.fsync != "never":
+                        os.fsync(fd)
+            if marks:
+                idx_bytes, tix_bytes = encode_marks(last.base_offset, marks)
+                for p, data in ((idx_path, idx_bytes), (tix_path, tix_bytes)):
+                    with os_errors("write index", p), open(p, "ab") as f:
+                        f.write(data)
+        finally:
+            os.close(fd)
+        state = WriterState(
+            last.base_offset, header.segment_id, scanner.end_position, scanner.end_offset, since, max_ts,
+            header.created_ms,
+        )
+        write_state(self.writer_lock.fd, self.writer_lock.path, state)
+        return state
+
+    def _segment_id(self, ref: SegmentRef) -> int:
+        if ref.compressed:
+            return self.compressed_info(ref).segment_id
+        with os_errors("open segment", ref.path):
+            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return read_segment_header(fd, ref.path).segment_id
+        finally:
+            os.close(fd)
+
+    def current_state(self) -> WriterState:
+        """The writer state, checked against the files; the caller holds ``writer.lock``.
+
+        Costs a read of the state and two stats when nothing changed behind our back.
+        """
+        state = read_state(self.writer_lock.fd, self.writer_lock.path)
+        if state is not None:
+            try:
+                size = os.path.getsize(self.segment_path(state.segment_base))
+            except FileNotFoundError:
+                size = -1
+            rolled = state.end_offset != state.segment_base and self.next_segment(state.end_offset) is not None
+            if size == state.segment_size and not rolled:
+                return state
+        return self.recover()
+
+    def roll(self, state: WriterState) -> WriterState:
+        """Seal the active segment and start a new one at ``state.end_offset`` (under writer.lock)."""
+        new = self._create_active(state.end_offset, state.segment_id + 1)
+        self.list_segments()
+        return new
+
+    # -- maintenance (under maintenance.lock) ----------------------------------------------
+
+    def finish_interrupted_compressions(self) -> None:
+        """Roll back or finish compressions a dead process left behind."""
+        with os_errors("list", self.path):
+            files = os.listdir(self.path)
+        for f in files:
+            if f.endswith(names.COMPRESSED_SUFFIX + names.TEMP_SUFFIX):
+                log.warning("channel %s: removing %s left by an interrupted compression", self.path, f)
+                _unlink(os.path.join(self.path, f))
+        for ref in self.list_segments():
+            raw = self.segment_path(ref.base_offset)
+            if ref.compressed and os.path.exists(raw):
+                if _valid_compressed(ref.path):
+                    log.warning("channel %s: finishing the interrupted compression of %s", self.path, raw)
+                    self._remove_raw(ref.base_offset)
+                else:
+                    log.warning("channel %s: rolling back the interrupted compression of %s", self.path, raw)
+                    _unlink(ref.path)
+        self.list_segments()
+
+    def compress_sealed(self) -> list[int]:
+        """Compress every sealed raw segment; return their base offsets. Caller holds maintenance.lock."""
+        if self.config.compression == "none":
+            return []
+        done = []
+        refs = self.list_segments()
+        for ref in refs[:-1]:
+            if ref.compressed:
+                continue
+            out = ref.path + ".z" + names.TEMP_SUFFIX
+            try:
+                compress_segment(
+                    ref.path, out, level=self.config.compression_level,
+                    block_bytes=self.config.compression_block_bytes, max_payload=MAX_FRAME_PAYLOAD,
+                )
+            except FileNotFoundError:
+                _unlink(out)
+                continue
+            except CorruptRecordError as exc:
+                _unlink(out)
+                log.error("channel %s: not compressing %s: %s", self.path, ref.path, exc)
+                continue
+            if not os.path.exists(ref.path):  # collected while we compressed
+                _unlink(out)
+                continue
+            with os_errors("rename", out):
+                os.rename(out, self.compressed_path(ref.base_offset))
+            fsync_dir(self.path)
+            self._remove_raw(ref.base_offset)
+            done.append(ref.base_offset)
+        if done:
+            self.list_segments()
+        return done
+
+    def _remove_raw(self, base_offset: int) -> None:
+        for suffix in (names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
+            _unlink(self.file(base_offset, suffix))
+        fsync_dir(self.path)
+
+    def segment_bytes_on_disk(self, ref: SegmentRef) -> int:
+        try:
+            return os.path.getsize(ref.path)
+        except FileNotFoundError:
+            return 0
+
+    def segment_max_timestamp(self, ref: SegmentRef, end_offset: int) -> int:
+        """The largest timestamp in a sealed segment."""
+        if ref.compressed:
+            return self.compressed_info(ref).max_timestamp
+        tix = TimeIndex.load(self.file(ref.base_offset, names.TIME_INDEX_SUFFIX), ref.base_offset)
+        idx = self.sealed_offset_index(ref)
+        n = min(len(tix.offsets), len(idx.offsets))
+        max_ts = tix.max_before[n - 1] if n else MIN_TIMESTAMP
+        offset, position = (idx.offsets[n - 1], idx.positions[n - 1]) if n else (ref.base_offset, SEGMENT_HEADER_SIZE)
+        with os_errors("open segment", ref.path):
+            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for _pos, _off, _size, ts in FrameScanner(fd, ref.path, position, offset, MAX_FRAME_PAYLOAD):
+                max_ts = max(max_ts, ts)
+        finally:
+            os.close(fd)
+        return max_ts
+
+    def collect_garbage(self, hold: int | None) -> list[int]:
+        """Delete the oldest sealed segments that every rule allows; return their base offsets.
+
+        A sealed segment goes when all of its records lie below ``hold`` (the smallest
+        durable reader position, None if there is none), or when retention says so.
+        Only a prefix of the sealed segments is ever deleted. Caller holds maintenance.lock.
+        """
+        refs = self.list_segments()
+        sealed = refs[:-1]
+        if not sealed:
+            return []
+        ends = [r.base_offset for r in refs[1:]]
+        k = 0
+        if hold is not None:
+            while k < len(sealed) and ends[k] <= hold:
+                k += 1
+        if self.config.retention_ms is not None:
+            cutoff = int(time.time() * 1000) - self.config.retention_ms
+            j = 0
+            while j < len(sealed) and self.segment_max_timestamp(sealed[j], ends[j]) < cutoff:
+                j += 1
+            k = max(k, j)
+        if self.config.retention_bytes is not None:
+            sizes = [self.segment_bytes_on_disk(r) for r in refs]
+            total = sum(sizes)
+            j = 0
+            while j < len(sealed) and total > self.config.retention_bytes:
+                total -= sizes[j]
+                j += 1
+            k = max(k, j)
+        deleted = []
+        for ref in sealed[:k]:
+            for suffix in (names.COMPRESSED_SUFFIX, names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
+                _unlink(self.file(ref.base_offset, suffix))
+            deleted.append(ref.base_offset)
+        if deleted:
+            fsync_dir(self.path)
+            self.list_segments()
+            log.info("channel %s: deleted %d sealed segment(s) below offset %d", self.path, len(deleted), ends[k - 1])
+        return deleted
+
+    def close(self) -> None:
+        self.writer_lock.close()
+        self.maintenance_lock.close()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        with os_errors("delete", path):
+            raise exc
+
+
+def _valid_compressed(path: str) -> bool:
+    """Whether a ``.seg.z`` file is whole: its table checks out and its last block is all there."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(Z_HEADER.size)
+            if len(head) < Z_HEADER.size:
+                return False
+            f.seek(0)
+            info = decode_table(f.read(table_length(head)), path)
+            size = os.fstat(f.fileno()).st_size
+    except (OSError, CorruptRecordError):
+        return False
+    end = info.blocks[-1].file_position + info.blocks[-1].compressed_length if info.blocks else info.table_size
+    return size == end

@@ -1,0 +1,108 @@
+"""Durable named positions of a channel: where ack receivers and consumer groups stand.
+
+Each position is a file ``positions/<name>.pos`` holding ``[4s magic b"FCHP"][u64 offset]
+[u32 CRC-32C of the first 12 bytes]``. It is replaced atomically: written to a temp file,
+fsynced, renamed over the old one, and the folder fsynced, so after a crash a position is
+either the old or the new value, never a torn one.
+
+Garbage collection keeps every segment holding an offset at or past the smallest
+position, so a reader that stores its position here never loses what it has not passed.
+Ack receivers use the name ``ack.<name>``; consumer groups ``group.<group_id>``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from crc32c import crc32c
+
+from .errors import CorruptRecordError, os_errors
+from .names import validate_name
+
+_MAGIC = b"FCHP"
+_BODY = struct.Struct("<4sQ")
+_CRC = struct.Struct("<I")
+_SUFFIX = ".pos"
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a folder so that a rename or create inside it is durable."""
+    with os_errors("fsync folder", path):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the folder."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with os_errors("write", tmp):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+class PositionStore:
+    """The durable positions of one channel (see the module docstring)."""
+
+    def __init__(self, channel_path: str) -> None:
+        self.folder = os.path.join(channel_path, "positions")
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.folder, validate_name(name, "position name") + _SUFFIX)
+
+    def get(self, name: str) -> int | None:
+        """The stored offset of ``name``, or None if it has none."""
+        path = self._path(name)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            with os_errors("read position", path):
+                raise exc
+        if len(data) != _BODY.size + _CRC.size or data[:4] != _MAGIC or crc32c(data[: _BODY.size]) != _CRC.unpack_from(data, _BODY.size)[0]:
+            raise CorruptRecordError(f"position file {path!r} is corrupt; delete it to make {name!r} start over")
+        return _BODY.unpack_from(data)[1]
+
+    def set(self, name: str, offset: int) -> None:
+        """Durably store ``offset`` for ``name``."""
+        path = self._path(name)
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"a position must be an int >= 0, not {offset!r}")
+        with os_errors("create folder", self.folder):
+            os.makedirs(self.folder, exist_ok=True)
+        body = _BODY.pack(_MAGIC, offset)
+        write_atomically(path, body + _CRC.pack(crc32c(body)))
+
+    def delete(self, name: str) -> None:
+        path = self._path(name)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            with os_errors("delete position", path):
+                raise exc
+        fsync_dir(self.folder)
+
+    def names(self) -> list[str]:
+        try:
+            files = os.listdir(self.folder)
+        except FileNotFoundError:
+            return []
+        return sorted(f[: -len(_SUFFIX)] for f in files if f.endswith(_SUFFIX))
+
+    def minimum(self) -> int | None:
+        """The smallest stored position, or None if there are none."""
+        values = [v for v in (self.get(n) for n in self.names()) if v is not None]
+        return min(values) if values else None

@@ -1,0 +1,154 @@
+"""Receivers: independent readers of a channel, and ack receivers with durable positions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .cursor import Cursor
+from .errors import AckError, ChannelClosedError, Timeout
+from .names import validate_name
+from .record import Record
+
+if TYPE_CHECKING:
+    from .channel import FileChannel
+
+_BATCH = 512
+
+
+class Receiver:
+    """Reads records from an offset onward; fan-out: each receiver has its own position.
+
+    ``recv`` blocks until a record has been flushed by any sender, in this process or
+    another. Not thread-safe: use one receiver per thread.
+    """
+
+    def __init__(self, channel: FileChannel, offset: int) -> None:
+        self._channel = channel
+        self._wakeup = channel._wakeup
+        self._cursor = Cursor(channel._log, offset)
+        self._batch: list[Record] = []
+        self._bi = 0
+        self._closed = False
+
+    @property
+    def position(self) -> int:
+        """The offset of the next record this receiver delivers."""
+        if self._bi < len(self._batch):
+            return self._batch[self._bi].offset
+        return self._cursor.offset
+
+    def seek(self, offset: int) -> None:
+        """Deliver from ``offset`` next (OffsetOutOfRangeError if retention deleted it)."""
+        self._check_open()
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+        self._cursor.seek(offset)
+        self._batch, self._bi = [], 0
+
+    def recv(self, timeout: float | None = None) -> Record:
+        """The next record; waits for one. Raises :class:`Timeout` if none came in ``timeout`` s."""
+        if self._bi < len(self._batch):
+            rec = self._batch[self._bi]
+            self._bi += 1
+            return rec
+        got = self._wait(_BATCH, timeout)
+        if not got:
+            raise Timeout(f"no record arrived within {timeout} s at offset {self.position} of {self._channel.path!r}")
+        self._batch, self._bi = got, 1
+        return got[0]
+
+    def recv_many(self, max_records: int, timeout: float | None = None) -> list[Record]:
+        """Up to ``max_records`` records: what is there now, else waits for some (``[]`` on timeout).
+
+        ``timeout=0`` never waits.
+        """
+        if max_records < 1:
+            raise ValueError(f"max_records must be >= 1, not {max_records!r}")
+        if self._bi < len(self._batch):
+            out = self._batch[self._bi : self._bi + max_records]
+            self._bi += len(out)
+            return out
+        return self._wait(max_records, timeout)
+
+    def _wait(self, max_records: int, timeout: float | None) -> list[Record]:
+        self._check_open()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            seq = self._wakeup.seq
+            got = self._cursor.read(max_records)
+            if got:
+                return got
+            self._check_open()
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return got
+            self._wakeup.wait(seq, remaining)
+
+    def __iter__(self) -> Iterator[Record]:
+        """Yields records forever, waiting for new ones."""
+        while True:
+            yield self.recv()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ChannelClosedError("this receiver is closed")
+        if self._channel.closed:
+            raise ChannelClosedError(f"the channel {self._channel.path!r} is closed")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._cursor.close()
+
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AckReceiver(Receiver):
+    """A receiver whose acknowledged position survives restarts (at-least-once delivery).
+
+    ``ack(n)`` acknowledges the next ``n`` delivered records and stores the position
+    durably (see :mod:`filechannel.position`). A new ack receiver of the same name
+    resumes at the first unacknowledged record. Its position holds back garbage
+    collection: no segment it has not acknowledged past is deleted.
+    """
+
+    def __init__(self, channel: FileChannel, name: str) -> None:
+        self.name = validate_name(name, "ack receiver name")
+        self._key = f"ack.{name}"
+        stored = channel.positions.get(self._key)
+        start = channel.first_offset if stored is None else stored
+        if stored is None:
+            channel.positions.set(self._key, start)
+        self._acked = start
+        super().__init__(channel, start)
+
+    @property
+    def acked(self) -> int:
+        """The first offset not yet acknowledged."""
+        return self._acked
+
+    def ack(self, n: int = 1) -> None:
+        """Acknowledge the next ``n`` delivered records (durably)."""
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an int >= 1, not {n!r}")
+        self._check_open()
+        delivered = self.position
+        if self._acked + n > delivered:
+            raise AckError(
+                f"ack receiver {self.name!r} was asked to acknowledge {n} records but only "
+                f"{delivered - self._acked} delivered records are unacknowledged"
+            )
+        self._acked += n
+        self._channel.positions.set(self._key, self._acked)
+        self._channel._poke_maintenance()
+
+    def seek(self, offset: int) -> None:
+        """Deliver from ``offset`` next; acknowledgements restart there too."""
+        super().seek(offset)
+        self._acked = offset

@@ -1,0 +1,141 @@
+"""A raw segment file: its header, and the scanner that walks and checks its frames.
+
+Layout of ``B.seg`` (little-endian)::
+
+    offset 0   4s   magic b"FCHS"
+           4   u16  format version (1)
+           6   u16  flags (0)
+           8   u32  segment id (0 for the first segment, +1 per roll)
+          12   u32  reserved (0)
+          16   u64  base offset: the offset of the first record in this segment
+          24   i64  created, milliseconds since the epoch (drives ``segment_ms``)
+          32        frames: [u32 length][u32 CRC-32C of payload][payload], back to back
+
+A segment is append-only. It is *sealed* once a segment with a larger base offset
+exists; the offset of its last record plus one is then that segment's base offset.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from .errors import CorruptRecordError, os_errors
+from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE
+
+SEGMENT_MAGIC = b"FCHS"
+FORMAT_VERSION = 1
+SEGMENT_HEADER = struct.Struct("<4sHHIIQq")
+SEGMENT_HEADER_SIZE = SEGMENT_HEADER.size
+_SCAN_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class SegmentHeader:
+    segment_id: int
+    base_offset: int
+    created_ms: int
+
+    def encode(self) -> bytes:
+        return SEGMENT_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, self.segment_id, 0, self.base_offset, self.created_ms)
+
+
+def create_segment(path: str, header: SegmentHeader) -> int:
+    """Create a new segment file holding only its header; return an append-only fd.
+
+    Fails if the file exists: segments are created under the writer lock, so an existing
+    file means the caller's view of the log is stale.
+    """
+    with os_errors("create segment", path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            os.write(fd, header.encode())
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+    return fd
+
+
+def read_segment_header(fd: int, path: str) -> SegmentHeader:
+    """Read and check a raw segment's header."""
+    with os_errors("read segment header of", path):
+        raw = os.pread(fd, SEGMENT_HEADER_SIZE, 0)
+    if len(raw) < SEGMENT_HEADER_SIZE:
+        raise CorruptRecordError(f"segment file {path!r} is shorter than its {SEGMENT_HEADER_SIZE}-byte header")
+    magic, version, _flags, segment_id, _res, base, created = SEGMENT_HEADER.unpack(raw)
+    if magic != SEGMENT_MAGIC:
+        raise CorruptRecordError(f"segment file {path!r} does not start with the segment magic {SEGMENT_MAGIC!r}")
+    if version != FORMAT_VERSION:
+        raise CorruptRecordError(f"segment file {path!r} has format version {version}; this filechannel reads {FORMAT_VERSION}")
+    return SegmentHeader(segment_id, base, created)
+
+
+class FrameScanner:
+    """Walks the frames of a raw segment from a position, checking every length and CRC.
+
+    Iterating yields ``(position, offset, frame_size, timestamp)`` for each whole, valid
+    frame. Iteration stops at the end of the file or at the first frame that is incomplete
+    or fails its check; afterwards ``end_position``/``end_offset`` say where the valid part
+    ends and ``stop`` says why: ``"end"``, ``"incomplete"`` or ``"invalid"``.
+    """
+
+    def __init__(self, fd: int, path: str, position: int, offset: int, max_payload: int, limit: int | None = None):
+        self.fd = fd
+        self.path = path
+        self.end_position = position
+        self.end_offset = offset
+        self.max_payload = max_payload
+        self.limit = limit
+        self.stop = "end"
+
+    def __iter__(self) -> Iterator[tuple[int, int, int, int]]:
+        with os_errors("stat", self.path):
+            size = os.fstat(self.fd).st_size if self.limit is None else self.limit
+        pos = self.end_position
+        offset = self.end_offset
+        need = _SCAN_CHUNK
+        while pos < size:
+            with os_errors("read", self.path):
+                buf = os.pread(self.fd, min(max(need, _SCAN_CHUNK), size - pos), pos)
+            p = 0
+            n = len(buf)
+            while p + FRAME_HEADER_SIZE <= n:
+                length, crc = FRAME_HEADER.unpack_from(buf, p)
+                if length < RECORD_PREFIX_SIZE or length > self.max_payload:
+                    self.stop = "invalid"
+                    return
+                stop = p + FRAME_HEADER_SIZE + length
+                if stop > n:
+                    break
+                if crc32c(memoryview(buf)[p + FRAME_HEADER_SIZE : stop]) != crc:
+                    self.stop = "invalid"
+                    return
+                _attrs, ts = RECORD_PREFIX.unpack_from(buf, p + FRAME_HEADER_SIZE)
+                yield pos + p, offset, stop - p, ts
+                offset += 1
+                p = stop
+                self.end_position = pos + p
+                self.end_offset = offset
+            if p == 0 and n == size - pos:
+                # Not even one whole frame in what is left of the file.
+                self.stop = "incomplete"
+                return
+            if p == 0:
+                length = FRAME_HEADER.unpack_from(buf, 0)[0] if n >= FRAME_HEADER_SIZE else 0
+                need = FRAME_HEADER_SIZE + length
+            else:
+                need = _SCAN_CHUNK
+            pos += p
+
+    def corrupt_error(self, base_offset: int) -> CorruptRecordError:
+        """The error for a frame that should have been whole and valid."""
+        return CorruptRecordError(
+            f"segment file {self.path!r} has a{' truncated' if self.stop == 'incomplete' else 'n invalid'} "
+            f"frame at byte {self.end_position} (offset {self.end_offset}; segment base offset {base_offset}); "
+            "the data past it cannot be trusted: restore the file from a copy or delete the segment"
+        )

@@ -1,0 +1,67 @@
+"""Senders: the user's handle for appending records to a channel."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from .appender import Appender
+from .errors import ChannelClosedError
+from .record import Headers
+
+if TYPE_CHECKING:
+    from .channel import FileChannel
+
+
+class Sender:
+    """Appends records. Thread-safe; all senders of one channel share its buffer and flusher.
+
+    With ``fsync="always"`` a send returns once its record is on disk; otherwise once it is
+    buffered (``flush()`` writes the buffer to the OS, and fsyncs unless fsync is "never").
+    """
+
+    def __init__(self, channel: FileChannel, appender: Appender) -> None:
+        self._channel = channel
+        self._appender = appender
+        self._closed = False
+
+    def send(
+        self,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        timestamp: int | None = None,
+    ) -> int:
+        """Append one record; return its offset. ``timestamp`` in ms (default: now)."""
+        if self._closed:
+            raise ChannelClosedError("this sender is closed")
+        return self._appender.append(value, key, headers, timestamp)
+
+    def send_many(self, values: Iterable[bytes], *, timestamp: int | None = None) -> range:
+        """Append many key-less records sharing one timestamp; return their offsets.
+
+        The whole batch is checked first: one value too large rejects all of them.
+        """
+        if self._closed:
+            raise ChannelClosedError("this sender is closed")
+        return self._appender.append_values(values, timestamp)
+
+    def flush(self) -> None:
+        """Write everything sent so far to the OS (and to disk unless fsync is "never")."""
+        if self._closed:
+            raise ChannelClosedError("this sender is closed")
+        self._appender.drain(sync=self._channel.config.fsync != "never")
+
+    def close(self) -> None:
+        """Flush, then refuse further sends. Closing twice is harmless."""
+        if not self._closed:
+            if not self._channel.closed:
+                self.flush()
+            self._closed = True
+
+    def __enter__(self) -> Sender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
