@@ -82,6 +82,11 @@ class Cursor:
         self.offset = offset  # the next offset this cursor delivers
         self.seek(offset)
 
+    @property
+    def position(self) -> int:
+        """The offset this cursor delivers next."""
+        return max(self.offset, self._skip_to)
+
     def seek(self, offset: int) -> None:
         """Deliver ``offset`` next (records between the index entry and it are skipped on read)."""
         self._open(offset)
@@ -178,8 +183,8 @@ class Cursor:
             return True
         # Nothing new in this segment. Is it sealed?
         if self._end is None:
-            nxt = self._log.next_segment(self.offset)
-            if nxt is None:
+            # An empty segment is never sealed: a roll needs a record in the old segment.
+            if self.offset == source.ref.base_offset or self._log.next_segment(self.offset) is None:
                 self._buf, self._bpos = b"", 0
                 return False
             self._end = self.offset

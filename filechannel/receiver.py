@@ -37,7 +37,7 @@ class Receiver:
         """The offset of the next record this receiver delivers."""
         if self._bi < len(self._batch):
             return self._batch[self._bi].offset
-        return self._cursor.offset
+        return self._cursor.position
 
     def seek(self, offset: int) -> None:
         """Deliver from ``offset`` next (OffsetOutOfRangeError if retention deleted it)."""

@@ -1,0 +1,299 @@
+"""FileChannel in one process: sending, receiving, rolling, reopening, compression, offsets by time."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from filechannel import (
+    ChannelClosedError,
+    ConfigError,
+    FileChannel,
+    MessageTooLargeError,
+    Record,
+    Timeout,
+)
+from filechannel.names import parse_segment_file
+
+SMALL = dict(segment_bytes=4096, maintenance_interval=0)
+
+
+def read_all(ch, start="earliest"):
+    rx = ch.receiver(start)
+    out = []
+    while batch := rx.recv_many(10_000, timeout=0):
+        out.extend(batch)
+    rx.close()
+    return out
+
+
+def segment_files(path, suffix):
+    return sorted(f for f in os.listdir(path) if (p := parse_segment_file(f)) and p[1] == suffix)
+
+
+def test_send_returns_dense_offsets_and_records_come_back_whole(tmp_path):
+    with FileChannel(tmp_path / "ch", **SMALL) as ch:
+        s = ch.sender()
+        assert s.send(b"a", timestamp=5) == 0
+        assert s.send(b"b", key=b"k", headers=[("h", b"v"), ("h", b"w")], timestamp=6) == 1
+        assert s.send_many([b"c", b"d"], timestamp=7) == range(2, 4)
+        assert s.send(b"") == 4
+        s.flush()
+        recs = read_all(ch)
+    assert recs[:4] == [
+        Record(0, 5, None, b"a"),
+        Record(1, 6, b"k", b"b", [("h", b"v"), ("h", b"w")]),
+        Record(2, 7, None, b"c"),
+        Record(3, 7, None, b"d"),
+    ]
+    assert recs[4].value == b"" and abs(recs[4].timestamp - time.time() * 1000) < 60_000
+
+
+def test_segments_roll_and_are_named_by_zero_padded_base_offset(tmp_path):
+    with FileChannel(tmp_path, **SMALL) as ch:
+        s = ch.sender()
+        for i in range(300):
+            s.send(b"%05d" % i * 10)
+        s.flush()
+        names = segment_files(tmp_path, ".seg")
+        assert len(names) >= 5 and all(len(n) == 24 for n in names)
+        assert [r.offset for r in read_all(ch)] == list(range(300))
+        assert ch.first_offset == 0 and ch.end_offset == 300
+
+
+def test_reopen_keeps_everything_and_continues_the_offsets(tmp_path):
+    with FileChannel(tmp_path, **SMALL) as ch:
+        ch.sender().send_many([b"x" * 50] * 200)
+    with FileChannel(tmp_path, **SMALL) as ch:
+        assert ch.end_offset == 200
+        assert ch.sender().send(b"next") == 200
+    with FileChannel(tmp_path, **SMALL) as ch:
+        recs = read_all(ch)
+        assert [r.offset for r in recs] == list(range(201)) and recs[-1].value == b"next"
+
+
+def test_recv_times_out_and_recv_many_returns_empty(tmp_path):
+    with FileChannel(tmp_path, **SMALL) as ch:
+        rx = ch.receiver()
+        with pytest.raises(Timeout) as info:
+            rx.recv(timeout=0.05)
+        assert isinstance(info.value, TimeoutError)
+        assert rx.recv_many(10, timeout=0.05) == []
+        assert rx.recv_many(10, timeout=0) == []
+
+
+def test_blocked_receiver_wakes_when_another_thread_sends(tmp_path):
+    with FileChannel(tmp_path, **SMALL) as ch:
+        rx = ch.receiver()
+        got = []
+        t = threading.Thread(target=lambda: got.append(rx.recv(timeout=30)))
+        t.start()
+        ch.sender().send(b"wake")
+        t.join(30)
+        assert got and got[0].value == b"wake"
+
+
+def test_receivers_fan_out_independently(tmp_path):
+    with FileChannel(tmp_path, **SMALL) as ch:
+        s = ch.sender()
+        s.send_many([b"%d" % i for i in range(100)])
+        s.flush()
+        a, b = ch.receiver(), ch.receiver()
+        assert [a.recv().offset for _ in range(60)] == list(range(60))
+        assert [r.offset for r in b.recv_many(10)] == list(range(10))
+        assert a.position == 60 and b.position == 10
+
+
+def test_iterating_a_receiver_yields_records_in_order(tmp_path):
+    with FileChannel(tmp_path, **SMALL) as ch:
+        ch.sender().send_many([b"%d" % i for i in range(20)])
+        ch.sender().flush()
+        it = iter(ch.receiver())
+        assert [next(it).value for _ in range(20)] == [b"%d" % i for i in range(20)]
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_seek_and_start_at_any_offset(tmp_path, compress):
+    with FileChannel(tmp_path, **SMALL) as ch:
+        s = ch.sender()
+        for i in range(500):
+            s.send(b"v%d" % i + b"." * (i % 37))
+        s.flush()
+        if compress:
+            assert ch.compress_sealed()
+        for off in [0, 1, 99, 250, 317, 498, 499]:
+            rx = ch.receiver(off)
+            assert rx.recv().value.startswith(b"v%d" % off)
+            rx.seek(off // 2)
+            assert rx.position == off // 2 and rx.recv().offset == off // 2
+        assert ch.receiver("latest").position == 500
+        late = ch.receiver(510)
+        assert late.recv_many(5, timeout=0) == []
+        s.send_many([b"more"] * 20)
+        s.flush()
+        assert late.recv().offset == 510
+
+
+def test_a_record_larger_than_the_limit_is_rejected_and_nothing_is_written(tmp_path):
+    with FileChannel(tmp_path, max_record_bytes=1000, **SMALL) as ch:
+        s = ch.sender()
+        s.send(b"ok")
+        with pytest.raises(MessageTooLargeError):
+            s.send(b"x" * 1000)
+        with pytest.raises(MessageTooLargeError):
+            s.send_many([b"fine", b"y" * 5000])
+        assert s.send(b"after") == 1
+        s.flush()
+        assert [r.value for r in read_all(ch)] == [b"ok", b"after"]
+
+
+def test_compressed_segments_replace_raw_ones_and_read_the_same(tmp_path):
+    values = [b'{"user": %d, "page": "/products/%d", "action": "view"}' % (i, i % 50) for i in range(3000)]
+    with FileChannel(tmp_path, segment_bytes=64 * 1024, maintenance_interval=0) as ch:
+        s = ch.sender()
+        for i in range(0, 3000, 100):
+            s.send_many(values[i : i + 100])
+        s.flush()
+        before = read_all(ch)
+        raw_bytes = sum(os.path.getsize(tmp_path / f) for f in segment_files(tmp_path, ".seg")[:-1])
+        done = ch.compress_sealed()
+        assert done and len(segment_files(tmp_path, ".seg")) == 1
+        z = segment_files(tmp_path, ".seg.z")
+        assert len(z) == len(done)
+        assert raw_bytes / sum(os.path.getsize(tmp_path / f) for f in z) > 4
+        assert not segment_files(tmp_path, ".idx")[:-1] or len(segment_files(tmp_path, ".idx")) == 1
+        assert read_all(ch) == before
+        assert ch.check() == 3000
+    with FileChannel(tmp_path, segment_bytes=64 * 1024, maintenance_interval=0) as ch:
+        assert read_all(ch) == before
+
+
+def test_background_maintenance_compresses_sealed_segments(tmp_path):
+    with FileChannel(tmp_path, segment_bytes=4096, maintenance_interval=0.02) as ch:
+        s = ch.sender()
+        for i in range(200):
+            s.send(b"x" * 60)
+        s.flush()
+        deadline = time.monotonic() + 20
+        while len(segment_files(tmp_path, ".seg")) > 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(segment_files(tmp_path, ".seg")) == 1
+        assert len(read_all(ch)) == 200
+
+
+def test_offset_for_time_uses_at_between_and_past(tmp_path):
+    with FileChannel(tmp_path, **SMALL) as ch:
+        s = ch.sender()
+        for i in range(400):
+            s.send(b"r" * 40, timestamp=1000 + 10 * i)
+        s.flush()
+        ch.compress_sealed()
+        assert ch.offset_for_time(0) == 0
+        assert ch.offset_for_time(1000) == 0
+        assert ch.offset_for_time(1010) == 1
+        assert ch.offset_for_time(1015) == 2
+        assert ch.offset_for_time(1000 + 10 * 250) == 250
+        assert ch.offset_for_time(1000 + 10 * 399) == 399
+        assert ch.offset_for_time(1000 + 10 * 399 + 1) is None
+
+
+def test_offset_for_time_with_timestamps_that_go_back(tmp_path):
+    with FileChannel(tmp_path, **SMALL) as ch:
+        s = ch.sender()
+        stamps = [100, 500, 200, 300, 900, 50, 700] * 40
+        for ts in stamps:
+            s.send(b"q" * 30, timestamp=ts)
+        s.flush()
+        for probe in [0, 60, 150, 400, 600, 800, 900, 901]:
+            expected = next((i for i, ts in enumerate(stamps) if ts >= probe), None)
+            assert ch.offset_for_time(probe) == expected
+
+
+def test_segment_ms_rolls_by_age(tmp_path):
+    with FileChannel(tmp_path, segment_ms=1, maintenance_interval=0) as ch:
+        s = ch.sender()
+        for _ in range(3):
+            s.send(b"x")
+            s.flush()
+            time.sleep(0.005)
+        s.send(b"y")
+        s.flush()
+        assert len(segment_files(tmp_path, ".seg")) >= 3
+
+
+def test_missing_index_of_a_sealed_segment_is_rebuilt(tmp_path):
+    with FileChannel(tmp_path, compression="none", **SMALL) as ch:
+        s = ch.sender()
+        for i in range(300):
+            s.send(b"%d" % i * 20)
+        s.flush()
+    idx = segment_files(tmp_path, ".idx")
+    os.unlink(tmp_path / idx[0])
+    with FileChannel(tmp_path, compression="none", **SMALL) as ch:
+        assert ch.receiver(30).recv().value.startswith(b"30")
+        assert os.path.exists(tmp_path / idx[0])
+
+
+def test_fsync_always_with_threads_gives_unique_dense_offsets(tmp_path):
+    with FileChannel(tmp_path, fsync="always", segment_bytes=16384, maintenance_interval=0) as ch:
+        s = ch.sender()
+        offsets: list[int] = []
+        lock = threading.Lock()
+
+        def work(t):
+            mine = [s.send(b"t%d-%d" % (t, i)) for i in range(100)]
+            with lock:
+                offsets.extend(mine)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(offsets) == list(range(800))
+        recs = read_all(ch)
+        assert len(recs) == 800 and {r.value for r in recs} == {b"t%d-%d" % (t, i) for t in range(8) for i in range(100)}
+
+
+def test_closed_channel_and_sender_refuse_work_and_close_twice_is_fine(tmp_path):
+    ch = FileChannel(tmp_path, **SMALL)
+    s = ch.sender()
+    rx = ch.receiver()
+    s.send(b"x")
+    s.close()
+    s.close()
+    with pytest.raises(ChannelClosedError):
+        s.send(b"y")
+    ch.close()
+    ch.close()
+    for call in (ch.sender, ch.receiver, lambda: rx.recv(timeout=0)):
+        with pytest.raises(ChannelClosedError):
+            call()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(fsync="sometimes"), dict(segment_bytes=10), dict(compression="lz4"), dict(flush_interval=-1), dict(nonsense=1)],
+)
+def test_bad_settings_are_rejected_with_the_setting_named(tmp_path, kwargs):
+    with pytest.raises(ConfigError, match=next(iter(kwargs))):
+        FileChannel(tmp_path, **kwargs)
+
+
+def test_bad_start_is_rejected(tmp_path):
+    with FileChannel(tmp_path, **SMALL) as ch:
+        with pytest.raises(ConfigError):
+            ch.receiver("middle")
+
+
+def test_files_are_created_with_the_users_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        with FileChannel(tmp_path / "ch", **SMALL) as ch:
+            ch.sender().send(b"x")
+    finally:
+        os.umask(old)
+    for f in os.listdir(tmp_path / "ch"):
+        assert os.stat(tmp_path / "ch" / f).st_mode & 0o027 == 0
+    assert os.stat(tmp_path / "ch").st_mode & 0o027 == 0
