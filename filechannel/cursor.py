@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from .compressed import CompressedSegment
-from .errors import CorruptRecordError, os_errors
+from .errors import CorruptRecordError, OffsetOutOfRangeError, os_errors
 from .log import Log, SegmentRef
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE
@@ -145,8 +145,13 @@ class Cursor:
                 self._advance(newp, n)
                 if len(out) >= max_records:
                     break
-            if not self._fill():
-                break
+            try:
+                if not self._fill():
+                    break
+            except OffsetOutOfRangeError:
+                if out:
+                    break  # deliver what was read first; the next read raises
+                raise
         return out
 
     def _advance(self, newp: int, n: int) -> None:
