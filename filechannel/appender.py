@@ -34,10 +34,23 @@ from .errors import ChannelClosedError, SenderFailedError, os_errors, storage_er
 from .index import IndexMark, encode_marks
 from .log import Log
 from .names import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
-from .record import Headers, encode_record_frames, encode_value_frames
+from crc32c import crc32c
+
+from .record import (
+    FRAME_AND_PREFIX,
+    FRAME_HEADER_SIZE,
+    RECORD_PREFIX,
+    RECORD_PREFIX_SIZE,
+    Headers,
+    encode_record_frames,
+    encode_value_frames,
+    too_large,
+)
 from .writer_state import WriterState, write_state
 
 log = logging.getLogger("filechannel")
+_time = time.time
+_FRAME_AND_PREFIX = FRAME_AND_PREFIX.pack
 
 
 def now_ms() -> int:
@@ -53,13 +66,22 @@ class Appender:
         self._on_write = on_write
         self._on_roll = on_roll
         self._lock = log_.writer_lock
-        self._cond = threading.Condition(threading.Lock())
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._marks: list[IndexMark] = []
         self._state: WriterState | None = None  # valid while the lock is held
-        self._held_since = 0.0
         self._hold_limit = max(0.01, 2 * config.flush_interval)
+        self._hold_until = 0.0
+        self._check_at = 0.0
+        self._roll_bytes = config.segment_bytes
+        self._max_payload = config.max_record_bytes
+        self._index_interval = config.index_interval_bytes
+        self._buffer_bytes = config.buffer_bytes
+        self._always = config.fsync == "always"
+        self._prefix_ts: int | None = None
+        self._prefix_crc = 0
         self._written_offset = 0
         self._durable_offset = 0
         self._flushing = False
@@ -77,40 +99,60 @@ class Appender:
 
     # -- appending ---------------------------------------------------------------------------
 
-    def append(self, value: bytes, key: bytes | None, headers: Headers | None, timestamp: int | None) -> int:
-        """Buffer one record; return its offset."""
-        ts = now_ms() if timestamp is None else timestamp
-        with self._cond:
-            state = self._ready_state()
+    def append(
+        self, value: bytes, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
+    ) -> int:
+        """Buffer one record; return its offset. The per-message hot path: keep it lean.
+
+        ``Sender.send`` is this very method (bound per sender), so mind its signature.
+        """
+        now = _time()
+        ts = int(now * 1000) if timestamp is None else timestamp
+        with self._mutex:
+            state = self._state
+            if state is None or now >= self._check_at or state.segment_size + self._pending_bytes >= self._roll_bytes:
+                state = self._ready_state()
+            pending = self._pending
             pos = state.segment_size + self._pending_bytes
-            size = encode_record_frames(self._pending, value, key, headers, ts, self._config.max_record_bytes)
+            if key is None and headers is None and type(value) is bytes:
+                n = len(value) + RECORD_PREFIX_SIZE
+                if n > self._max_payload:
+                    raise too_large(n, self._max_payload)
+                if ts != self._prefix_ts:
+                    self._prefix_ts, self._prefix_crc = ts, crc32c(RECORD_PREFIX.pack(0, ts))
+                pending.append(_FRAME_AND_PREFIX(n, crc32c(value, self._prefix_crc), 0, ts))
+                pending.append(value)
+                size = n + FRAME_HEADER_SIZE
+            else:
+                size = encode_record_frames(pending, value, key, headers, ts, self._max_payload)
             offset = state.end_offset
-            if state.since_index >= self._config.index_interval_bytes:
+            if state.since_index >= self._index_interval:
                 self._marks.append(IndexMark(offset, pos, state.max_timestamp))
-                state.since_index = 0
-            state.since_index += size
+                state.since_index = size
+            else:
+                state.since_index += size
             if ts > state.max_timestamp:
                 state.max_timestamp = ts
             state.end_offset = offset + 1
             self._pending_bytes += size
-            full = self._pending_bytes >= self._config.buffer_bytes
-            if len(self._pending) == 2:
+            if len(pending) == 2:
                 self._cond.notify_all()
-        self._after_append(offset, full)
+            if self._pending_bytes < self._buffer_bytes and not self._always:
+                return offset
+        self._after_append(offset, True)
         return offset
 
     def append_values(self, values: Iterable[bytes], timestamp: int | None) -> range:
         """Buffer key-less records sharing one timestamp; return their offsets."""
         ts = now_ms() if timestamp is None else timestamp
-        with self._cond:
+        with self._mutex:
             state = self._ready_state()
             start = state.end_offset
             pos0 = state.segment_size + self._pending_bytes
             batch_marks: list[tuple[int, int]] = []
             before = len(self._pending)
             count, nbytes = encode_value_frames(
-                self._pending, values, ts, self._config.max_record_bytes, self._config.index_interval_bytes,
-                state.since_index, batch_marks,
+                self._pending, values, ts, self._max_payload, self._index_interval, state.since_index, batch_marks,
             )
             if count == 0:
                 return range(start, start)
@@ -125,7 +167,7 @@ class Appender:
                 state.max_timestamp = ts
             state.end_offset = start + count
             self._pending_bytes += nbytes
-            full = self._pending_bytes >= self._config.buffer_bytes
+            full = self._pending_bytes >= self._buffer_bytes
             if before == 0:
                 self._cond.notify_all()
         self._after_append(start + count - 1, full)
@@ -141,7 +183,7 @@ class Appender:
         """Under the mutex: make sure we hold the lock and the active segment has room."""
         while True:
             self._check_usable()
-            if self._state is not None and time.monotonic() - self._held_since > self._hold_limit:
+            if self._state is not None and _time() >= self._hold_until:
                 self._drain_locked(sync=False, upto=None)
                 continue
             if self._state is None:
@@ -158,6 +200,13 @@ class Appender:
                 self._roll(state)
                 continue
             return state
+
+    def _update_check_at(self) -> None:
+        """When the hot path must next look at the slow conditions (hold limit, segment age)."""
+        check_at = self._hold_until
+        if self._config.segment_ms is not None and self._state is not None:
+            check_at = min(check_at, (self._state.created_ms + self._config.segment_ms) / 1000)
+        self._check_at = check_at
 
     def _needs_roll(self, state: WriterState) -> bool:
         if state.end_offset == state.segment_base:
@@ -176,7 +225,8 @@ class Appender:
             self._lock.release()
             raise
         self._state = state
-        self._held_since = time.monotonic()
+        self._hold_until = _time() + self._hold_limit
+        self._update_check_at()
         self._written_offset = state.end_offset
 
     def _open_active(self, state: WriterState) -> None:
@@ -202,6 +252,7 @@ class Appender:
         new = self._log.roll(state)
         self._open_active(new)
         self._state = new
+        self._update_check_at()
         self._on_roll()
 
     # -- draining ----------------------------------------------------------------------------

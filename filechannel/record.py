@@ -21,7 +21,9 @@ exactly once).
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 
 from crc32c import crc32c
 
@@ -31,7 +33,7 @@ FRAME_HEADER = struct.Struct("<II")
 FRAME_HEADER_SIZE = FRAME_HEADER.size
 RECORD_PREFIX = struct.Struct("<Bq")
 RECORD_PREFIX_SIZE = RECORD_PREFIX.size
-_FRAME_AND_PREFIX = struct.Struct("<IIBq")
+FRAME_AND_PREFIX = struct.Struct("<IIBq")
 _KEY_LEN = struct.Struct("<I")
 _HEADER_COUNT = struct.Struct("<H")
 _HEADER_NAME_LEN = struct.Struct("<H")
@@ -145,14 +147,14 @@ def encode_record_frames(
     if key is None and not headers and type(value) is bytes:
         n = len(value) + RECORD_PREFIX_SIZE
         if n > max_record_bytes:
-            raise _too_large(n, max_record_bytes)
+            raise too_large(n, max_record_bytes)
         prefix = RECORD_PREFIX.pack(0, timestamp)
-        out.append(_FRAME_AND_PREFIX.pack(n, crc32c(value, crc32c(prefix)), 0, timestamp))
+        out.append(FRAME_AND_PREFIX.pack(n, crc32c(value, crc32c(prefix)), 0, timestamp))
         out.append(value)
         return n + FRAME_HEADER_SIZE
     payload = encode_payload(value, key, headers, timestamp)
     if len(payload) > max_record_bytes:
-        raise _too_large(len(payload), max_record_bytes)
+        raise too_large(len(payload), max_record_bytes)
     out.append(FRAME_HEADER.pack(len(payload), crc32c(payload)))
     out.append(payload)
     return len(payload) + FRAME_HEADER_SIZE
@@ -175,32 +177,40 @@ def encode_value_frames(
     last index entry (``since_index`` bytes had passed before the batch).
     Returns ``(number of records, number of bytes)``.
     """
-    vals = values if isinstance(values, (list, tuple)) else list(values)
-    limit = max_record_bytes - RECORD_PREFIX_SIZE
-    for v in vals:
-        if type(v) is not bytes:
-            raise RecordTypeError(f"values must be bytes, not {type(v).__name__}")
-        if len(v) > limit:
-            raise _too_large(len(v) + RECORD_PREFIX_SIZE, max_record_bytes)
+    vals = values if isinstance(values, list) else list(values)
+    if not vals:
+        return 0, 0
+    if set(map(type, vals)) != {bytes}:
+        bad = next(v for v in vals if type(v) is not bytes)
+        raise RecordTypeError(f"values must be bytes, not {type(bad).__name__}")
+    lengths = list(map(len, vals))
+    longest = max(lengths)
+    if longest + RECORD_PREFIX_SIZE > max_record_bytes:
+        raise too_large(longest + RECORD_PREFIX_SIZE, max_record_bytes)
     prefix_crc = crc32c(RECORD_PREFIX.pack(0, timestamp))
-    pack = _FRAME_AND_PREFIX.pack
-    append = out.append
+    pack = FRAME_AND_PREFIX.pack
+    heads = [pack(n + RECORD_PREFIX_SIZE, crc32c(v, prefix_crc), 0, timestamp) for v, n in zip(vals, lengths)]
+    frames: list[bytes] = [b""] * (2 * len(vals))
+    frames[::2] = heads
+    frames[1::2] = vals
+    out.extend(frames)
     overhead = FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE
-    pos = 0
-    for i, v in enumerate(vals):
-        n = len(v)
-        append(pack(n + RECORD_PREFIX_SIZE, crc32c(v, prefix_crc), 0, timestamp))
-        append(v)
-        if since_index >= index_interval:
-            index_marks.append((i, pos))
-            since_index = 0
-        size = n + overhead
-        pos += size
-        since_index += size
-    return len(vals), pos
+    # Index marks: record i starts at ends[i - 1]; it gets a mark when it starts at least
+    # ``index_interval`` bytes after the last mark (made ``since_index`` bytes before the batch).
+    ends = list(accumulate(n + overhead for n in lengths))
+    total = ends[-1]
+    last_mark = -since_index
+    while True:
+        target = last_mark + index_interval
+        i = 0 if target <= 0 else bisect_left(ends, target) + 1
+        if i >= len(vals):
+            break
+        last_mark = ends[i - 1] if i else 0
+        index_marks.append((i, last_mark))
+    return len(vals), total
 
 
-def _too_large(size: int, limit: int) -> MessageTooLargeError:
+def too_large(size: int, limit: int) -> MessageTooLargeError:
     return MessageTooLargeError(
         f"record payload is {size} bytes, more than max_record_bytes={limit}; "
         "split the value or raise max_record_bytes when opening the channel"
