@@ -20,8 +20,9 @@ class ChannelConfig:
     segment_ms: also roll once the active segment is this old (None: never by age).
     max_record_bytes: largest record payload accepted; larger ones raise MessageTooLargeError.
     index_interval_bytes: one sparse index entry per this many bytes of frames.
-    flush_interval: how long a record may wait in the sender's buffer before the
-        background flusher writes it (seconds).
+    flush_interval: the background flusher writes at most once per this many seconds; a
+        record that finds it idle is written at once, so this bounds how long a record waits
+        in the buffer while keeping writes batched under load.
     buffer_bytes: the buffer is written at once when it reaches this size.
     fsync: "never" (the OS decides), "interval" (every ``fsync_interval`` seconds) or
         "always" (send returns only once the record is on disk; concurrent sends share fsyncs).
@@ -38,7 +39,7 @@ class ChannelConfig:
     segment_ms: int | None = None
     max_record_bytes: int = 1024 * 1024
     index_interval_bytes: int = 4096
-    flush_interval: float = 0.005
+    flush_interval: float = 0.001
     buffer_bytes: int = 1024 * 1024
     fsync: str = "interval"
     fsync_interval: float = 1.0
