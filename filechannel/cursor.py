@@ -124,7 +124,7 @@ class Cursor:
     def read(self, max_records: int) -> list[Record]:
         """Up to ``max_records`` records that are in the files now (possibly none)."""
         while True:
-            out = self._read(max(max_records, self._skip_to - self.offset))
+            out = self._read(max_records + max(0, self._skip_to - self.offset))
             if self._skip_to <= (out[0].offset if out else self.offset):
                 return out
             if out and out[-1].offset >= self._skip_to:
