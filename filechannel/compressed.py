@@ -99,7 +99,7 @@ def compress_segment(raw_path: str, out_path: str, *, level: int, block_bytes: i
         max_ts = -(2**63)
         scanner = FrameScanner(fd, raw_path, SEGMENT_HEADER_SIZE, header.base_offset, max_payload)
         block_first = header.base_offset
-        for pos, offset, size, ts in scanner:
+        for pos, offset, _size, ts in scanner:
             if pos - block_start >= block_bytes:
                 cuts.append((block_first, block_start, max_ts))
                 block_start, block_first = pos, offset
@@ -123,7 +123,7 @@ def compress_segment(raw_path: str, out_path: str, *, level: int, block_bytes: i
     table_size = Z_HEADER.size + Z_BLOCK.size * len(cuts) + _CRC.size
     blocks = []
     file_pos = table_size
-    for (first, start, ts), body, raw_len in zip(cuts, bodies, lengths):
+    for (first, start, ts), body, raw_len in zip(cuts, bodies, lengths, strict=False):
         blocks.append(Block(first, ts, start - SEGMENT_HEADER_SIZE, file_pos, raw_len, len(body)))
         file_pos += len(body)
     info = CompressedInfo(

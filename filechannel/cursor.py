@@ -13,10 +13,11 @@ it stays readable until the cursor moves on. Not thread-safe.
 
 from __future__ import annotations
 
+import errno
 import os
 
 from .compressed import CompressedSegment
-from .errors import CorruptRecordError, OffsetOutOfRangeError, os_errors
+from .errors import CorruptRecordError, OffsetOutOfRangeError, StorageError, os_errors
 from .log import Log, SegmentRef
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE
@@ -100,8 +101,8 @@ class Cursor:
                 source = _CompressedSource(ref) if ref.compressed else _RawSource(ref)
             except FileNotFoundError:
                 continue  # compressed or collected between listing and opening: list again
-            except OSError as exc:
-                if getattr(exc, "errno", None) == 2:
+            except StorageError as exc:
+                if exc.errno == errno.ENOENT:
                     continue
                 raise
             break

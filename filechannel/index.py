@@ -21,6 +21,7 @@ import os
 import struct
 
 from .errors import os_errors
+from .files import read_if_exists
 from .segment import SEGMENT_HEADER_SIZE
 
 OFFSET_ENTRY = struct.Struct("<II")
@@ -47,14 +48,7 @@ def encode_marks(base_offset: int, marks: list[IndexMark]) -> tuple[bytes, bytes
 
 
 def _read_entries(path: str, entry: struct.Struct) -> list[tuple[int, int]]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        with os_errors("read index", path):
-            raise exc
+    data = read_if_exists(path, "index") or b""
     whole = len(data) - len(data) % entry.size
     return list(entry.iter_unpack(data[:whole]))
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .errors import os_errors
+from .errors import os_errors, storage_error
 
 
 class FileLock:
@@ -35,8 +35,7 @@ class FileLock:
         except BlockingIOError:
             return False
         except OSError as exc:
-            with os_errors("lock", self.path):
-                raise exc
+            raise storage_error(exc, "lock", self.path) from exc
         self.held = True
         return True
 

@@ -39,7 +39,7 @@ from .index import (
     write_index_files,
 )
 from .lock import FileLock
-from .position import fsync_dir
+from .files import fsync_dir, unlink_if_exists
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, create_segment, read_segment_header
 from .writer_state import WriterState, read_state, write_state
 
@@ -364,7 +364,7 @@ class Log:
         for f in files:
             if f.endswith(names.COMPRESSED_SUFFIX + names.TEMP_SUFFIX):
                 log.warning("channel %s: removing %s left by an interrupted compression", self.path, f)
-                _unlink(os.path.join(self.path, f))
+                unlink_if_exists(os.path.join(self.path, f))
         for ref in self.list_segments():
             raw = self.segment_path(ref.base_offset)
             if ref.compressed and os.path.exists(raw):
@@ -373,7 +373,7 @@ class Log:
                     self._remove_raw(ref.base_offset)
                 else:
                     log.warning("channel %s: rolling back the interrupted compression of %s", self.path, raw)
-                    _unlink(ref.path)
+                    unlink_if_exists(ref.path)
         self.list_segments()
 
     def compress_sealed(self) -> list[int]:
@@ -392,14 +392,14 @@ class Log:
                     block_bytes=self.config.compression_block_bytes, max_payload=MAX_FRAME_PAYLOAD,
                 )
             except FileNotFoundError:
-                _unlink(out)
+                unlink_if_exists(out)
                 continue
             except CorruptRecordError as exc:
-                _unlink(out)
+                unlink_if_exists(out)
                 log.error("channel %s: not compressing %s: %s", self.path, ref.path, exc)
                 continue
             if not os.path.exists(ref.path):  # collected while we compressed
-                _unlink(out)
+                unlink_if_exists(out)
                 continue
             with os_errors("rename", out):
                 os.rename(out, self.compressed_path(ref.base_offset))
@@ -412,7 +412,7 @@ class Log:
 
     def _remove_raw(self, base_offset: int) -> None:
         for suffix in (names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
-            _unlink(self.file(base_offset, suffix))
+            unlink_if_exists(self.file(base_offset, suffix))
         fsync_dir(self.path)
 
     def segment_bytes_on_disk(self, ref: SegmentRef) -> int:
@@ -472,7 +472,7 @@ class Log:
         deleted = []
         for ref in sealed[:k]:
             for suffix in (names.COMPRESSED_SUFFIX, names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
-                _unlink(self.file(ref.base_offset, suffix))
+                unlink_if_exists(self.file(ref.base_offset, suffix))
             deleted.append(ref.base_offset)
         if deleted:
             fsync_dir(self.path)
@@ -483,16 +483,6 @@ class Log:
     def close(self) -> None:
         self.writer_lock.close()
         self.maintenance_lock.close()
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        with os_errors("delete", path):
-            raise exc
 
 
 def _valid_compressed(path: str) -> bool:

@@ -18,36 +18,13 @@ import struct
 from crc32c import crc32c
 
 from .errors import CorruptRecordError, os_errors
+from .files import fsync_dir, read_if_exists, unlink_if_exists, write_atomically
 from .names import validate_name
 
 _MAGIC = b"FCHP"
 _BODY = struct.Struct("<4sQ")
 _CRC = struct.Struct("<I")
 _SUFFIX = ".pos"
-
-
-def fsync_dir(path: str) -> None:
-    """fsync a folder so that a rename or create inside it is durable."""
-    with os_errors("fsync folder", path):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the folder."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with os_errors("write", tmp):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
 
 
 class PositionStore:
@@ -62,14 +39,9 @@ class PositionStore:
     def get(self, name: str) -> int | None:
         """The stored offset of ``name``, or None if it has none."""
         path = self._path(name)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
+        data = read_if_exists(path, "position")
+        if data is None:
             return None
-        except OSError as exc:
-            with os_errors("read position", path):
-                raise exc
         if len(data) != _BODY.size + _CRC.size or data[:4] != _MAGIC or crc32c(data[: _BODY.size]) != _CRC.unpack_from(data, _BODY.size)[0]:
             raise CorruptRecordError(f"position file {path!r} is corrupt; delete it to make {name!r} start over")
         return _BODY.unpack_from(data)[1]
@@ -85,15 +57,8 @@ class PositionStore:
         write_atomically(path, body + _CRC.pack(crc32c(body)))
 
     def delete(self, name: str) -> None:
-        path = self._path(name)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            with os_errors("delete position", path):
-                raise exc
-        fsync_dir(self.folder)
+        if unlink_if_exists(self._path(name)):
+            fsync_dir(self.folder)
 
     def names(self) -> list[str]:
         try:

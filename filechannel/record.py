@@ -189,7 +189,7 @@ def encode_value_frames(
         raise too_large(longest + RECORD_PREFIX_SIZE, max_record_bytes)
     prefix_crc = crc32c(RECORD_PREFIX.pack(0, timestamp))
     pack = FRAME_AND_PREFIX.pack
-    heads = [pack(n + RECORD_PREFIX_SIZE, crc32c(v, prefix_crc), 0, timestamp) for v, n in zip(vals, lengths)]
+    heads = [pack(n + RECORD_PREFIX_SIZE, crc32c(v, prefix_crc), 0, timestamp) for v, n in zip(vals, lengths, strict=False)]
     frames: list[bytes] = [b""] * (2 * len(vals))
     frames[::2] = heads
     frames[1::2] = vals

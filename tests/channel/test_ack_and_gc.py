@@ -107,9 +107,9 @@ def test_retention_ms_deletes_segments_whose_newest_record_is_old(tmp_path):
     now = int(time.time() * 1000)
     with FileChannel(tmp_path, retention_ms=60_000, **SMALL) as ch:
         s = ch.sender()
-        for i in range(300):
+        for _i in range(300):
             s.send(b"o" * 40, timestamp=now - 3_600_000)
-        for i in range(300):
+        for _i in range(300):
             s.send(b"n" * 40, timestamp=now)
         s.flush()
         ch.collect_garbage()

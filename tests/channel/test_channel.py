@@ -172,7 +172,7 @@ def test_compressed_segments_replace_raw_ones_and_read_the_same(tmp_path):
 def test_background_maintenance_compresses_sealed_segments(tmp_path):
     with FileChannel(tmp_path, segment_bytes=4096, maintenance_interval=0.02) as ch:
         s = ch.sender()
-        for i in range(200):
+        for _i in range(200):
             s.send(b"x" * 60)
         s.flush()
         deadline = time.monotonic() + 20

@@ -1,0 +1,53 @@
+"""Small file operations every part of the channel needs, with OS errors translated."""
+
+from __future__ import annotations
+
+import os
+
+from .errors import os_errors, storage_error
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a folder so that a rename, create or delete inside it is durable."""
+    with os_errors("fsync folder", path):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the folder."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with os_errors("write", tmp):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def read_if_exists(path: str, what: str) -> bytes | None:
+    """The whole content of ``path``, or None if there is no such file."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise storage_error(exc, f"read {what}", path) from exc
+
+
+def unlink_if_exists(path: str) -> bool:
+    """Delete ``path``; False if it was already gone."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise storage_error(exc, "delete", path) from exc
+    return True
