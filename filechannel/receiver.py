@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from itertools import islice
+from operator import length_hint
 from typing import TYPE_CHECKING
 
 from .cursor import Cursor
@@ -29,14 +31,15 @@ class Receiver:
         self._wakeup = channel._wakeup
         self._cursor = Cursor(channel._log, offset)
         self._batch: list[Record] = []
-        self._bi = 0
+        self._rest: Iterator[Record] = iter(())  # the undelivered part of _batch
         self._closed = False
 
     @property
     def position(self) -> int:
         """The offset of the next record this receiver delivers."""
-        if self._bi < len(self._batch):
-            return self._batch[self._bi].offset
+        left = length_hint(self._rest)
+        if left:
+            return self._batch[len(self._batch) - left].offset
         return self._cursor.position
 
     def seek(self, offset: int) -> None:
@@ -45,19 +48,20 @@ class Receiver:
         if not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an int >= 0, not {offset!r}")
         self._cursor.seek(offset)
-        self._batch, self._bi = [], 0
+        self._batch, self._rest = [], iter(())
 
     def recv(self, timeout: float | None = None) -> Record:
         """The next record; waits for one. Raises :class:`Timeout` if none came in ``timeout`` s."""
-        if self._bi < len(self._batch):
-            rec = self._batch[self._bi]
-            self._bi += 1
-            return rec
+        try:
+            return next(self._rest)
+        except StopIteration:
+            pass
         got = self._wait(_BATCH, timeout)
         if not got:
             raise Timeout(f"no record arrived within {timeout} s at offset {self.position} of {self._channel.path!r}")
-        self._batch, self._bi = got, 1
-        return got[0]
+        self._batch = got
+        self._rest = iter(got)
+        return next(self._rest)
 
     def recv_many(self, max_records: int, timeout: float | None = None) -> list[Record]:
         """Up to ``max_records`` records: what is there now, else waits for some (``[]`` on timeout).
@@ -66,10 +70,8 @@ class Receiver:
         """
         if max_records < 1:
             raise ValueError(f"max_records must be >= 1, not {max_records!r}")
-        if self._bi < len(self._batch):
-            out = self._batch[self._bi : self._bi + max_records]
-            self._bi += len(out)
-            return out
+        if length_hint(self._rest):
+            return list(islice(self._rest, max_records))
         return self._wait(max_records, timeout)
 
     def _wait(self, max_records: int, timeout: float | None) -> list[Record]:

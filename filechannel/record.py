@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 from itertools import accumulate
 
 from crc32c import crc32c
@@ -47,46 +48,29 @@ Headers = Sequence[tuple[str, bytes]]
 _NO_HEADERS: tuple[tuple[str, bytes], ...] = ()
 
 
-class Record:
+class Record(NamedTuple):
     """One record as delivered by a receiver.
 
     ``headers`` is a sequence of ``(name, value)`` pairs, empty when the record has none.
+    A named tuple: cheap to create on the read hot path, immutable, and unpacks like
+    kafka-python's records.
     """
 
-    __slots__ = ("offset", "timestamp", "key", "value", "headers")
-
-    def __init__(
-        self,
-        offset: int,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes,
-        headers: Headers = _NO_HEADERS,
-    ) -> None:
-        self.offset = offset
-        self.timestamp = timestamp
-        self.key = key
-        self.value = value
-        self.headers = headers
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes
+    headers: Headers = ()
 
     def __repr__(self) -> str:
+        value = self.value[:32] + (b"..." if len(self.value) > 32 else b"")
         return (
             f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
-            f"value={self.value[:32]!r}{'...' if len(self.value) > 32 else ''}, headers={list(self.headers)!r})"
+            f"value={value!r}, headers={list(self.headers)!r})"
         )
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Record):
-            return NotImplemented
-        return (
-            self.offset == other.offset
-            and self.timestamp == other.timestamp
-            and self.key == other.key
-            and self.value == other.value
-            and list(self.headers) == list(other.headers)
-        )
 
-    __hash__ = None  # type: ignore[assignment]
+_new_record = tuple.__new__
 
 
 def _as_bytes(obj: object, what: str) -> bytes:
@@ -249,7 +233,7 @@ def decode_payload(payload: bytes | memoryview, offset: int) -> Record:
         raise CorruptRecordError(f"record at offset {offset} is malformed: {exc}") from exc
     if p > len(payload):
         raise CorruptRecordError(f"record at offset {offset} is malformed: fields run past its payload")
-    return Record(offset, timestamp, key, bytes(payload[p:]), headers)
+    return _new_record(Record, (offset, timestamp, key, bytes(payload[p:]), headers))
 
 
 def decode_records(
@@ -268,14 +252,13 @@ def decode_records(
     """
     end = len(buf)
     mv = memoryview(buf)
-    unpack_header = FRAME_HEADER.unpack_from
-    unpack_prefix = RECORD_PREFIX.unpack_from
+    unpack = FRAME_AND_PREFIX.unpack_from
     append = out.append
     hsize = FRAME_HEADER_SIZE
     vstart = FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE
     n = 0
-    while n < max_records and pos + hsize <= end:
-        length, crc = unpack_header(buf, pos)
+    while n < max_records and pos + vstart <= end:
+        length, crc, attrs, ts = unpack(buf, pos)
         stop = pos + hsize + length
         if stop > end:
             break
@@ -284,9 +267,8 @@ def decode_records(
             err.position = pos  # type: ignore[attr-defined]
             err.offset = offset + n  # type: ignore[attr-defined]
             raise err
-        attrs, ts = unpack_prefix(buf, pos + hsize)
         if attrs == 0:
-            append(Record(offset + n, ts, None, buf[pos + vstart : stop], _NO_HEADERS))
+            append(_new_record(Record, (offset + n, ts, None, buf[pos + vstart : stop], _NO_HEADERS)))
         else:
             append(decode_payload(mv[pos + hsize : stop], offset + n))
         pos = stop
