@@ -19,6 +19,7 @@ from .config import ChannelConfig
 from .cursor import Cursor
 from .errors import ChannelClosedError, ConfigError, CorruptRecordError, OffsetOutOfRangeError, os_errors
 from .log import MAX_FRAME_PAYLOAD, Log, SegmentRef
+from .names import validate_name
 from .position import PositionStore
 from .receiver import AckReceiver, Receiver
 from .record import Record, decode_records
@@ -34,13 +35,16 @@ Progress = Callable[[int, int], None]
 class FileChannel:
     """A channel: senders append records, receivers read them from any offset.
 
-    ``path`` is the channel's folder (created if missing, with the user's umask). Keyword
+    ``path`` is the channel's folder (created if missing, with the user's umask); its last
+    component is the channel's name and must match ``[A-Za-z0-9._-]+``. Keyword
     arguments are the settings of :class:`~filechannel.config.ChannelConfig`. Use it as a
     context manager, or call :meth:`close`, which flushes what senders have buffered.
     """
 
     def __init__(self, path: str | os.PathLike[str], **config: object) -> None:
-        self.path = os.path.abspath(os.fspath(path))
+        raw = os.fspath(path).rstrip(os.sep)
+        validate_name(os.path.basename(raw), "channel name (the folder's last component)")
+        self.path = os.path.abspath(raw)
         self.config = ChannelConfig.from_kwargs(**config)
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise ConfigError(f"channel path {self.path!r} exists and is not a folder")

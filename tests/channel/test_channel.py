@@ -10,6 +10,7 @@ from filechannel import (
     ChannelClosedError,
     ConfigError,
     FileChannel,
+    InvalidNameError,
     MessageTooLargeError,
     Record,
     Timeout,
@@ -279,6 +280,13 @@ def test_closed_channel_and_sender_refuse_work_and_close_twice_is_fine(tmp_path)
 def test_bad_settings_are_rejected_with_the_setting_named(tmp_path, kwargs):
     with pytest.raises(ConfigError, match=next(iter(kwargs))):
         FileChannel(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["with space", "a:b", "..", "é"])
+def test_channel_names_are_validated(tmp_path, name):
+    with pytest.raises(InvalidNameError, match="channel name"):
+        FileChannel(tmp_path / name)
+    assert not (tmp_path / name).exists() or name == ".."
 
 
 def test_bad_start_is_rejected(tmp_path):
