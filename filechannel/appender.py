@@ -11,7 +11,9 @@ How an append works:
    writer state) and, by policy, ``fsync``. When nothing is left buffered it releases
    the lock. The background flusher drains at most once per ``flush_interval``: a record
    that finds it idle is written at once, and under load each write carries everything
-   sent since the previous one. A full buffer,
+   sent since the previous one. A sender that finds a record waiting longer than
+   ``flush_interval`` drains itself (a busy sender thread may keep the flusher from
+   the GIL). A full buffer,
    ``flush()``, and ``fsync="always"`` senders drain at once.
 4. Group commit: a drain is done by one leader at a time. Senders that need their
    records durable wait for a drain that covers them; records buffered while the
@@ -82,6 +84,8 @@ class Appender:
         self._index_interval = config.index_interval_bytes
         self._buffer_bytes = config.buffer_bytes
         self._always = config.fsync == "always"
+        self._flush_interval = config.flush_interval
+        self._flush_due = float("inf")  # a sender drains itself once a record waited this long
         self._prefix_ts: int | None = None
         self._prefix_crc = 0
         self._written_offset = 0
@@ -139,8 +143,9 @@ class Appender:
             state.end_offset = offset + 1
             self._pending_bytes += size
             if len(pending) == 2:
+                self._flush_due = now + self._flush_interval
                 self._cond.notify_all()
-            if self._pending_bytes < self._buffer_bytes and not self._always:
+            if self._pending_bytes < self._buffer_bytes and now < self._flush_due and not self._always:
                 return offset
         self._after_append(offset, True)
         return offset
@@ -170,9 +175,11 @@ class Appender:
                 state.max_timestamp = ts
             state.end_offset = start + count
             self._pending_bytes += nbytes
-            full = self._pending_bytes >= self._buffer_bytes
+            now = _time()
             if before == 0:
+                self._flush_due = now + self._flush_interval
                 self._cond.notify_all()
+            full = self._pending_bytes >= self._buffer_bytes or now >= self._flush_due
         self._after_append(start + count - 1, full)
         return range(start, start + count)
 
@@ -290,6 +297,7 @@ class Appender:
             state = self._state
             assert state is not None, "records are buffered only while the writer lock is held"
             self._pending, self._marks, self._pending_bytes = [], [], 0
+            self._flush_due = float("inf")
             end = state.end_offset
             start_size = state.segment_size
             state.segment_size += nbytes
