@@ -39,9 +39,13 @@ class FileChannel:
     component is the channel's name and must match ``[A-Za-z0-9._-]+``. Keyword
     arguments are the settings of :class:`~filechannel.config.ChannelConfig`. Use it as a
     context manager, or call :meth:`close`, which flushes what senders have buffered.
+
+    ``wakeup`` lets several channels share one :class:`~filechannel.wakeup.Wakeup`, so a
+    reader of many channels (a consumer of many partitions) can wait on all at once; the
+    caller then closes it.
     """
 
-    def __init__(self, path: str | os.PathLike[str], **config: object) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, wakeup: Wakeup | None = None, **config: object) -> None:
         raw = os.fspath(path).rstrip(os.sep)
         validate_name(os.path.basename(raw), "channel name (the folder's last component)")
         self.path = os.path.abspath(raw)
@@ -51,7 +55,9 @@ class FileChannel:
         with os_errors("create channel folder", self.path):
             os.makedirs(self.path, exist_ok=True)
         self._log = Log(self.path, self.config)
-        self._wakeup = Wakeup(self.path)
+        self._own_wakeup = wakeup is None
+        self._wakeup = Wakeup(self.path) if wakeup is None else wakeup
+        self._wakeup.add_folder(self.path)
         self.positions = PositionStore(self.path)
         self._closed = False
         self._mutex = threading.Lock()
@@ -268,7 +274,8 @@ class FileChannel:
                 self._maintenance.join()
             for rx in list(self._receivers):
                 rx.close()
-            self._wakeup.close()
+            if self._own_wakeup:
+                self._wakeup.close()
             self._log.close()
 
     def __enter__(self) -> FileChannel:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
@@ -39,10 +38,14 @@ class _Handler(FileSystemEventHandler):
 
 
 class Wakeup:
-    """A sequence number that waiters watch; thread-safe."""
+    """A sequence number that waiters watch, bumped by writes to any of its folders; thread-safe.
 
-    def __init__(self, folder: str) -> None:
-        self._folder = folder
+    One wakeup may serve several channels (a consumer reading many partitions waits on
+    one), each adding its folder with :meth:`add_folder`.
+    """
+
+    def __init__(self, *folders: str) -> None:
+        self._folders: list[str] = list(folders)
         self._cond = threading.Condition(threading.Lock())
         self._seq = 0
         self._observer: Observer | None = None  # type: ignore[valid-type]
@@ -52,6 +55,15 @@ class Wakeup:
     @property
     def seq(self) -> int:
         return self._seq
+
+    def add_folder(self, folder: str) -> None:
+        """Also wake on writes to segment files in ``folder``."""
+        with self._cond:
+            if folder in self._folders:
+                return
+            self._folders.append(folder)
+            if self._observer is not None:
+                self._schedule(self._observer, folder)
 
     def bump(self) -> None:
         with self._cond:
@@ -73,21 +85,32 @@ class Wakeup:
         if self._observer is not None or self._polling or self._closed:
             return
         with self._cond:
-            if self._observer is not None or self._polling:
+            if self._observer is not None or self._polling or self._closed:
                 return
             observer = Observer()
+            observer.daemon = True
             try:
-                observer.schedule(_Handler(self), self._folder, recursive=False)
-                observer.daemon = True
                 observer.start()
             except OSError as exc:
-                self._polling = True
-                log.warning(
-                    "cannot watch %s for new records (%s); receivers poll every %.0f ms instead",
-                    self._folder, exc, POLL_INTERVAL * 1000,
-                )
+                self._fall_back(exc)
                 return
             self._observer = observer
+            for folder in self._folders:
+                self._schedule(observer, folder)
+
+    def _schedule(self, observer: Observer, folder: str) -> None:  # type: ignore[valid-type]
+        try:
+            observer.schedule(_Handler(self), folder, recursive=False)
+        except OSError as exc:
+            self._fall_back(exc)
+
+    def _fall_back(self, exc: OSError) -> None:
+        if not self._polling:
+            self._polling = True
+            log.warning(
+                "cannot watch %s for new records (%s); receivers poll every %.0f ms instead",
+                ", ".join(self._folders), exc, POLL_INTERVAL * 1000,
+            )
 
     def close(self) -> None:
         with self._cond:
@@ -97,7 +120,3 @@ class Wakeup:
         if observer is not None:
             observer.stop()
             observer.join(timeout=5)
-
-
-def deadline_after(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout
