@@ -58,6 +58,25 @@ class SenderFailedError(FileChannelError):
     """A previous write failed; the sender refuses further records until the channel is reopened."""
 
 
+class UnknownTopicError(FileChannelError, KeyError):
+    """The topic does not exist (and auto-creation is off)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class TopicExistsError(FileChannelError):
+    """A topic of that name already exists."""
+
+
+class CommitFailedError(FileChannelError):
+    """A commit was rejected: this consumer no longer owns the partition (its generation is stale)."""
+
+
+class NoOffsetForPartitionError(FileChannelError):
+    """A partition has no committed offset and ``auto_offset_reset`` is "none"."""
+
+
 class StorageError(FileChannelError, OSError):
     """An operating-system error on a file of the channel, with the path in the message."""
 

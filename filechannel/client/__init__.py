@@ -1,0 +1,24 @@
+"""The Kafka-like client: topics of partitions under one root folder, no server.
+
+Names and semantics follow kafka-python (``Producer``, ``Consumer``, ``poll``, ``commit``,
+``seek``, ``offsets_for_times``) and aiokafka for the async variants.
+"""
+
+from .consumer import Consumer, ConsumerRebalanceListener
+from .producer import Producer
+from .records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from .topics import Admin, PartitionDescription, TopicDescription
+
+__all__ = [
+    "Admin",
+    "Consumer",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "PartitionDescription",
+    "Producer",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
+]

@@ -1,0 +1,455 @@
+"""Consumer: reads topics kafka-python style, alone or as a member of a group."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from ..channel import FileChannel
+from ..errors import (
+    ChannelClosedError,
+    CommitFailedError,
+    ConfigError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
+from ..receiver import Receiver
+from ..wakeup import Wakeup
+from .group import GroupMember
+from .records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .topics import TopicStore
+
+Deserializer = Callable[[bytes], Any]
+_RESETS = ("earliest", "latest", "none")
+
+
+class ConsumerRebalanceListener(Protocol):
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+
+class _Partition:
+    """What a consumer keeps per assigned partition: its channel and receiver."""
+
+    __slots__ = ("channel", "receiver", "paused")
+
+    def __init__(self, channel: FileChannel, receiver: Receiver) -> None:
+        self.channel = channel
+        self.receiver = receiver
+        self.paused = False
+
+
+class Consumer:
+    """Reads records from topics under ``root``.
+
+    topics: topics to subscribe to at once (or call :meth:`subscribe` / :meth:`assign`).
+    root: the folder holding the topics.
+    group_id: the consumer group; members of one group, in any processes, share the
+        partitions and commit offsets. None: this consumer reads every partition of its
+        subscription and cannot commit.
+    auto_offset_reset: where to start a partition with no committed offset (or whose
+        offset was deleted by retention): "earliest", "latest" (default) or "none"
+        (raise :class:`NoOffsetForPartitionError`).
+    enable_auto_commit / auto_commit_interval_ms: commit positions in the background of
+        :meth:`poll` every interval (default True, 5000), and on rebalance and close.
+    max_poll_records: most records one :meth:`poll` returns (default 500).
+    key_deserializer / value_deserializer: turn bytes into objects (default: bytes as is).
+    session_timeout_ms: a member that has not polled for this long is evicted (default 10000).
+    heartbeat_interval_ms: how often a member heartbeats and looks for dead members (1000).
+    consumer_timeout_ms: iteration stops after this long without a record (default: never).
+    """
+
+    def __init__(
+        self,
+        *topics: str,
+        root: str | os.PathLike[str],
+        group_id: str | None = None,
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        max_poll_records: int = 500,
+        key_deserializer: Deserializer | None = None,
+        value_deserializer: Deserializer | None = None,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 1_000,
+        consumer_timeout_ms: float = float("inf"),
+    ) -> None:
+        if auto_offset_reset not in _RESETS:
+            raise ConfigError(f"auto_offset_reset must be one of {', '.join(_RESETS)}, not {auto_offset_reset!r}")
+        for name, value in (
+            ("auto_commit_interval_ms", auto_commit_interval_ms), ("max_poll_records", max_poll_records),
+            ("session_timeout_ms", session_timeout_ms), ("heartbeat_interval_ms", heartbeat_interval_ms),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an int >= 1, not {value!r}")
+        if heartbeat_interval_ms >= session_timeout_ms:
+            raise ConfigError("heartbeat_interval_ms must be smaller than session_timeout_ms")
+        for name, fn in (("key_deserializer", key_deserializer), ("value_deserializer", value_deserializer)):
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{name} must be callable, not {fn!r}")
+        self._topics = TopicStore(root)
+        self._reset = auto_offset_reset
+        self._auto_commit = enable_auto_commit and group_id is not None
+        self._auto_commit_interval = auto_commit_interval_ms / 1000
+        self._next_auto_commit = time.monotonic() + self._auto_commit_interval
+        self._max_poll_records = max_poll_records
+        self._key_de = key_deserializer
+        self._value_de = value_deserializer
+        self._consumer_timeout = consumer_timeout_ms / 1000
+        self._wakeup = Wakeup()
+        self._parts: dict[TopicPartition, _Partition] = {}
+        self._subscription: list[str] = []
+        self._pattern: re.Pattern[str] | None = None
+        self._listener: ConsumerRebalanceListener | None = None
+        self._manual = False
+        self._rotation = 0
+        self._closed = False
+        self._assigned: set[TopicPartition] = set()
+        self._group = (
+            GroupMember(
+                self._topics.root, group_id, session_timeout_ms=session_timeout_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+            )
+            if group_id is not None
+            else None
+        )
+        self._joined = False
+        if topics:
+            self.subscribe(list(topics))
+
+    # -- subscription and assignment ------------------------------------------------------------
+
+    def subscribe(
+        self, topics: Iterable[str] = (), pattern: str | None = None, listener: ConsumerRebalanceListener | None = None
+    ) -> None:
+        """Subscribe to ``topics`` or to every topic matching the regex ``pattern``."""
+        self._check_open()
+        topics = [topics] if isinstance(topics, str) else list(topics)
+        if bool(topics) == bool(pattern):
+            raise ConfigError("subscribe takes either a list of topics or a pattern, not both or neither")
+        if self._manual and self._parts:
+            raise ConfigError("subscribe cannot be mixed with assign; call unsubscribe first")
+        self._pattern = re.compile(pattern) if pattern else None
+        self._subscription = topics
+        self._listener = listener
+        self._manual = False
+        self._joined = False
+        self._refresh_assignment(force=True)
+
+    def subscription(self) -> set[str]:
+        return set(self._matching_topics())
+
+    def unsubscribe(self) -> None:
+        self._set_assignment(set())
+        self._subscription, self._pattern = [], None
+        if self._group is not None and self._joined:
+            self._group.join([], {})
+        self._joined = False
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions (no group rebalancing)."""
+        self._check_open()
+        tps = {TopicPartition(*tp) for tp in partitions}
+        if self._subscription or self._pattern:
+            raise ConfigError("assign cannot be mixed with subscribe; call unsubscribe first")
+        for tp in tps:
+            if not 0 <= tp.partition < self._topics.partitions(tp.topic):
+                raise ConfigError(f"{tp.topic} has no partition {tp.partition}")
+        self._manual = True
+        self._set_assignment(tps)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._parts)
+
+    def _matching_topics(self) -> list[str]:
+        if self._pattern is not None:
+            return [t for t in self._topics.list() if self._pattern.fullmatch(t)]
+        return list(self._subscription)
+
+    def _partition_counts(self) -> dict[str, int]:
+        counts = {}
+        for topic in self._matching_topics():
+            try:
+                counts[topic] = self._topics.partitions(topic)
+            except UnknownTopicError:
+                if self._pattern is None:
+                    raise
+        return counts
+
+    def _refresh_assignment(self, force: bool = False) -> None:
+        """Bring the set of partitions read up to date (group rebalance, new topics)."""
+        if self._manual:
+            return
+        if self._group is None:
+            if force:
+                counts = self._partition_counts()
+                self._set_assignment({TopicPartition(t, p) for t, n in counts.items() for p in range(n)})
+            return
+        group = self._group
+        if not force and not group.changed() and not group.heartbeat_due():
+            return
+        counts = self._partition_counts()
+        if not self._joined:
+            group.join(list(counts), counts)
+            self._joined = True
+        assigned, owned = group.sync(counts, release=set())
+        revoked = set(self._parts) - owned
+        if revoked:
+            if self._auto_commit:
+                self._commit_quietly({tp: self._parts[tp].receiver.position for tp in revoked})
+            if self._listener is not None:
+                self._listener.on_partitions_revoked(revoked)
+            for tp in revoked:
+                self._close_partition(tp)
+            # Give them up only now: from here on another member may read them.
+            assigned, owned = group.sync(counts, release=revoked)
+        added = owned - set(self._parts)
+        for tp in sorted(added):
+            self._open_partition(tp)
+        if added and self._listener is not None:
+            self._listener.on_partitions_assigned(added)
+        self._assigned = assigned
+
+    def _set_assignment(self, tps: set[TopicPartition]) -> None:
+        for tp in set(self._parts) - tps:
+            self._close_partition(tp)
+        for tp in sorted(tps - set(self._parts)):
+            self._open_partition(tp)
+
+    def _open_partition(self, tp: TopicPartition) -> None:
+        ch = self._topics.open_partition(tp.topic, tp.partition, wakeup=self._wakeup)
+        try:
+            start = self._starting_offset(tp, ch)
+            rx = ch.receiver(start)
+        except BaseException:
+            ch.close()
+            raise
+        self._parts[tp] = _Partition(ch, rx)
+
+    def _starting_offset(self, tp: TopicPartition, ch: FileChannel) -> int:
+        committed = self.committed(tp) if self._group is not None else None
+        if committed is not None and committed >= ch.first_offset:
+            return committed
+        return self._reset_offset(tp, ch)
+
+    def _reset_offset(self, tp: TopicPartition, ch: FileChannel) -> int:
+        if self._reset == "earliest":
+            return ch.first_offset
+        if self._reset == "latest":
+            return ch.end_offset
+        raise NoOffsetForPartitionError(
+            f"{tp.topic}[{tp.partition}] has no committed offset (or it was deleted by retention) and "
+            "auto_offset_reset is 'none'; seek to an offset or use 'earliest'/'latest'"
+        )
+
+    def _close_partition(self, tp: TopicPartition) -> None:
+        part = self._parts.pop(tp, None)
+        if part is not None:
+            part.receiver.close()
+            part.channel.close()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records from the assigned, unpaused partitions: what is there, else waits up to ``timeout_ms``."""
+        self._check_open()
+        budget = self._max_poll_records if max_records is None else max_records
+        if budget < 1:
+            raise ConfigError(f"max_records must be >= 1, not {budget!r}")
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._refresh_assignment()
+            self._maybe_auto_commit()
+            seq = self._wakeup.seq
+            result = self._fetch(budget)
+            remaining = deadline - time.monotonic()
+            if result or remaining <= 0:
+                return result
+            wait = remaining
+            if self._group is not None:
+                wait = min(wait, self._group.heartbeat_interval)
+            self._wakeup.wait(seq, wait)
+
+    def _fetch(self, budget: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        result: dict[TopicPartition, list[ConsumerRecord]] = {}
+        tps = list(self._parts)
+        if not tps:
+            return result
+        self._rotation = (self._rotation + 1) % len(tps)
+        for tp in tps[self._rotation :] + tps[: self._rotation]:
+            part = self._parts[tp]
+            if part.paused:
+                continue
+            try:
+                recs = part.receiver.recv_many(budget, timeout=0)
+            except OffsetOutOfRangeError:
+                part.receiver.seek(self._reset_offset(tp, part.channel))
+                recs = part.receiver.recv_many(budget, timeout=0)
+            if recs:
+                result[tp] = self._convert(tp, recs)
+                budget -= len(recs)
+                if budget <= 0:
+                    break
+        return result
+
+    def _convert(self, tp: TopicPartition, recs: list[Any]) -> list[ConsumerRecord]:
+        topic, partition = tp
+        kd, vd = self._key_de, self._value_de
+        new = tuple.__new__
+        if kd is None and vd is None:
+            return [new(ConsumerRecord, (topic, partition, r[0], r[1], r[2], r[3], r[4])) for r in recs]
+        return [
+            ConsumerRecord(
+                topic, partition, r.offset, r.timestamp,
+                kd(r.key) if (kd and r.key is not None) else r.key, vd(r.value) if vd else r.value, r.headers,
+            )
+            for r in recs
+        ]
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Yields records as they come; stops after ``consumer_timeout_ms`` without one."""
+        idle_since = time.monotonic()
+        while True:
+            batch = self.poll(timeout_ms=min(1000.0, self._consumer_timeout * 1000))
+            if not batch:
+                if time.monotonic() - idle_since >= self._consumer_timeout:
+                    return
+                continue
+            for recs in batch.values():
+                yield from recs
+            idle_since = time.monotonic()
+
+    # -- positions and offsets ------------------------------------------------------------------
+
+    def _part(self, tp: TopicPartition) -> _Partition:
+        part = self._parts.get(TopicPartition(*tp))
+        if part is None:
+            raise ConfigError(f"{tp} is not assigned to this consumer (assignment: {sorted(self._parts)})")
+        return part
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record to be fetched from ``tp``."""
+        return self._part(tp).receiver.position
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Fetch from ``offset`` next (``OffsetOutOfRangeError`` if retention deleted it)."""
+        self._part(tp).receiver.seek(offset)
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        for tp in tps or list(self._parts):
+            part = self._part(tp)
+            part.receiver.seek(part.channel.first_offset)
+
+    def seek_to_end(self, *tps: TopicPartition) -> None:
+        for tp in tps or list(self._parts):
+            part = self._part(tp)
+            part.receiver.seek(part.channel.end_offset)
+
+    def _with_channel(self, tp: TopicPartition, fn: Callable[[FileChannel], Any]) -> Any:
+        part = self._parts.get(TopicPartition(*tp))
+        if part is not None:
+            return fn(part.channel)
+        with self._topics.open_partition(tp[0], tp[1], maintenance_interval=0) as ch:
+            return fn(ch)
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {TopicPartition(*tp): self._with_channel(tp, lambda ch: ch.first_offset) for tp in partitions}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {TopicPartition(*tp): self._with_channel(tp, lambda ch: ch.end_offset) for tp in partitions}
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first offset whose timestamp is >= the given ms, by time index."""
+
+        def lookup(ch: FileChannel, ts: int) -> OffsetAndTimestamp | None:
+            offset = ch.offset_for_time(ts)
+            if offset is None:
+                return None
+            rx = ch.receiver(offset)
+            try:
+                rec = rx.recv(timeout=0)
+            finally:
+                rx.close()
+            return OffsetAndTimestamp(offset, rec.timestamp)
+
+        return {TopicPartition(*tp): self._with_channel(tp, lambda ch, ts=ts: lookup(ch, ts)) for tp, ts in timestamps.items()}
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of ``tp`` (the next record to consume), or None."""
+        if self._group is None:
+            return None
+        return self._group.committed().get(TopicPartition(*tp))
+
+    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+        """Commit ``offsets`` (default: the current positions of every assigned partition).
+
+        Raises :class:`CommitFailedError` if this consumer no longer owns one of them.
+        """
+        self._check_open()
+        if self._group is None:
+            raise ConfigError("commit needs a group_id: create the Consumer with group_id=...")
+        if offsets is None:
+            offsets = {tp: part.receiver.position for tp, part in self._parts.items()}
+        plain = {
+            TopicPartition(*tp): (o.offset if isinstance(o, OffsetAndMetadata) else int(o)) for tp, o in offsets.items()
+        }
+        if not plain:
+            return
+        self._group.commit(plain)
+        key = f"group.{self._group.group_id}"
+        for tp, off in plain.items():
+            self._with_channel(tp, lambda ch, off=off: ch.positions.set(key, off))
+        self._next_auto_commit = time.monotonic() + self._auto_commit_interval
+
+    def _commit_quietly(self, offsets: dict[TopicPartition, int]) -> None:
+        try:
+            self.commit(offsets)
+        except CommitFailedError:
+            pass  # lost them already; the new owner resumes from the last good commit
+
+    def _maybe_auto_commit(self) -> None:
+        if self._auto_commit and self._parts and time.monotonic() >= self._next_auto_commit:
+            self._commit_quietly({tp: p.receiver.position for tp, p in self._parts.items()})
+
+    # -- flow control and lifecycle ------------------------------------------------------------
+
+    def pause(self, *tps: TopicPartition) -> None:
+        for tp in tps:
+            self._part(tp).paused = True
+
+    def resume(self, *tps: TopicPartition) -> None:
+        for tp in tps:
+            self._part(tp).paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, p in self._parts.items() if p.paused}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ChannelClosedError("this consumer is closed")
+
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (if auto-commit is on and ``autocommit``), leave the group, release files."""
+        if self._closed:
+            return
+        try:
+            if autocommit and self._auto_commit and self._parts:
+                self._commit_quietly({tp: p.receiver.position for tp, p in self._parts.items()})
+        finally:
+            self._closed = True
+            for tp in list(self._parts):
+                self._close_partition(tp)
+            if self._group is not None:
+                self._group.leave()
+            self._wakeup.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,315 @@
+"""Consumer groups on one machine: membership, partition ownership, fenced commits.
+
+Everything lives in ``ROOT/.groups/GROUP/``:
+
+    group.lock          flock held for every read-modify-write of the files below
+    state.json          {"generation": G, "members": {id: {"topics": [...], "pid": ...}},
+                         "assignment": {id: [[topic, partition], ...]},
+                         "owners": {"topic/partition": id}, "partitions": {topic: count}}
+    offsets.json        {"topic/partition": committed offset}
+    members/ID.lock     flocked by member ID for as long as its process lives; its mtime
+                        is the member's last heartbeat
+
+Protocol:
+
+- *Liveness.* A member holds an flock on its own ``members/ID.lock`` for its whole life;
+  the kernel drops it when the process dies, however it dies. Anyone can tell a dead
+  member by taking that lock without blocking. A member that is alive but stops
+  polling is evicted once its heartbeat (the mtime of its lock file, touched every
+  ``heartbeat_interval_ms``) is older than ``session_timeout_ms``. Heartbeats do not
+  rewrite state.json, so they do not wake the other members.
+- *Generations.* Every change of membership (join, leave, death, eviction) bumps the
+  generation and recomputes the assignment, deterministically: the subscribed
+  partitions, sorted, dealt round-robin to the members, sorted, that subscribe to them.
+- *Ownership.* Being assigned a partition is not enough to read it: a member must also
+  own it in ``owners``. A member gives up a partition it is no longer assigned (after
+  its listener's ``on_partitions_revoked`` and, with auto-commit, a commit) before it
+  could be handed on; a member takes a partition it is assigned once no live member
+  owns it. So at no moment do two live members read one partition.
+- *Fencing.* A commit is accepted only from the partition's current owner, checked under
+  ``group.lock``; anyone else gets :class:`CommitFailedError`. A member that was evicted
+  therefore cannot overwrite the offsets of the member that took over.
+- *Timing.* Each member checks the state at every poll (a ``stat``) and heartbeats,
+  looks for dead members and takes free partitions every ``heartbeat_interval_ms``. The
+  partitions of a killed member move within ``heartbeat_interval_ms`` plus one poll of a
+  surviving member; those of a hung member within ``session_timeout_ms``.
+
+Committed offsets are also written to each partition channel's durable positions as
+``group.GROUP``, so garbage collection keeps what the group has not consumed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CommitFailedError, ConfigError, os_errors
+from ..files import read_if_exists, unlink_if_exists, write_atomically
+from ..lock import FileLock
+from ..names import validate_name
+from .records import TopicPartition
+from .topics import GROUPS_DIR
+
+
+def tp_key(tp: TopicPartition) -> str:
+    return f"{tp.topic}/{tp.partition}"
+
+
+def tp_from_key(key: str) -> TopicPartition:
+    topic, _, p = key.rpartition("/")
+    return TopicPartition(topic, int(p))
+
+
+@dataclass
+class GroupState:
+    generation: int = 0
+    members: dict[str, dict[str, Any]] = field(default_factory=dict)
+    assignment: dict[str, list[list[Any]]] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)
+    partitions: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str) -> GroupState:
+        if not data:
+            return cls()
+        try:
+            raw = json.loads(data)
+            return cls(
+                int(raw["generation"]), dict(raw["members"]), dict(raw["assignment"]), dict(raw["owners"]),
+                {t: int(n) for t, n in raw.get("partitions", {}).items()},
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"group state {path} is corrupt ({exc}); delete it to reset the group") from exc
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "generation": self.generation, "members": self.members, "assignment": self.assignment,
+                "owners": self.owners, "partitions": self.partitions,
+            },
+            indent=1, sort_keys=True,
+        ).encode()
+
+
+def assign(members: dict[str, list[str]], partitions: dict[str, int]) -> dict[str, list[list[Any]]]:
+    """Deal each subscribed topic's partitions round-robin to the sorted members subscribing to it."""
+    result: dict[str, list[list[Any]]] = {m: [] for m in members}
+    for topic in sorted(partitions):
+        subscribers = sorted(m for m, topics in members.items() if topic in topics)
+        for p in range(partitions[topic]):
+            if subscribers:
+                result[subscribers[p % len(subscribers)]].append([topic, p])
+    return result
+
+
+class GroupMember:
+    """One consumer's membership in a group (see the module docstring). Not thread-safe."""
+
+    def __init__(
+        self, root: str, group_id: str, *, session_timeout_ms: int, heartbeat_interval_ms: int
+    ) -> None:
+        self.group_id = validate_name(group_id, "group_id")
+        self.folder = os.path.join(root, GROUPS_DIR, group_id)
+        self.members_folder = os.path.join(self.folder, "members")
+        with os_errors("create group folder", self.members_folder):
+            os.makedirs(self.members_folder, exist_ok=True)
+        self.state_path = os.path.join(self.folder, "state.json")
+        self.offsets_path = os.path.join(self.folder, "offsets.json")
+        self._lock = FileLock(os.path.join(self.folder, "group.lock"))
+        host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
+        self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._life = FileLock(self._life_path(self.member_id))
+        self._life.acquire()
+        self.session_timeout = session_timeout_ms / 1000
+        self.heartbeat_interval = heartbeat_interval_ms / 1000
+        self.generation = -1
+        self._seen_inode = -1
+        self._next_heartbeat = 0.0
+
+    # -- state under the group lock -----------------------------------------------------------
+
+    def _load(self) -> GroupState:
+        return GroupState.decode(read_if_exists(self.state_path, "group state"), self.state_path)
+
+    def _save(self, state: GroupState) -> None:
+        write_atomically(self.state_path, state.encode())
+
+    def _alive(self, member_id: str) -> bool:
+        """Whether member ``member_id``'s process still holds its life lock."""
+        if member_id == self.member_id:
+            return True
+        path = self._life_path(member_id)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        unlink_if_exists(path)
+        return False
+
+    def _reassign(self, state: GroupState) -> None:
+        state.generation += 1
+        subs = {m: list(info.get("topics", [])) for m, info in state.members.items()}
+        subscribed = {t for topics in subs.values() for t in topics}
+        state.assignment = assign(subs, {t: n for t, n in state.partitions.items() if t in subscribed})
+        state.owners = {k: v for k, v in state.owners.items() if v in state.members}
+
+    def _life_path(self, member_id: str) -> str:
+        return os.path.join(self.members_folder, member_id + ".lock")
+
+    def join(self, topics: list[str], partitions: dict[str, int]) -> None:
+        """Enter the group subscribed to ``topics`` (or change the subscription)."""
+        with self._lock.holding():
+            state = self._load()
+            self._evict(state)
+            state.members[self.member_id] = {"topics": sorted(topics), "pid": os.getpid()}
+            state.partitions.update(partitions)
+            self._reassign(state)
+            self._save(state)
+
+    def leave(self) -> None:
+        """Leave the group, releasing every partition; the others rebalance."""
+        with self._lock.holding():
+            state = self._load()
+            if state.members.pop(self.member_id, None) is not None:
+                state.owners = {k: v for k, v in state.owners.items() if v != self.member_id}
+                self._reassign(state)
+                self._save(state)
+        self._life.close()
+        unlink_if_exists(self._life_path(self.member_id))
+        self._lock.close()
+
+    def _evict(self, state: GroupState) -> bool:
+        """Drop dead members and members whose heartbeat is older than the session timeout."""
+        now = time.time()
+        gone = []
+        for m in state.members:
+            if m == self.member_id:
+                continue
+            try:
+                beat = os.stat(self._life_path(m)).st_mtime
+            except FileNotFoundError:
+                beat = 0.0
+            if now - beat > self.session_timeout or not self._alive(m):
+                gone.append(m)
+        for m in gone:
+            del state.members[m]
+            unlink_if_exists(self._life_path(m))
+        return bool(gone)
+
+    # -- what a poll does ---------------------------------------------------------------------
+
+    def changed(self) -> bool:
+        """Whether state.json was replaced since we last synced (one stat)."""
+        try:
+            inode = os.stat(self.state_path).st_ino
+        except FileNotFoundError:
+            inode = -2
+        return inode != self._seen_inode
+
+    def heartbeat_due(self) -> bool:
+        return time.monotonic() >= self._next_heartbeat
+
+    def sync(
+        self, partitions: dict[str, int], release: set[TopicPartition]
+    ) -> tuple[set[TopicPartition], set[TopicPartition]]:
+        """Heartbeat, evict the dead, give up ``release``, take free assigned partitions.
+
+        Returns ``(assigned, owned)``: the partitions the assignment gives this member, and
+        those of them it now owns (it may read them). state.json is rewritten only when
+        membership or ownership changed, so heartbeats do not wake the other members.
+        """
+        os.utime(self._life_path(self.member_id))
+        with self._lock.holding():
+            state = self._load()
+            if self.member_id not in state.members:
+                raise CommitFailedError(
+                    f"consumer {self.member_id} was removed from group {self.group_id!r} "
+                    f"(no heartbeat for {self.session_timeout:.0f} s); close it and create a new one"
+                )
+            dirty = False
+            grown = {t: n for t, n in partitions.items() if state.partitions.get(t, 0) < n}
+            if grown:
+                state.partitions.update(grown)
+            if self._evict(state) or grown:
+                self._reassign(state)
+                dirty = True
+            for tp in release:
+                if state.owners.get(tp_key(tp)) == self.member_id:
+                    del state.owners[tp_key(tp)]
+                    dirty = True
+            assigned = {TopicPartition(t, p) for t, p in state.assignment.get(self.member_id, [])}
+            owned = set()
+            for tp in sorted(assigned):
+                key = tp_key(tp)
+                owner = state.owners.get(key)
+                if owner != self.member_id and (owner is None or owner not in state.members or not self._alive(owner)):
+                    state.owners[key] = owner = self.member_id
+                    dirty = True
+                if owner == self.member_id:
+                    owned.add(tp)
+            if dirty:
+                self._save(state)
+            self._seen_inode = os.stat(self.state_path).st_ino
+            self.generation = state.generation
+            self._next_heartbeat = time.monotonic() + self.heartbeat_interval
+            return assigned, owned
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    def committed(self) -> dict[TopicPartition, int]:
+        data = read_if_exists(self.offsets_path, "group offsets")
+        if not data:
+            return {}
+        try:
+            return {tp_from_key(k): int(v) for k, v in json.loads(data).items()}
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"group offsets {self.offsets_path} are corrupt ({exc})") from exc
+
+    def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Store ``offsets`` if this member owns every one of those partitions (fencing)."""
+        with self._lock.holding():
+            state = self._load()
+            for tp in offsets:
+                owner = state.owners.get(tp_key(tp))
+                if owner != self.member_id:
+                    raise CommitFailedError(
+                        f"cannot commit {tp.topic}[{tp.partition}] for group {self.group_id!r}: this consumer no "
+                        f"longer owns it (owner: {owner or 'none'}, generation {state.generation}); the group "
+                        "rebalanced, poll again to get the current assignment"
+                    )
+            current = {tp_key(tp): off for tp, off in self.committed().items()}
+            current.update({tp_key(tp): int(off) for tp, off in offsets.items()})
+            write_atomically(self.offsets_path, json.dumps(current, sort_keys=True).encode())
+
+
+def list_groups(root: str) -> list[str]:
+    folder = os.path.join(root, GROUPS_DIR)
+    try:
+        return sorted(g for g in os.listdir(folder) if os.path.isdir(os.path.join(folder, g)))
+    except FileNotFoundError:
+        return []
+
+
+def read_group(root: str, group_id: str) -> tuple[GroupState, dict[TopicPartition, int]]:
+    """A group's state and committed offsets, for describing it (no membership taken)."""
+    folder = os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"there is no consumer group {group_id!r} under {root!r}")
+    state_path = os.path.join(folder, "state.json")
+    state = GroupState.decode(read_if_exists(state_path, "group state"), state_path)
+    data = read_if_exists(os.path.join(folder, "offsets.json"), "group offsets")
+    offsets = {tp_from_key(k): int(v) for k, v in json.loads(data).items()} if data else {}
+    return state, offsets

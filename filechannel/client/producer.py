@@ -1,0 +1,153 @@
+"""Producer: sends records to topics, kafka-python style, straight into partition channels."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from ..channel import FileChannel
+from ..errors import ChannelClosedError, ConfigError, UnknownTopicError
+from ..record import Headers
+from .partitioner import DefaultPartitioner, Partitioner
+from .records import RecordMetadata
+from .topics import TopicStore
+
+Serializer = Callable[[Any], bytes]
+
+
+class Producer:
+    """Sends records to topics under ``root``. Thread-safe; any number of producers, in any
+    number of processes, may send to the same topics at once.
+
+    root: the folder holding the topics.
+    linger_ms: the longest a record waits in the buffer before it is written (the
+        partition channels' ``flush_interval``); default 5.
+    batch_size: bytes buffered per partition before a write is forced; default 1 MiB.
+    fsync: "never", "interval" or "always" (a send's future completes once the record is on
+        disk); default: the topic's setting.
+    partitioner: ``f(key_bytes_or_None, partition_count) -> partition``; default Kafka's
+        (murmur2 of the key, round-robin without one).
+    key_serializer / value_serializer: turn keys / values into bytes; default: they must be
+        bytes already.
+    auto_create_topics: create a missing topic (1 partition, default settings) on first
+        send; with False, sending to it raises :class:`UnknownTopicError`.
+
+    ``send`` returns a ``concurrent.futures.Future`` of :class:`RecordMetadata`. The offset
+    is known when the record is buffered, so the future is already done on return, except
+    with ``fsync="always"``, where ``send`` itself waits for the disk.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        linger_ms: float = 5,
+        batch_size: int = 1024 * 1024,
+        fsync: str | None = None,
+        partitioner: Partitioner | None = None,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+        auto_create_topics: bool = True,
+    ) -> None:
+        if isinstance(linger_ms, bool) or not isinstance(linger_ms, (int, float)) or linger_ms < 0:
+            raise ConfigError(f"linger_ms must be a number >= 0, not {linger_ms!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be an int >= 1, not {batch_size!r}")
+        if fsync not in (None, "never", "interval", "always"):
+            raise ConfigError(f"fsync must be 'never', 'interval' or 'always', not {fsync!r}")
+        for name, fn in (("partitioner", partitioner), ("key_serializer", key_serializer), ("value_serializer", value_serializer)):
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{name} must be callable, not {fn!r}")
+        self._topics = TopicStore(root)
+        self._overrides: dict[str, Any] = {"flush_interval": linger_ms / 1000, "buffer_bytes": batch_size}
+        if fsync is not None:
+            self._overrides["fsync"] = fsync
+        self._partitioner = partitioner or DefaultPartitioner()
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._auto_create = auto_create_topics
+        self._lock = threading.Lock()
+        self._channels: dict[tuple[str, int], FileChannel] = {}
+        self._senders: dict[tuple[str, int], Any] = {}
+        self._closed = False
+
+    def _sender(self, topic: str, partition: int) -> Any:
+        key = (topic, partition)
+        sender = self._senders.get(key)
+        if sender is not None:
+            return sender
+        with self._lock:
+            if self._closed:
+                raise ChannelClosedError("this producer is closed")
+            sender = self._senders.get(key)
+            if sender is None:
+                ch = self._topics.open_partition(topic, partition, **self._overrides)
+                self._channels[key] = ch
+                sender = self._senders[key] = ch.sender()
+        return sender
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic`` (creating it if allowed and missing)."""
+        return set(range(self._partition_count(topic)))
+
+    def _partition_count(self, topic: str) -> int:
+        try:
+            return self._topics.partitions(topic)
+        except UnknownTopicError:
+            if not self._auto_create:
+                raise
+            self._topics.create(topic, 1, {}, exist_ok=True)
+            return self._topics.partitions(topic)
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Future[RecordMetadata]:
+        """Send one record; returns a future of where it landed."""
+        if self._closed:
+            raise ChannelClosedError("this producer is closed")
+        kbytes = self._key_serializer(key) if (self._key_serializer and key is not None) else key
+        vbytes = self._value_serializer(value) if self._value_serializer else value
+        if vbytes is None:
+            vbytes = b""
+        count = self._partition_count(topic)
+        if partition is None:
+            partition = self._partitioner(kbytes, count)
+        elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+            raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {count - 1}")
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        offset = self._sender(topic, partition).send(vbytes, key=kbytes, headers=headers, timestamp=timestamp_ms)
+        future: Future[RecordMetadata] = Future()
+        future.set_result(RecordMetadata(topic, partition, offset, timestamp_ms))
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Write every buffered record (and fsync, unless the policy is "never")."""
+        for sender in list(self._senders.values()):
+            sender.flush()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush and release the partitions. Closing twice is harmless."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            channels = list(self._channels.values())
+        for ch in channels:
+            ch.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,204 @@
+"""Topics of partitions under one root folder, and the admin client that manages them.
+
+Layout::
+
+    ROOT/TOPIC/topic.json        {"name": ..., "partitions": N, "config": {channel settings}}
+    ROOT/TOPIC/0/, ROOT/TOPIC/1/ one channel folder per partition
+    ROOT/.groups/GROUP/          consumer-group state (see group.py)
+    ROOT/.topics.lock            flock held while a topic is created or deleted
+
+``topic.json`` is written atomically (temp, fsync, rename), so a topic either exists
+whole or not at all; it is written after its partition folders exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..channel import FileChannel
+from ..config import ChannelConfig
+from ..errors import ConfigError, TopicExistsError, UnknownTopicError, os_errors
+from ..files import read_if_exists, write_atomically
+from ..lock import FileLock
+from ..names import validate_name
+from ..wakeup import Wakeup
+
+TOPIC_FILE = "topic.json"
+GROUPS_DIR = ".groups"
+# Settings a topic stores; the rest (flush_interval, buffer_bytes, ...) belong to each writer.
+TOPIC_SETTINGS = (
+    "segment_bytes", "segment_ms", "retention_bytes", "retention_ms", "fsync", "fsync_interval",
+    "compression", "compression_level", "compression_block_bytes", "max_record_bytes", "index_interval_bytes",
+)
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    first_offset: int
+    end_offset: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    partitions: list[PartitionDescription]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def validate_topic_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Check topic settings (names and values); return them."""
+    unknown = sorted(set(config) - set(TOPIC_SETTINGS))
+    if unknown:
+        raise ConfigError(f"unknown topic setting(s) {', '.join(unknown)}; known: {', '.join(TOPIC_SETTINGS)}")
+    ChannelConfig.from_kwargs(**config)
+    return dict(config)
+
+
+class TopicStore:
+    """Reads and creates topics under a root; opens partition channels (cached). Thread-safe."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        with os_errors("create root folder", self.root):
+            os.makedirs(self.root, exist_ok=True)
+        self._mutex = threading.Lock()
+        self._meta: dict[str, dict[str, Any]] = {}
+
+    def topic_path(self, topic: str) -> str:
+        return os.path.join(self.root, validate_name(topic, "topic name"))
+
+    def partition_path(self, topic: str, partition: int) -> str:
+        return os.path.join(self.topic_path(topic), str(partition))
+
+    def read(self, topic: str) -> dict[str, Any] | None:
+        """The stored ``topic.json`` of ``topic``, or None if there is no such topic."""
+        path = os.path.join(self.topic_path(topic), TOPIC_FILE)
+        data = read_if_exists(path, "topic description")
+        if data is None:
+            return None
+        try:
+            meta = json.loads(data)
+            int(meta["partitions"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path} is not a valid topic description ({exc}); fix or delete it") from exc
+        return meta
+
+    def meta(self, topic: str) -> dict[str, Any]:
+        """The topic's description, cached; :class:`UnknownTopicError` if it does not exist."""
+        with self._mutex:
+            meta = self._meta.get(topic)
+        if meta is None:
+            meta = self.read(topic)
+            if meta is None:
+                raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}; create it first")
+            with self._mutex:
+                self._meta[topic] = meta
+        return meta
+
+    def partitions(self, topic: str) -> int:
+        return int(self.meta(topic)["partitions"])
+
+    def create(self, topic: str, partitions: int, config: dict[str, Any], exist_ok: bool = False) -> dict[str, Any]:
+        """Create a topic with ``partitions`` partitions and ``config`` (validated)."""
+        validate_name(topic, "topic name")
+        if topic.startswith("."):
+            raise ConfigError(f"topic name {topic!r} may not start with '.' (reserved for internal folders)")
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= 10_000:
+            raise ConfigError(f"partitions must be an int from 1 to 10000, not {partitions!r}")
+        config = validate_topic_config(config)
+        lock = FileLock(os.path.join(self.root, ".topics.lock"))
+        try:
+            with lock.holding():
+                existing = self.read(topic)
+                if existing is not None:
+                    if exist_ok:
+                        return existing
+                    raise TopicExistsError(f"topic {topic!r} already exists under {self.root!r}")
+                path = self.topic_path(topic)
+                with os_errors("create topic folder", path):
+                    for p in range(partitions):
+                        os.makedirs(os.path.join(path, str(p)), exist_ok=True)
+                meta = {"name": topic, "partitions": partitions, "config": config}
+                write_atomically(os.path.join(path, TOPIC_FILE), json.dumps(meta, indent=2).encode())
+        finally:
+            lock.close()
+        return meta
+
+    def delete(self, topic: str) -> None:
+        lock = FileLock(os.path.join(self.root, ".topics.lock"))
+        try:
+            with lock.holding():
+                if self.read(topic) is None:
+                    raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}")
+                path = self.topic_path(topic)
+                os.unlink(os.path.join(path, TOPIC_FILE))
+                with os_errors("delete topic folder", path):
+                    shutil.rmtree(path)
+        finally:
+            lock.close()
+        with self._mutex:
+            self._meta.pop(topic, None)
+
+    def list(self) -> list[str]:
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if not n.startswith(".") and os.path.exists(os.path.join(self.root, n, TOPIC_FILE)))
+
+    def open_partition(
+        self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any
+    ) -> FileChannel:
+        """Open partition ``partition`` of ``topic`` as a channel with the topic's settings."""
+        n = self.partitions(topic)
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
+            raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {n - 1}")
+        config = {**self.meta(topic).get("config", {}), **overrides}
+        return FileChannel(self.partition_path(topic, partition), wakeup=wakeup, **config)
+
+
+class Admin:
+    """Creates, lists, describes and deletes topics under ``root``.
+
+    >>> admin = Admin("/data/fc")
+    >>> admin.create_topic("orders", partitions=3, retention_ms=7 * 24 * 3600 * 1000)
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._store = TopicStore(root)
+        self.root = self._store.root
+
+    def create_topic(self, name: str, partitions: int = 1, *, exist_ok: bool = False, **config: Any) -> None:
+        """Create topic ``name``. ``config``: segment_bytes, retention_ms, fsync, compression, ...
+
+        Raises :class:`TopicExistsError` if it exists (unless ``exist_ok``), :class:`ConfigError`
+        for a bad setting.
+        """
+        self._store.create(name, partitions, config, exist_ok=exist_ok)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete topic ``name`` and all its data. Stop its producers and consumers first."""
+        self._store.delete(name)
+
+    def list_topics(self) -> list[str]:
+        return self._store.list()
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        """Partitions with their first and end offsets and bytes on disk, and the settings."""
+        meta = self._store.meta(name)
+        parts = []
+        for p in range(int(meta["partitions"])):
+            with self._store.open_partition(name, p, maintenance_interval=0) as ch:
+                parts.append(PartitionDescription(p, ch.first_offset, ch.end_offset, ch.size_bytes))
+        return TopicDescription(name, parts, dict(meta.get("config", {})))
+
+    def open_partition(self, topic: str, partition: int, **overrides: Any) -> FileChannel:
+        """Open one partition's channel (the caller closes it)."""
+        return self._store.open_partition(topic, partition, **overrides)
