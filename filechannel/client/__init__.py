@@ -4,6 +4,7 @@ Names and semantics follow kafka-python (``Producer``, ``Consumer``, ``poll``, `
 ``seek``, ``offsets_for_times``) and aiokafka for the async variants.
 """
 
+from .aio import AsyncConsumer, AsyncProducer
 from .consumer import Consumer, ConsumerRebalanceListener
 from .producer import Producer
 from .records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
@@ -11,6 +12,8 @@ from .topics import Admin, PartitionDescription, TopicDescription
 
 __all__ = [
     "Admin",
+    "AsyncConsumer",
+    "AsyncProducer",
     "Consumer",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
