@@ -33,7 +33,7 @@ def _root(ctx: click.Context) -> str:
 
 
 def _parse_value(text: str) -> Any:
-    if text.lower() in ("none", "null"):
+    if text.lower() == "null":
         return None
     for cast in (int, float):
         try:

@@ -1,0 +1,147 @@
+"""Consumer groups: rebalancing in one process, and real processes with one SIGKILLed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from filechannel.client import Admin, Consumer, Producer, TopicPartition
+from filechannel.errors import CommitFailedError
+
+MEMBER = Path(__file__).parent / "procs" / "group_member.py"
+
+
+class Recorder:
+    def __init__(self):
+        self.events = []
+
+    def on_partitions_revoked(self, revoked):
+        self.events.append(("revoked", sorted(tp.partition for tp in revoked)))
+
+    def on_partitions_assigned(self, assigned):
+        self.events.append(("assigned", sorted(tp.partition for tp in assigned)))
+
+
+def wait_for(condition, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_two_members_split_partitions_and_never_overlap(tmp_path):
+    Admin(tmp_path).create_topic("t", 4)
+    with Producer(tmp_path) as p:
+        for i in range(40):
+            p.send("t", b"%d" % i, partition=i % 4)
+    la, lb = Recorder(), Recorder()
+    a = Consumer(root=tmp_path, group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=50)
+    a.subscribe(["t"], listener=la)
+    assert len(a.assignment()) == 4
+    b = Consumer(root=tmp_path, group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=50)
+    b.subscribe(["t"], listener=lb)
+    # b is assigned two partitions but may read them only once a has let go.
+    assert b.assignment() == set()
+    a.poll(timeout_ms=0)
+    wait_for(lambda: (b.poll(timeout_ms=10), len(b.assignment()) == 2)[1], what="b to take its partitions")
+    assert not a.assignment() & b.assignment() and len(a.assignment() | b.assignment()) == 4
+    assert la.events == [("assigned", [0, 1, 2, 3]), ("revoked", sorted(tp.partition for tp in b.assignment()))]
+    assert lb.events == [("assigned", sorted(tp.partition for tp in b.assignment()))]
+    # a can no longer commit what b owns.
+    with pytest.raises(CommitFailedError):
+        a.commit({next(iter(b.assignment())): 1})
+    b.close()
+    wait_for(lambda: (a.poll(timeout_ms=10), len(a.assignment()) == 4)[1], what="a to take everything back")
+    a.close()
+
+
+def read_lines(proc):
+    return proc.stdout.read().decode().splitlines()
+
+
+@pytest.mark.crash
+@pytest.mark.slow
+def test_three_processes_over_six_partitions_one_killed(tmp_path):
+    root = tmp_path
+    Admin(root).create_topic("g6", 6)
+    with Producer(root) as p:
+        for i in range(1200):
+            p.send("g6", b"%d" % i, partition=i % 6)
+    procs = [
+        subprocess.Popen([sys.executable, str(MEMBER), str(root), "grp", "g6"], stdout=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    try:
+        state_path = root / ".groups" / "grp" / "state.json"
+
+        def settled():
+            if not state_path.exists():
+                return False
+            state = json.loads(state_path.read_text())
+            return len(state["members"]) == 3 and len(state["owners"]) == 6 and len(set(state["owners"].values())) == 3
+
+        wait_for(settled, what="3 members owning 6 partitions")
+        offsets_path = root / ".groups" / "grp" / "offsets.json"
+        wait_for(lambda: offsets_path.exists() and sum(json.loads(offsets_path.read_text()).values()) > 100, what="progress")
+        victim = procs[0]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        killed_at = time.monotonic()
+        with Producer(root) as p:
+            for i in range(1200, 1800):
+                p.send("g6", b"%d" % i, partition=i % 6)
+
+        def all_committed():
+            if not offsets_path.exists():
+                return False
+            committed = json.loads(offsets_path.read_text())
+            return len(committed) == 6 and all(v == 300 for v in committed.values())
+
+        wait_for(all_committed, timeout=60, what="every record committed")
+        moved_within = time.monotonic() - killed_at
+        (root / "stop").touch()
+        outputs = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=30)
+            outputs.append(out.decode().splitlines())
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    reads = [{(int(p), int(o)) for kind, p, o in (line.split() for line in out if line.startswith("R "))} for out in outputs]
+    everything = {(i % 6, i // 6) for i in range(1800)}
+    assert set().union(*reads) == everything, "a record was never consumed"
+    survivors = reads[1] & reads[2]
+    assert not survivors, f"records consumed by two live members: {sorted(survivors)[:10]}"
+    # Only what the killed member read but had not committed may be read twice.
+    commits_by_victim = {}
+    for line in outputs[0]:
+        if line.startswith("C "):
+            _, p, o = line.split()
+            commits_by_victim[int(p)] = int(o)
+    for p, o in reads[0] & (reads[1] | reads[2]):
+        assert o >= commits_by_victim.get(p, 0), f"record {p}/{o} was committed by the killed member and read again"
+    # No committed offset went backwards, as each member saw its own commits.
+    for out in outputs:
+        last = {}
+        for line in out:
+            if line.startswith("C "):
+                _, p, o = line.split()
+                assert int(o) >= last.get(p, 0)
+                last[p] = int(o)
+    def last_assignment(out):
+        lines = [line for line in out if line.startswith("A ")]
+        return {int(x) for x in lines[-1][2:].split(",") if x} if lines else set()
+
+    assert last_assignment(outputs[0]), "the killed member owned nothing when it died"
+    assert last_assignment(outputs[1]) | last_assignment(outputs[2]) == set(range(6))
+    assert not last_assignment(outputs[1]) & last_assignment(outputs[2])
+    assert moved_within < 30
