@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from .config import ChannelConfig
-from .errors import ChannelClosedError, SenderFailedError, os_errors, storage_error
+from .errors import ChannelClosedError, FileChannelError, SenderFailedError, os_errors, storage_error
 from .index import IndexMark, encode_marks
 from .log import Log
 from .names import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
@@ -318,6 +318,8 @@ class Appender:
         if error is not None:
             self._fail(error, start_size if snapshot is not None else None)
             self._cond.notify_all()
+            if isinstance(error, FileChannelError):
+                raise error  # e.g. DiskFullError, naming the file; later calls get SenderFailedError
             raise SenderFailedError(f"writing to channel {self._log.path!r} failed: {error}") from error
         self._written_offset = end
         if sync:

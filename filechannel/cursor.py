@@ -191,6 +191,10 @@ class Cursor:
         if self._end is None:
             # An empty segment is never sealed: a roll needs a record in the old segment.
             if self.offset == source.ref.base_offset or self._log.next_segment(self.offset) is None:
+                if not os.path.exists(source.ref.path):
+                    # Garbage collection deleted this segment and the ones after it while we
+                    # read through the open file: raises OffsetOutOfRangeError if offset is gone.
+                    self._log.locate(self.offset)
                 self._buf, self._bpos = b"", 0
                 return False
             self._end = self.offset

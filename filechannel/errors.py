@@ -93,9 +93,7 @@ def storage_error(exc: OSError, action: str, path: str | os.PathLike[str]) -> St
     cls = DiskFullError if exc.errno in _FULL_ERRNOS else StorageError
     reason = exc.strerror or str(exc)
     hint = " Free some space (or raise the limit) and reopen the channel." if cls is DiskFullError else ""
-    err = cls(exc.errno or 0, f"cannot {action} {os.fspath(path)!r}: {reason}.{hint}")
-    err.filename = os.fspath(path)
-    return err
+    return cls(exc.errno or 0, f"cannot {action} {os.fspath(path)!r}: {reason}.{hint}")
 
 
 @contextmanager

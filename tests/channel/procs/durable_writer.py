@@ -1,0 +1,35 @@
+"""A writer for the crash tests: sends with fsync="always" and reports each acknowledged offset.
+
+    python durable_writer.py PATH SEED [compress]
+
+Prints "offset seed index" once send/send_many has returned for that record, i.e. once the
+record is on disk. Values are derived from (seed, index), so a checker can verify them.
+Runs until killed.
+"""
+
+import hashlib
+import sys
+
+from filechannel import FileChannel
+
+
+def value(seed: int, index: int) -> bytes:
+    return hashlib.sha256(b"%d-%d" % (seed, index)).digest() * (1 + index % 9)
+
+
+if __name__ == "__main__":
+    path, seed = sys.argv[1], int(sys.argv[2])
+    compress = len(sys.argv) > 3 and sys.argv[3] == "compress"
+    settings = dict(fsync="always", segment_bytes=64 * 1024, maintenance_interval=0.02 if compress else 0)
+    with FileChannel(path, **settings) as ch:
+        sender = ch.sender()
+        i = 0
+        while True:
+            if i % 4 == 0:
+                offsets = sender.send_many([value(seed, i + k) for k in range(4)])
+                print("\n".join(f"{off} {seed} {i + k}" for k, off in enumerate(offsets)), flush=True)
+                i += 4
+            else:
+                off = sender.send(value(seed, i), key=b"k%d" % i if i % 3 else None, headers=[("i", b"%d" % i)] if i % 5 == 0 else None)
+                print(f"{off} {seed} {i}", flush=True)
+                i += 1

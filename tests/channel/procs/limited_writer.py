@@ -1,0 +1,30 @@
+"""Sends until the file-size limit stops it: python limited_writer.py PATH LIMIT_BYTES
+
+RLIMIT_FSIZE makes write() fail with EFBIG (Python ignores SIGXFSZ): a real OS error on
+the write path, like a full disk. Prints the last offset whose flush succeeded, then
+what the failure and the next send raised.
+"""
+
+import resource
+import sys
+
+from filechannel import FileChannel, FileChannelError
+
+path, limit = sys.argv[1], int(sys.argv[2])
+with FileChannel(path, fsync="never", maintenance_interval=0) as ch:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    sender = ch.sender()
+    good = -1
+    try:
+        for i in range(1_000_000):
+            off = sender.send(b"record-%06d" % i + b"." * 200)
+            if i % 10 == 9:
+                sender.flush()
+                good = off
+    except FileChannelError as exc:
+        print("failed", type(exc).__name__, exc, flush=True)
+    print("good", good, flush=True)
+    try:
+        sender.send(b"after")
+    except FileChannelError as exc:
+        print("then", type(exc).__name__, flush=True)

@@ -1,0 +1,105 @@
+"""Torn tails: the last frame cut or garbled at every byte position is trimmed on reopen;
+corruption inside a sealed segment is never skipped."""
+
+import logging
+import os
+
+import pytest
+
+from filechannel import CorruptRecordError, FileChannel
+from filechannel.segment import SEGMENT_HEADER_SIZE
+
+N = 20
+CONFIG = dict(maintenance_interval=0, compression="none")
+
+
+def write(path, n=N, **extra):
+    with FileChannel(path, **CONFIG, **extra) as ch:
+        s = ch.sender()
+        for i in range(n):
+            s.send(b"value-%02d" % i + b"#" * (i % 7), key=b"k" if i % 2 else None)
+
+
+def last_segment(path):
+    return os.path.join(path, sorted(f for f in os.listdir(path) if f.endswith(".seg"))[-1])
+
+
+def frame_start_of_last(seg):
+    data = open(seg, "rb").read()
+    pos, starts = SEGMENT_HEADER_SIZE, []
+    while pos < len(data):
+        starts.append(pos)
+        pos += 8 + int.from_bytes(data[pos : pos + 4], "little")
+    return starts[-1], len(data)
+
+
+def reopen_and_read(path):
+    with FileChannel(path, **CONFIG) as ch:
+        rx = ch.receiver()
+        recs = rx.recv_many(1000, timeout=0)
+        offset = ch.sender().send(b"after")
+        ch.sender().flush()
+        return recs, offset
+
+
+def test_cut_anywhere_in_the_last_frame_is_trimmed(tmp_path, caplog):
+    template = tmp_path / "template"
+    write(template)
+    seg = last_segment(template)
+    start, end = frame_start_of_last(seg)
+    data = open(seg, "rb").read()
+    for cut in range(start + 1, end):
+        path = tmp_path / f"cut{cut}"
+        os.makedirs(path)
+        with open(os.path.join(path, os.path.basename(seg)), "wb") as f:
+            f.write(data[:cut])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="filechannel"):
+            recs, offset = reopen_and_read(path)
+        assert [r.offset for r in recs] == list(range(N - 1)), cut
+        assert offset == N - 1
+        assert any(f"trimmed a torn tail of {cut - start} bytes at byte {start}" in m for m in caplog.messages), cut
+
+
+def test_a_garbled_byte_anywhere_in_the_last_frame_is_trimmed(tmp_path):
+    template = tmp_path / "template"
+    write(template)
+    seg = last_segment(template)
+    start, end = frame_start_of_last(seg)
+    data = open(seg, "rb").read()
+    for at in range(start, end):
+        path = tmp_path / f"flip{at}"
+        os.makedirs(path)
+        garbled = bytearray(data)
+        garbled[at] ^= 0x5A
+        with open(os.path.join(path, os.path.basename(seg)), "wb") as f:
+            f.write(garbled)
+        recs, offset = reopen_and_read(path)
+        assert [r.offset for r in recs] == list(range(N - 1)), at
+        assert recs[-1].value.startswith(b"value-%02d" % (N - 2))
+        assert offset == N - 1
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_corruption_in_a_sealed_segment_is_never_skipped(tmp_path, compressed):
+    path = tmp_path / "ch"
+    with FileChannel(path, segment_bytes=4096, maintenance_interval=0) as ch:
+        s = ch.sender()
+        for i in range(300):
+            s.send(b"payload-%04d" % i + b"." * 30)
+        s.flush()
+        if compressed:
+            ch.compress_sealed()
+    first = sorted(f for f in os.listdir(path) if f.startswith("0000") and f.endswith((".seg", ".seg.z")))[0]
+    victim = os.path.join(path, first)
+    data = bytearray(open(victim, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(victim, "wb").write(bytes(data))
+    with FileChannel(path, segment_bytes=4096, maintenance_interval=0) as ch:
+        rx = ch.receiver()
+        with pytest.raises(CorruptRecordError) as info:
+            while rx.recv_many(1000, timeout=0):
+                pass
+        assert first in str(info.value)
+        with pytest.raises(CorruptRecordError, match=first):
+            ch.check()
