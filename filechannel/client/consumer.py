@@ -400,7 +400,7 @@ class Consumer:
         }
         if not plain:
             return
-        self._group.commit(plain)
+        self._group.commit(plain, manual=self._manual)
         key = f"group.{self._group.group_id}"
         for tp, off in plain.items():
             self._with_channel(tp, lambda ch, off=off: ch.positions.set(key, off))

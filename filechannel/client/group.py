@@ -278,13 +278,17 @@ class GroupMember:
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"group offsets {self.offsets_path} are corrupt ({exc})") from exc
 
-    def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        """Store ``offsets`` if this member owns every one of those partitions (fencing)."""
+    def commit(self, offsets: dict[TopicPartition, int], *, manual: bool = False) -> None:
+        """Store ``offsets`` if this member owns every one of those partitions (fencing).
+
+        A ``manual`` commit (a consumer that called ``assign``, or Spark's source) belongs
+        to no generation: like Kafka's, it is accepted for partitions no live member owns.
+        """
         with self._lock.holding():
             state = self._load()
             for tp in offsets:
                 owner = state.owners.get(tp_key(tp))
-                if owner != self.member_id:
+                if owner != self.member_id and not (manual and (owner is None or not self._alive(owner))):
                     raise CommitFailedError(
                         f"cannot commit {tp.topic}[{tp.partition}] for group {self.group_id!r}: this consumer no "
                         f"longer owns it (owner: {owner or 'none'}, generation {state.generation}); the group "

@@ -1,0 +1,27 @@
+"""Failpoints: named places where a test can make this process die on purpose.
+
+Crash tests of code that runs inside processes a test does not start itself (Spark's
+Python workers) cannot send SIGKILL at the right moment. With ``FILECHANNEL_FAILPOINTS``
+set to a folder, :func:`hit` kills the process (``os._exit``, like a crash: no cleanup, no
+flush) the first time the file ``<folder>/<name>`` exists, deleting it first so a retry
+goes on. Unset (always, outside tests), a failpoint costs one environment lookup.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV = "FILECHANNEL_FAILPOINTS"
+EXIT_CODE = 86
+
+
+def hit(name: str) -> None:
+    folder = os.environ.get(ENV)
+    if not folder:
+        return
+    path = os.path.join(folder, name)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    os._exit(EXIT_CODE)

@@ -1,0 +1,82 @@
+"""Offset ranges: what one Spark task reads, how a micro-batch is split, and reading one.
+
+An :class:`OffsetRange` is picklable (Spark ships it to an executor's Python worker), names
+the root, and says what to do if its first records were deleted in the meantime.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from ..client.topics import TopicStore
+from ..errors import OffsetOutOfRangeError
+from .errors import data_loss
+from .schema import records_to_batch
+
+BATCH_ROWS = 8192  # rows per Arrow batch: large enough to amortise, small enough to stream
+
+
+@dataclass(repr=False)
+class OffsetRange(InputPartition):
+    root: str
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+    fail_on_data_loss: bool = True
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def split(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Split ranges so there are at least ``min_partitions`` tasks, large ranges into most.
+
+    Like Spark's Kafka source: each range gets a share of ``min_partitions`` proportional to
+    its size (at least one), and is cut into that many nearly equal pieces.
+    """
+    ranges = [r for r in ranges if r.size > 0]
+    total = sum(r.size for r in ranges)
+    if not min_partitions or min_partitions <= len(ranges) or total == 0:
+        return ranges
+    out = []
+    for r in ranges:
+        parts = max(1, min(r.size, math.floor(r.size / total * min_partitions + 0.5)))
+        step = r.size / parts
+        bounds = [r.start + round(i * step) for i in range(parts)] + [r.end]
+        out.extend(OffsetRange(r.root, r.topic, r.partition, a, b, r.fail_on_data_loss) for a, b in zip(bounds, bounds[1:], strict=False))
+    return out
+
+
+def read_range(r: OffsetRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """The records of ``r`` as Arrow batches, in offset order."""
+    with TopicStore(r.root).open_partition(r.topic, r.partition, maintenance_interval=0) as ch:
+        start = r.start
+        first = ch.first_offset
+        if start < first:
+            if r.fail_on_data_loss:
+                raise data_loss(r.topic, r.partition, start, first)
+            start = min(first, r.end)
+        rx = ch.receiver(start)
+        pos = start
+        while pos < r.end:
+            try:
+                records = rx.recv_many(min(batch_rows, r.end - pos), timeout=0)
+            except OffsetOutOfRangeError:
+                # Garbage collection or retention deleted the rest while we read.
+                first = ch.first_offset
+                if r.fail_on_data_loss:
+                    raise data_loss(r.topic, r.partition, pos, first) from None
+                pos = min(max(pos, first), r.end)
+                rx.seek(pos)
+                continue
+            if not records:
+                raise data_loss(r.topic, r.partition, pos, ch.end_offset, missing_tail=True)
+            pos = records[-1].offset + 1
+            yield records_to_batch(r.topic, r.partition, records)

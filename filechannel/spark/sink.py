@@ -1,0 +1,311 @@
+"""The ``filechannel`` sink: tasks stage their rows, the driver's commit appends them.
+
+Tasks never append to a topic. Each writes its rows to a staging file (Arrow IPC) under
+``ROOT/.staging/`` and returns its path; only the driver's ``commit`` appends the staged
+rows of the tasks that succeeded, so a retried task or an aborted job appends nothing twice.
+
+Streaming writes are exactly once: every record the sink appends for micro-batch ``B``
+carries the header ``fc.sink.batch = "<sink id>:<B>"``, and the sink's state file
+``ROOT/.sinks/<sink id>.json`` records, before appending, the end offset of every partition
+(``pending``) and, after, the last batch done. A replayed batch that is already done is
+skipped; a batch whose commit died half-way is finished: the records of that batch already
+in each partition (counted by their header past the recorded end offsets) are skipped and
+only the rest appended. The sink id is derived from the query's checkpoint location, so a
+new query (new checkpoint) writing into the same topic starts afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
+
+from .. import failpoints
+from ..client.partitioner import murmur2
+from ..client.topics import TopicStore
+from ..errors import ConfigError, UnknownTopicError
+from ..files import read_if_exists, unlink_if_exists, write_atomically
+from ..names import validate_name
+from .errors import SinkError
+from .options import SINK_OPTIONS, lower_keys, require_root
+
+STAGING_DIR = ".staging"
+SINKS_DIR = ".sinks"
+BATCH_HEADER = "fc.sink.batch"
+_TEXT = (BinaryType(), StringType())
+
+
+@dataclass
+class StagedFile(WriterCommitMessage):
+    path: str | None  # None when the task had no rows
+    rows: int
+
+
+@dataclass
+class SinkSpec:
+    """The sink's options and the columns it was given, checked on the driver."""
+
+    root: str
+    topic: str | None
+    sink_id: str | None
+    columns: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, options: dict[str, str], schema: StructType, *, streaming: bool) -> SinkSpec:
+        opts = lower_keys(options)
+        unknown = sorted(set(opts) - SINK_OPTIONS)
+        if unknown:
+            raise ConfigError(f"unknown sink option(s) {', '.join(unknown)}; the sink takes root, topic, sinkId")
+        types = {f.name.lower(): f.dataType for f in schema.fields}
+        allowed: dict[str, tuple[DataType, ...]] = {
+            "value": _TEXT, "key": _TEXT, "topic": (StringType(),), "partition": (IntegerType(),),
+            "headers": tuple(ArrayType(_header(t), c) for t in _TEXT for c in (True, False)),
+        }
+        if "value" not in types:
+            raise SinkError(f"the sink needs a 'value' column (binary or string); got {', '.join(types) or 'none'}")
+        for name, dtype in types.items():
+            if name not in allowed:
+                raise SinkError(f"column {name!r} cannot be written; the sink takes value, key, headers, partition, topic")
+            if not any(_same_type(dtype, a) for a in allowed[name]):
+                raise SinkError(f"column {name!r} has type {dtype.simpleString()}, expected {' or '.join(a.simpleString() for a in allowed[name][:2])}")
+        topic = opts.get("topic")
+        if topic is not None:
+            validate_name(topic, "topic")
+        elif "topic" not in types:
+            raise SinkError('say where to write: option("topic", ...) or a "topic" column')
+        sink_id = None
+        if streaming:
+            anchor = opts.get("sinkid") or opts.get("checkpointlocation")
+            if not anchor:
+                raise ConfigError('a streaming write needs a checkpointLocation (or option "sinkId") for exactly-once')
+            sink_id = hashlib.sha256(anchor.encode()).hexdigest()[:16]
+        return cls(require_root(opts), topic, sink_id, [f.name for f in schema.fields])
+
+
+def _header(value_type: DataType) -> StructType:
+    from pyspark.sql.types import StructField
+
+    return StructType([StructField("key", StringType()), StructField("value", value_type)])
+
+
+def _same_type(a: DataType, b: DataType) -> bool:
+    """Equal up to nullability (what a DataFrame column's type carries varies)."""
+    if isinstance(a, ArrayType) and isinstance(b, ArrayType):
+        return _same_type(a.elementType, b.elementType)
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        return [f.name for f in a.fields] == [f.name for f in b.fields] and all(
+            _same_type(x.dataType, y.dataType) for x, y in zip(a.fields, b.fields, strict=True)
+        )
+    return type(a) is type(b)
+
+
+def stage(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> StagedFile:
+    """In a task: write this task's rows to a staging file; nothing reaches the topic yet."""
+    folder = os.path.join(spec.root, STAGING_DIR)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{uuid.uuid4().hex}.arrow")
+    rows = 0
+    writer = None
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if writer is None:
+                writer = pa.ipc.new_file(path, batch.schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        unlink_if_exists(path)
+        raise
+    if writer is None:
+        return StagedFile(None, 0)
+    writer.close()
+    return StagedFile(path, rows)
+
+
+def _as_bytes(column: pa.Array) -> list[Any]:
+    return column.cast(pa.binary()).to_pylist() if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) else column.to_pylist()
+
+
+class Router:
+    """Which partition of which topic each row goes to: given, by key hash, or round-robin.
+
+    Round-robin starts at partition 0 for every commit, so a replayed batch lands the same way.
+    """
+
+    def __init__(self, store: TopicStore, topic: str | None) -> None:
+        self.store = store
+        self.topic = topic
+        self._counts: dict[str, int] = {}
+        self._next: dict[str, int] = {}
+
+    def partitions(self, topic: str) -> int:
+        n = self._counts.get(topic)
+        if n is None:
+            try:
+                n = self.store.partitions(topic)
+            except UnknownTopicError:
+                self.store.create(topic, 1, {}, exist_ok=True)
+                n = self.store.partitions(topic)
+            self._counts[topic] = n
+        return n
+
+    def route(self, topic: str | None, partition: int | None, key: bytes | None) -> tuple[str, int]:
+        topic = topic or self.topic
+        if topic is None:
+            raise SinkError("a row has a null topic and the sink has no topic option")
+        n = self.partitions(topic)
+        if partition is not None:
+            if not 0 <= partition < n:
+                raise SinkError(f"a row asks for partition {partition} of {topic!r}, which has partitions 0 to {n - 1}")
+            return topic, partition
+        if key is not None:
+            return topic, (murmur2(key) & 0x7FFFFFFF) % n
+        p = self._next.get(topic, 0)
+        self._next[topic] = p + 1
+        return topic, p % n
+
+
+def staged_rows(spec: SinkSpec, messages: list[Any], router: Router) -> dict[tuple[str, int], list[tuple]]:
+    """The staged rows of the successful tasks, grouped by (topic, partition), in order."""
+    out: dict[tuple[str, int], list[tuple]] = {}
+    for msg in messages:
+        if not isinstance(msg, StagedFile) or msg.path is None:
+            continue
+        with pa.memory_map(msg.path) as source:
+            table = pa.ipc.open_file(source).read_all()
+        names = {n.lower(): n for n in table.column_names}
+        n = table.num_rows
+
+        def col(name: str, names: dict[str, str] = names, table: pa.Table = table, n: int = n) -> list[Any]:
+            return table.column(names[name]).combine_chunks() if name in names else pa.nulls(n)
+
+        values, keys = _as_bytes(col("value")), _as_bytes(col("key"))
+        topics, parts, headers = col("topic").to_pylist(), col("partition").to_pylist(), col("headers").to_pylist()
+        for value, key, topic, part, hdrs in zip(values, keys, topics, parts, headers, strict=True):
+            if value is None:
+                raise SinkError("a row has a null value; the sink writes only non-null values")
+            h = [(e["key"], e["value"].encode() if isinstance(e["value"], str) else e["value"]) for e in hdrs] if hdrs else []
+            out.setdefault(router.route(topic, part, key), []).append((value, key, h))
+    return out
+
+
+def discard(messages: list[Any]) -> None:
+    for msg in messages:
+        if isinstance(msg, StagedFile) and msg.path:
+            unlink_if_exists(msg.path)
+
+
+class SinkState:
+    """``ROOT/.sinks/<id>.json``: the last batch done, and the batch being appended."""
+
+    def __init__(self, root: str, sink_id: str) -> None:
+        folder = os.path.join(root, SINKS_DIR)
+        os.makedirs(folder, exist_ok=True)
+        self.path = os.path.join(folder, f"{sink_id}.json")
+        data = read_if_exists(self.path, "sink state")
+        state = json.loads(data) if data else {}
+        self.done: int = state.get("done", -1)
+        self.pending: dict[str, Any] | None = state.get("pending")
+
+    def save(self) -> None:
+        write_atomically(self.path, json.dumps({"done": self.done, "pending": self.pending}).encode())
+
+
+def append(spec: SinkSpec, messages: list[Any], batch_id: int | None) -> int:
+    """On the driver: append the staged rows (once per batch id when streaming); return rows added."""
+    store = TopicStore(spec.root)
+    try:
+        state = SinkState(spec.root, spec.sink_id) if batch_id is not None and spec.sink_id else None
+        if state is not None and batch_id is not None and state.done >= batch_id:
+            return 0  # a replay of a batch already appended
+        rows = staged_rows(spec, messages, Router(store, spec.topic))
+        marker = f"{spec.sink_id}:{batch_id}".encode() if state is not None else None
+        starts: dict[str, int] = {}
+        if state is not None:
+            if state.pending and state.pending.get("batch") == batch_id:
+                starts = state.pending["starts"]
+            else:
+                starts = {f"{t}/{p}": _end_offset(store, t, p) for t, p in rows}
+                state.pending = {"batch": batch_id, "starts": starts}
+                state.save()
+        failpoints.hit("sink-before-append")
+        added = 0
+        for (topic, p), records in rows.items():
+            with store.open_partition(topic, p) as ch:
+                skip = _already_there(ch, starts.get(f"{topic}/{p}"), marker) if marker else 0
+                sender = ch.sender()
+                extra = [(BATCH_HEADER, marker)] if marker else []
+                for i, (value, key, headers) in enumerate(records[skip:]):
+                    sender.send(value, key=key, headers=headers + extra if extra else headers or None)
+                    if i == len(records) // 2:
+                        sender.flush()
+                        failpoints.hit("sink-mid-append")
+                sender.flush()
+                added += len(records) - skip
+        if state is not None and batch_id is not None:
+            state.done, state.pending = batch_id, None
+            state.save()
+        failpoints.hit("sink-after-append")
+        return added
+    finally:
+        discard(messages)
+
+
+def _end_offset(store: TopicStore, topic: str, partition: int) -> int:
+    with store.open_partition(topic, partition, maintenance_interval=0) as ch:
+        return ch.end_offset
+
+
+def _already_there(ch: Any, start: int | None, marker: bytes) -> int:
+    """How many records carrying ``marker`` are in the channel past ``start``."""
+    if start is None:
+        return 0
+    rx = ch.receiver(max(start, ch.first_offset))
+    count = 0
+    while batch := rx.recv_many(10_000, timeout=0):
+        count += sum(1 for r in batch if (BATCH_HEADER, marker) in r.headers)
+    return count
+
+
+class FileChannelWriter(DataSourceArrowWriter):
+    """``df.write.format("filechannel")``."""
+
+    def __init__(self, spec: SinkSpec) -> None:
+        self.spec = spec
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
+        return stage(self.spec, iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        append(self.spec, messages, None)
+
+    def abort(self, messages: list[Any]) -> None:
+        discard(messages)
+
+
+class FileChannelStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("filechannel")``: exactly once per micro-batch."""
+
+    def __init__(self, spec: SinkSpec) -> None:
+        self.spec = spec
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
+        return stage(self.spec, iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (pyspark's name)
+        append(self.spec, messages, batchId)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+        discard(messages)
