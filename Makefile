@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python examples/demo.py
+	$(BIN)/python examples/pipeline.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -10,8 +10,8 @@ carries the header ``fc.sink.batch = "<sink id>:<B>"``, and the sink's state fil
 (``pending``) and, after, the last batch done. A replayed batch that is already done is
 skipped; a batch whose commit died half-way is finished: the records of that batch already
 in each partition (counted by their header past the recorded end offsets) are skipped and
-only the rest appended. The sink id is derived from the query's checkpoint location, so a
-new query (new checkpoint) writing into the same topic starts afresh.
+only the rest appended. The sink id is derived from the query's checkpoint (its location and Spark's query id in it), so a
+new query (a new checkpoint, or the same path deleted and created again) starts afresh.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class SinkSpec:
 
     root: str
     topic: str | None
-    sink_id: str | None
+    anchor: str | None  # streaming: what identifies the query (see sink_id)
     columns: list[str] = field(default_factory=list)
 
     @classmethod
@@ -82,13 +82,29 @@ class SinkSpec:
             validate_name(topic, "topic")
         elif "topic" not in types:
             raise SinkError('say where to write: option("topic", ...) or a "topic" column')
-        sink_id = None
+        anchor = None
         if streaming:
-            anchor = opts.get("sinkid") or opts.get("checkpointlocation")
-            if not anchor:
+            if opts.get("sinkid"):
+                anchor = "sinkId=" + validate_name(opts["sinkid"], "sinkId")
+            elif opts.get("checkpointlocation"):
+                anchor = opts["checkpointlocation"]
+            else:
                 raise ConfigError('a streaming write needs a checkpointLocation (or option "sinkId") for exactly-once')
-            sink_id = hashlib.sha256(anchor.encode()).hexdigest()[:16]
-        return cls(require_root(opts), topic, sink_id, [f.name for f in schema.fields])
+        return cls(require_root(opts), topic, anchor, [f.name for f in schema.fields])
+
+    def sink_id(self) -> str:
+        """Who appends: the query's checkpoint, told apart from an earlier one at the same path.
+
+        Spark writes a fresh query id into ``<checkpoint>/metadata`` when it creates a
+        checkpoint, so deleting a checkpoint to start over starts a new sink too.
+        """
+        anchor = self.anchor or ""
+        if not anchor.startswith("sinkId="):
+            local = anchor[len("file:"):] if anchor.startswith("file:") else anchor
+            data = read_if_exists(os.path.join(local, "metadata"), "checkpoint metadata")
+            if data:
+                anchor += "#" + str(json.loads(data.splitlines()[0]).get("id", ""))
+        return hashlib.sha256(anchor.encode()).hexdigest()[:16]
 
 
 def _header(value_type: DataType) -> StructType:
@@ -227,11 +243,12 @@ def append(spec: SinkSpec, messages: list[Any], batch_id: int | None) -> int:
     """On the driver: append the staged rows (once per batch id when streaming); return rows added."""
     store = TopicStore(spec.root)
     try:
-        state = SinkState(spec.root, spec.sink_id) if batch_id is not None and spec.sink_id else None
+        sink_id = spec.sink_id() if batch_id is not None else None
+        state = SinkState(spec.root, sink_id) if sink_id is not None else None
         if state is not None and batch_id is not None and state.done >= batch_id:
             return 0  # a replay of a batch already appended
         rows = staged_rows(spec, messages, Router(store, spec.topic))
-        marker = f"{spec.sink_id}:{batch_id}".encode() if state is not None else None
+        marker = f"{sink_id}:{batch_id}".encode() if state is not None else None
         starts: dict[str, int] = {}
         if state is not None:
             if state.pending and state.pending.get("batch") == batch_id:

@@ -95,3 +95,14 @@ def test_a_new_query_into_the_same_topic_is_not_mistaken_for_a_replay(spark, tmp
     _stream_copy(spark, root, tmp_path / "ck1")
     _stream_copy(spark, root, tmp_path / "ck2")
     assert _values(spark, root, "out") == sorted(list(range(500)) * 2)
+
+
+def test_a_deleted_and_recreated_checkpoint_is_a_new_query(spark, tmp_path):
+    import shutil
+
+    root, ck = tmp_path / "root", tmp_path / "ck"
+    make_topic(root, "in", n=300)
+    _stream_copy(spark, root, ck)
+    shutil.rmtree(ck)
+    _stream_copy(spark, root, ck)  # same path, new query: its batch 0 is not a replay
+    assert _values(spark, root, "out") == sorted(list(range(300)) * 2)
