@@ -70,7 +70,10 @@ def main() -> None:
         consumer.join()
         elapsed = time.perf_counter() - start
         print(f"producer process sent {args.records:,} records; consumer process received {seen:,} and acked {acked:,}")
-        print(f"end to end in {elapsed:.2f} s ({seen / elapsed:,.0f} records/s); first record arrived {first_latency:.1f} ms after it was sent")
+        print(
+            f"end to end in {elapsed:.2f} s ({seen / elapsed:,.0f} records/s); "
+            f"first record arrived {first_latency:.1f} ms after it was sent"
+        )
         print("page views seen by the consumer:")
         for page, count in sorted(pages.items(), key=lambda kv: -kv[1]):
             print(f"  {page:<14} {count:>8,}")

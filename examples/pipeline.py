@@ -67,7 +67,7 @@ def produce(root: str, n: int, start_ms: int) -> None:
         bar.update(task, completed=n)
 
 
-def spark_session(root: str):  # noqa: ANN201 (pyspark is imported late: it is slow)
+def spark_session(root: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must import filechannel
     from pyspark.sql import SparkSession
 
@@ -88,7 +88,7 @@ def spark_session(root: str):  # noqa: ANN201 (pyspark is imported late: it is s
     return spark
 
 
-def run_query(query, what: str, total: int) -> None:  # noqa: ANN001
+def run_query(query, what: str, total: int) -> None:
     """Wait for an availableNow query, showing rows processed."""
     with progress() as bar:
         task = bar.add_task(what, total=total)
@@ -99,52 +99,67 @@ def run_query(query, what: str, total: int) -> None:  # noqa: ANN001
     query.awaitTermination()  # raises if the query failed
 
 
-def count_windows(spark, root: str, n: int) -> None:  # noqa: ANN001
+def count_windows(spark, root: str, n: int) -> None:
     from pyspark.sql import functions as F
 
     schema = "user string, page string, referrer string, duration_ms int"
     views = (
-        spark.readStream.format("filechannel").option("root", root).option("subscribe", "pageviews")
-        .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100000").load()
+        spark.readStream.format("filechannel")
+        .option("root", root)
+        .option("subscribe", "pageviews")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "100000")
+        .load()
         .select(F.from_json(F.col("value").cast("string"), schema).alias("e"), "timestamp")
         .select("e.page", "timestamp")
     )
     counts = (
         views.withWatermark("timestamp", "1 minute")
-        .groupBy(F.window("timestamp", "5 minutes"), "page").count()
+        .groupBy(F.window("timestamp", "5 minutes"), "page")
+        .count()
         .select(
             F.col("page").alias("key"),
             F.to_json(F.struct(F.col("window.start").alias("window_start"), "page", "count")).alias("value"),
         )
     )
     query = (
-        counts.writeStream.format("filechannel").option("root", root).option("topic", "pageview-counts")
+        counts.writeStream.format("filechannel")
+        .option("root", root)
+        .option("topic", "pageview-counts")
         .option("checkpointLocation", os.path.join(root, ".checkpoints", "counts"))
-        .outputMode("append").trigger(availableNow=True).start()
+        .outputMode("append")
+        .trigger(availableNow=True)
+        .start()
     )
     run_query(query, "spark: windowed counts -> topic pageview-counts", n + 4)
 
 
-def counts_to_parquet(spark, root: str, out: str) -> int:  # noqa: ANN001
+def counts_to_parquet(spark, root: str, out: str) -> int:
     from pyspark.sql import functions as F
 
     total = Admin(root).describe_topic("pageview-counts")
     rows = sum(p.end_offset - p.first_offset for p in total.partitions)
     schema = "window_start timestamp, page string, count long"
     query = (
-        spark.readStream.format("filechannel").option("root", root).option("subscribe", "pageview-counts")
-        .option("startingOffsets", "earliest").load()
-        .select(F.from_json(F.col("value").cast("string"), schema).alias("c")).select("c.*")
+        spark.readStream.format("filechannel")
+        .option("root", root)
+        .option("subscribe", "pageview-counts")
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(F.from_json(F.col("value").cast("string"), schema).alias("c"))
+        .select("c.*")
         .where(F.col("page") != HEARTBEAT)  # not earlier: Spark would push it below the watermark
-        .writeStream.format("parquet").option("path", out)
+        .writeStream.format("parquet")
+        .option("path", out)
         .option("checkpointLocation", os.path.join(root, ".checkpoints", "parquet"))
-        .trigger(availableNow=True).start()
+        .trigger(availableNow=True)
+        .start()
     )
     run_query(query, "spark: topic pageview-counts -> parquet", rows)
     return rows
 
 
-def summarize(spark, out: str, n: int) -> None:  # noqa: ANN001
+def summarize(spark, out: str, n: int) -> None:
     from pyspark.sql import functions as F
 
     df = spark.read.parquet(out)

@@ -33,13 +33,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from crc32c import crc32c
+
 from .config import ChannelConfig
 from .errors import ChannelClosedError, FileChannelError, SenderFailedError, os_errors, storage_error
 from .index import IndexMark, encode_marks
 from .log import Log
 from .names import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
-from crc32c import crc32c
-
 from .record import (
     FRAME_AND_PREFIX,
     FRAME_HEADER_SIZE,
@@ -160,7 +160,13 @@ class Appender:
             batch_marks: list[tuple[int, int]] = []
             before = len(self._pending)
             count, nbytes = encode_value_frames(
-                self._pending, values, ts, self._max_payload, self._index_interval, state.since_index, batch_marks,
+                self._pending,
+                values,
+                ts,
+                self._max_payload,
+                self._index_interval,
+                state.since_index,
+                batch_marks,
             )
             if count == 0:
                 return range(start, start)
@@ -268,17 +274,28 @@ class Appender:
     # -- draining ----------------------------------------------------------------------------
 
     def drain(self, sync: bool, upto: int | None = None) -> None:
-        """Write buffered records (``upto`` an offset: at least those before it), fsync if ``sync``."""
+        """Write buffered records (``upto`` an offset: at least those before it), fsync if ``sync``.
+
+        Without ``upto``: the records buffered when the call began. Records other threads
+        send meanwhile go into a later drain; chasing them would keep this caller (say, a
+        flush or the syncer of durable futures) writing for as long as they keep sending.
+        """
         with self._cond:
+            if upto is None:
+                upto = self._state.end_offset if self._state is not None else self._written_offset
             self._drain_locked(sync, upto)
 
     def _drain_locked(self, sync: bool, upto: int | None, keep_lock: bool = False) -> None:
         while True:
             if self._failed is not None:
-                raise SenderFailedError(f"a previous write to channel {self._log.path!r} failed: {self._failed}") from self._failed
+                raise SenderFailedError(
+                    f"a previous write to channel {self._log.path!r} failed: {self._failed}"
+                ) from self._failed
             target = (self._state.end_offset if self._state is not None else self._written_offset) if upto is None else upto
             reached = self._durable_offset if sync else self._written_offset
-            if reached >= target and not self._pending:
+            # With ``upto``, our records being there is enough: waiting for an empty buffer
+            # would make every caller of a busy channel lead fsyncs for the others' records.
+            if reached >= target and (upto is not None or not self._pending):
                 if not self._flushing and not keep_lock:
                     self._release_if_idle()
                 return
@@ -302,15 +319,20 @@ class Appender:
             start_size = state.segment_size
             state.segment_size += nbytes
             snapshot = WriterState(
-                state.segment_base, state.segment_id, state.segment_size, end, state.since_index,
-                state.max_timestamp, state.created_ms,
+                state.segment_base,
+                state.segment_id,
+                state.segment_size,
+                end,
+                state.since_index,
+                state.max_timestamp,
+                state.created_ms,
             )
         self._flushing = True
         self._cond.release()
         error: BaseException | None = None
         try:
             self._write(batch, marks, snapshot, start_size, sync)
-        except BaseException as exc:  # noqa: BLE001 - recorded and re-raised to every caller
+        except BaseException as exc:
             error = exc
         finally:
             self._cond.acquire()
@@ -390,7 +412,7 @@ class Appender:
             self._last_drain = time.monotonic()
             try:
                 self.drain(sync=self._fsync_due(fsync_every))
-            except Exception:  # noqa: BLE001 - the failure is kept and raised to senders
+            except Exception:
                 log.debug("background flush failed", exc_info=True)
 
     def _fsync_due(self, every: float | None) -> bool:

@@ -193,7 +193,7 @@ class FileChannel:
             try:
                 self._log.compress_sealed()
                 self._log.collect_garbage(self.positions.minimum())
-            except Exception:  # noqa: BLE001 - keep the thread alive; the next round retries
+            except Exception:
                 log.exception("channel %s: background maintenance failed", self.path)
             finally:
                 self._log.maintenance_lock.release()

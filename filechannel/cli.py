@@ -7,6 +7,7 @@ on stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from datetime import datetime
@@ -44,7 +45,12 @@ def _parse_value(text: str) -> Any:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--root", envvar="FILECHANNEL_ROOT", type=click.Path(file_okay=False), help="Folder holding the topics [env: FILECHANNEL_ROOT].")
+@click.option(
+    "--root",
+    envvar="FILECHANNEL_ROOT",
+    type=click.Path(file_okay=False),
+    help="Folder holding the topics [env: FILECHANNEL_ROOT].",
+)
 @click.pass_context
 def cli(ctx: click.Context, root: str | None) -> None:
     """filechannel: a durable, file-backed message log with a Kafka-like client."""
@@ -63,7 +69,14 @@ def topics() -> None:
 @topics.command("create")
 @click.argument("name")
 @click.option("--partitions", "-p", default=1, show_default=True, type=click.IntRange(1, 10_000))
-@click.option("--config", "-c", "settings", multiple=True, metavar="KEY=VALUE", help="Topic setting, e.g. retention_ms=3600000 (repeatable).")
+@click.option(
+    "--config",
+    "-c",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Topic setting, e.g. retention_ms=3600000 (repeatable).",
+)
 @click.pass_context
 def topics_create(ctx: click.Context, name: str, partitions: int, settings: tuple[str, ...]) -> None:
     """Create topic NAME."""
@@ -95,7 +108,9 @@ def topics_describe(ctx: click.Context, name: str) -> None:
     for col in ("partition", "first offset", "end offset", "records", "bytes on disk"):
         table.add_column(col, justify="right")
     for p in desc.partitions:
-        table.add_row(str(p.partition), str(p.first_offset), str(p.end_offset), str(p.end_offset - p.first_offset), f"{p.size_bytes:,}")
+        table.add_row(
+            str(p.partition), str(p.first_offset), str(p.end_offset), str(p.end_offset - p.first_offset), f"{p.size_bytes:,}"
+        )
     out.print(table)
     out.print("settings: " + (", ".join(f"{k}={v}" for k, v in sorted(desc.config.items())) or "defaults"))
 
@@ -179,12 +194,19 @@ def _records(consumer: Consumer, follow: bool, limit: int | None) -> Iterator[An
 @cli.command()
 @click.argument("topic")
 @click.option("--group", "-g", default=None, help="Consume as a member of this group (commits its offsets).")
-@click.option("--from", "start", default=None, help="earliest, latest, an OFFSET, or an ISO time [default: the group's committed offset, else earliest].")
+@click.option(
+    "--from",
+    "start",
+    default=None,
+    help="earliest, latest, an OFFSET, or an ISO time [default: the group's committed offset, else earliest].",
+)
 @click.option("--follow", is_flag=True, help="Keep waiting for new records.")
 @click.option("--max", "limit", type=click.IntRange(1), default=None, help="Stop after N records.")
 @click.option("--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True)
 @click.pass_context
-def consume(ctx: click.Context, topic: str, group: str | None, start: str | None, follow: bool, limit: int | None, fmt: str) -> None:
+def consume(
+    ctx: click.Context, topic: str, group: str | None, start: str | None, follow: bool, limit: int | None, fmt: str
+) -> None:
     """Print TOPIC's records, one per line."""
     consumer = Consumer(topic, root=_root(ctx), group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
     try:
@@ -196,7 +218,10 @@ def consume(ctx: click.Context, topic: str, group: str | None, start: str | None
                 stdout.write(rec.value + b"\n")
             else:
                 line = {
-                    "topic": rec.topic, "partition": rec.partition, "offset": rec.offset, "timestamp": rec.timestamp,
+                    "topic": rec.topic,
+                    "partition": rec.partition,
+                    "offset": rec.offset,
+                    "timestamp": rec.timestamp,
                     "key": rec.key.decode("utf-8", "replace") if rec.key is not None else None,
                     "value": rec.value.decode("utf-8", "replace"),
                     "headers": {k: v.decode("utf-8", "replace") for k, v in rec.headers},
@@ -234,7 +259,14 @@ def groups_describe(ctx: click.Context, group: str) -> None:
     state, offsets = read_group(root, group)
     admin = Admin(root)
     table = Table(title=f"group {group} (generation {state.generation}, {len(state.members)} member(s))")
-    for col, just in (("topic", "left"), ("partition", "right"), ("committed", "right"), ("end offset", "right"), ("lag", "right"), ("owner", "left")):
+    for col, just in (
+        ("topic", "left"),
+        ("partition", "right"),
+        ("committed", "right"),
+        ("end offset", "right"),
+        ("lag", "right"),
+        ("owner", "left"),
+    ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     topics_seen = sorted({tp.topic for tp in offsets} | set(state.partitions))
     for topic in topics_seen:
@@ -247,7 +279,9 @@ def groups_describe(ctx: click.Context, group: str) -> None:
             committed = offsets.get(tp)
             lag = p.end_offset - (committed if committed is not None else p.first_offset)
             owner = state.owners.get(f"{topic}/{p.partition}", "")
-            table.add_row(topic, str(p.partition), "-" if committed is None else str(committed), str(p.end_offset), str(lag), owner)
+            table.add_row(
+                topic, str(p.partition), "-" if committed is None else str(committed), str(p.end_offset), str(lag), owner
+            )
     out.print(table)
 
 
@@ -262,13 +296,17 @@ def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
     admin = Admin(_root(ctx))
     names = list(topics_) or admin.list_topics()
     total_records = 0
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=err, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=err, transient=False
+    ) as progress:
         for topic in names:
             desc = admin.describe_topic(topic)
             for p in desc.partitions:
                 task = progress.add_task(f"{topic}[{p.partition}]", total=max(p.size_bytes, 1))
                 with admin.open_partition(topic, p.partition, maintenance_interval=0) as ch:
-                    total_records += ch.check(progress=lambda done, total, task=task: progress.update(task, completed=done, total=total))
+                    total_records += ch.check(
+                        progress=lambda done, total, task=task: progress.update(task, completed=done, total=total)
+                    )
                 progress.update(task, completed=progress.tasks[task].total)
     out.print(f"ok: {total_records:,} records in {len(names)} topic(s), every CRC matches")
 
@@ -277,6 +315,8 @@ def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
 @click.pass_context
 def bench(ctx: click.Context) -> None:
     """Run the benchmark harness (same options as `python -m bench`)."""
+    if os.path.isdir(os.path.join(os.getcwd(), "bench")) and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the harness lives in the source checkout, not the package
     try:
         from bench.__main__ import main as bench_main  # type: ignore[import-not-found]
     except ImportError as exc:

@@ -127,25 +127,38 @@ def compress_segment(raw_path: str, out_path: str, *, level: int, block_bytes: i
         blocks.append(Block(first, ts, start - SEGMENT_HEADER_SIZE, file_pos, raw_len, len(body)))
         file_pos += len(body)
     info = CompressedInfo(
-        header.segment_id, header.base_offset, end_offset, header.created_ms, max_ts,
-        end_pos - SEGMENT_HEADER_SIZE, tuple(blocks),
+        header.segment_id,
+        header.base_offset,
+        end_offset,
+        header.created_ms,
+        max_ts,
+        end_pos - SEGMENT_HEADER_SIZE,
+        tuple(blocks),
     )
     head = _encode_table(info)
-    with os_errors("write compressed segment", out_path):
-        with open(out_path, "wb") as f:
-            f.write(head)
-            for body in bodies:
-                f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
+    with os_errors("write compressed segment", out_path), open(out_path, "wb") as f:
+        f.write(head)
+        for body in bodies:
+            f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
     return info
 
 
 def _encode_table(info: CompressedInfo) -> bytes:
     parts = [
         Z_HEADER.pack(
-            Z_MAGIC, Z_VERSION, METHOD_ZSTD, 0, info.segment_id, len(info.blocks), info.base_offset,
-            info.end_offset, info.created_ms, info.max_timestamp, info.raw_size,
+            Z_MAGIC,
+            Z_VERSION,
+            METHOD_ZSTD,
+            0,
+            info.segment_id,
+            len(info.blocks),
+            info.base_offset,
+            info.end_offset,
+            info.created_ms,
+            info.max_timestamp,
+            info.raw_size,
         )
     ]
     parts.extend(

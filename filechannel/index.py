@@ -32,7 +32,7 @@ MIN_TIMESTAMP = -(2**63)
 class IndexMark:
     """One index entry as the writer produces it: written to both index files."""
 
-    __slots__ = ("offset", "position", "max_timestamp_before")
+    __slots__ = ("max_timestamp_before", "offset", "position")
 
     def __init__(self, offset: int, position: int, max_timestamp_before: int) -> None:
         self.offset = offset

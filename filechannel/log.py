@@ -26,9 +26,10 @@ import time
 from dataclasses import dataclass
 
 from . import names
-from .compressed import CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length, Z_HEADER
+from .compressed import Z_HEADER, CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length
 from .config import ChannelConfig
 from .errors import CorruptRecordError, OffsetOutOfRangeError, os_errors
+from .files import fsync_dir, unlink_if_exists
 from .index import (
     MIN_TIMESTAMP,
     IndexMark,
@@ -39,7 +40,6 @@ from .index import (
     write_index_files,
 )
 from .lock import FileLock
-from .files import fsync_dir, unlink_if_exists
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, create_segment, read_segment_header
 from .writer_state import WriterState, read_state, write_state
 
@@ -98,9 +98,7 @@ class Log:
                 found[base] = True
             elif suffix == names.SEGMENT_SUFFIX:
                 found.setdefault(base, False)
-        refs = [
-            SegmentRef(b, z, self.compressed_path(b) if z else self.segment_path(b)) for b, z in sorted(found.items())
-        ]
+        refs = [SegmentRef(b, z, self.compressed_path(b) if z else self.segment_path(b)) for b, z in sorted(found.items())]
         with self._mutex:
             self._refs = refs
             self._bases = [r.base_offset for r in refs]
@@ -196,12 +194,14 @@ class Log:
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            marks, _since, _max, scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
+            marks, _since, _max, _scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
         finally:
             os.close(fd)
         write_index_files(
-            self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX), self.file(ref.base_offset, names.TIME_INDEX_SUFFIX),
-            ref.base_offset, marks,
+            self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX),
+            self.file(ref.base_offset, names.TIME_INDEX_SUFFIX),
+            ref.base_offset,
+            marks,
         )
         log.info("rebuilt the index of segment %s (%d entries)", ref.path, len(marks))
 
@@ -301,9 +301,12 @@ class Log:
             if scanner.stop != "end":
                 torn = size - scanner.end_position
                 log.warning(
-                    "channel %s: trimmed a torn tail of %d bytes at byte %d of %s (offset %d); "
-                    "records before it are intact",
-                    self.path, torn, scanner.end_position, path, scanner.end_offset,
+                    "channel %s: trimmed a torn tail of %d bytes at byte %d of %s (offset %d); records before it are intact",
+                    self.path,
+                    torn,
+                    scanner.end_position,
+                    path,
+                    scanner.end_offset,
                 )
                 with os_errors("truncate", path):
                     os.ftruncate(fd, scanner.end_position)
@@ -317,7 +320,12 @@ class Log:
         finally:
             os.close(fd)
         state = WriterState(
-            last.base_offset, header.segment_id, scanner.end_position, scanner.end_offset, since, max_ts,
+            last.base_offset,
+            header.segment_id,
+            scanner.end_position,
+            scanner.end_offset,
+            since,
+            max_ts,
             header.created_ms,
         )
         write_state(self.writer_lock.fd, self.writer_lock.path, state)
@@ -388,8 +396,11 @@ class Log:
             out = ref.path + ".z" + names.TEMP_SUFFIX
             try:
                 compress_segment(
-                    ref.path, out, level=self.config.compression_level,
-                    block_bytes=self.config.compression_block_bytes, max_payload=MAX_FRAME_PAYLOAD,
+                    ref.path,
+                    out,
+                    level=self.config.compression_level,
+                    block_bytes=self.config.compression_block_bytes,
+                    max_payload=MAX_FRAME_PAYLOAD,
                 )
             except FileNotFoundError:
                 unlink_if_exists(out)

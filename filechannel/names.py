@@ -28,9 +28,7 @@ _DIGITS = 20
 def validate_name(name: object, what: str = "name") -> str:
     """Return ``name`` if it is safe as one path component, else raise :class:`InvalidNameError`."""
     if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (".", ".."):
-        raise InvalidNameError(
-            f"{what} {name!r} is not allowed: use 1 to 200 characters of [A-Za-z0-9._-], not '.' or '..'"
-        )
+        raise InvalidNameError(f"{what} {name!r} is not allowed: use 1 to 200 characters of [A-Za-z0-9._-], not '.' or '..'")
     return name
 
 

@@ -42,7 +42,11 @@ class PositionStore:
         data = read_if_exists(path, "position")
         if data is None:
             return None
-        if len(data) != _BODY.size + _CRC.size or data[:4] != _MAGIC or crc32c(data[: _BODY.size]) != _CRC.unpack_from(data, _BODY.size)[0]:
+        if (
+            len(data) != _BODY.size + _CRC.size
+            or data[:4] != _MAGIC
+            or crc32c(data[: _BODY.size]) != _CRC.unpack_from(data, _BODY.size)[0]
+        ):
             raise CorruptRecordError(f"position file {path!r} is corrupt; delete it to make {name!r} start over")
         return _BODY.unpack_from(data)[1]
 

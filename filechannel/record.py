@@ -23,8 +23,8 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
 from itertools import accumulate
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -253,24 +253,38 @@ def decode_records(
     end = len(buf)
     mv = memoryview(buf)
     unpack = FRAME_AND_PREFIX.unpack_from
+    prefix = RECORD_PREFIX.pack
     append = out.append
     hsize = FRAME_HEADER_SIZE
     vstart = FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE
-    n = 0
-    while n < max_records and pos + vstart <= end:
+    # Records of a batch share their timestamp: the CRC of the 9-byte prefix is computed
+    # once per timestamp and the value's CRC continues from it (no per-record slice of it).
+    last_ts: int | None = None
+    prefix_crc = 0
+    off, stop_at = offset, offset + max_records
+    while off < stop_at and pos + vstart <= end:
         length, crc, attrs, ts = unpack(buf, pos)
         stop = pos + hsize + length
         if stop > end:
             break
-        if crc32c(mv[pos + hsize : stop]) != crc or length < RECORD_PREFIX_SIZE:
-            err = CorruptRecordError(f"CRC-32C mismatch in the frame of offset {offset + n}")
-            err.position = pos  # type: ignore[attr-defined]
-            err.offset = offset + n  # type: ignore[attr-defined]
-            raise err
-        if attrs == 0:
-            append(_new_record(Record, (offset + n, ts, None, buf[pos + vstart : stop], _NO_HEADERS)))
+        if attrs == 0 and length >= RECORD_PREFIX_SIZE:
+            value = buf[pos + vstart : stop]
+            if ts != last_ts:
+                last_ts, prefix_crc = ts, crc32c(prefix(0, ts))
+            if crc32c(value, prefix_crc) != crc:
+                raise _crc_mismatch(pos, off)
+            append(_new_record(Record, (off, ts, None, value, _NO_HEADERS)))
+        elif length < RECORD_PREFIX_SIZE or crc32c(mv[pos + hsize : stop]) != crc:
+            raise _crc_mismatch(pos, off)
         else:
-            append(decode_payload(mv[pos + hsize : stop], offset + n))
+            append(decode_payload(mv[pos + hsize : stop], off))
         pos = stop
-        n += 1
-    return pos, n
+        off += 1
+    return pos, off - offset
+
+
+def _crc_mismatch(position: int, offset: int) -> CorruptRecordError:
+    err = CorruptRecordError(f"CRC-32C mismatch in the frame of offset {offset}")
+    err.position = position  # type: ignore[attr-defined]
+    err.offset = offset  # type: ignore[attr-defined]
+    return err

@@ -57,6 +57,16 @@ class Sender:
             raise ChannelClosedError("this sender is closed")
         self._appender.drain(sync=self._channel.config.fsync != "never")
 
+    def sync(self) -> None:
+        """Write everything sent so far and fsync it, whatever the channel's fsync policy.
+
+        Concurrent calls share fsyncs: what many threads sent while one fsync ran is
+        covered by the next one (group commit).
+        """
+        if self._closed:
+            raise ChannelClosedError("this sender is closed")
+        self._appender.drain(sync=True)
+
     def close(self) -> None:
         """Flush, then refuse further sends. Closing twice is harmless."""
         if not self._closed:

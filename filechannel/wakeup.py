@@ -109,7 +109,9 @@ class Wakeup:
             self._polling = True
             log.warning(
                 "cannot watch %s for new records (%s); receivers poll every %.0f ms instead",
-                ", ".join(self._folders), exc, POLL_INTERVAL * 1000,
+                ", ".join(self._folders),
+                exc,
+                POLL_INTERVAL * 1000,
             )
 
     def close(self) -> None:

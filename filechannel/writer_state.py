@@ -42,8 +42,17 @@ class WriterState:
 
     def encode(self) -> bytes:
         body = _BODY.pack(
-            _MAGIC, 1, 0, self.segment_base, self.segment_id, 0, self.segment_size, self.end_offset,
-            self.since_index, self.max_timestamp, self.created_ms,
+            _MAGIC,
+            1,
+            0,
+            self.segment_base,
+            self.segment_id,
+            0,
+            self.segment_size,
+            self.end_offset,
+            self.since_index,
+            self.max_timestamp,
+            self.created_ms,
         )
         return body + _CRC.pack(crc32c(body))
 

@@ -2,15 +2,14 @@
 
 Nothing here blocks the event loop while it waits: a consumer with nothing to read
 waits for the partitions' wake-up in a worker thread (cancellable, at most 1 s per
-step), and a producer with ``fsync="always"`` waits for the disk in a worker thread.
-Buffered sends with the other policies take microseconds and run inline.
+step), and a producer with ``fsync="always"`` waits for its record's fsync in a worker
+thread. Sends themselves only buffer: they take microseconds and run inline.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from functools import partial
 from typing import Any
 
 import anyio
@@ -29,7 +28,6 @@ class AsyncProducer:
     """
 
     def __init__(self, root: Any, **kwargs: Any) -> None:
-        self._always = kwargs.get("fsync") == "always"
         self._producer = Producer(root, **kwargs)
 
     async def start(self) -> None:
@@ -44,12 +42,10 @@ class AsyncProducer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> RecordMetadata:
-        call = partial(self._producer.send, topic, value, key, headers, partition, timestamp_ms)
-        if self._always:
-            future = await anyio.to_thread.run_sync(call)
-        else:
-            future = call()
-        return future.result()
+        future = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
+        if future.done():
+            return future.result()
+        return await anyio.to_thread.run_sync(future.result)  # fsync="always": wait off the loop
 
     send_and_wait = send
 

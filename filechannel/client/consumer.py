@@ -36,7 +36,7 @@ class ConsumerRebalanceListener(Protocol):
 class _Partition:
     """What a consumer keeps per assigned partition: its channel and receiver."""
 
-    __slots__ = ("channel", "receiver", "paused")
+    __slots__ = ("channel", "paused", "receiver")
 
     def __init__(self, channel: FileChannel, receiver: Receiver) -> None:
         self.channel = channel
@@ -82,8 +82,10 @@ class Consumer:
         if auto_offset_reset not in _RESETS:
             raise ConfigError(f"auto_offset_reset must be one of {', '.join(_RESETS)}, not {auto_offset_reset!r}")
         for name, value in (
-            ("auto_commit_interval_ms", auto_commit_interval_ms), ("max_poll_records", max_poll_records),
-            ("session_timeout_ms", session_timeout_ms), ("heartbeat_interval_ms", heartbeat_interval_ms),
+            ("auto_commit_interval_ms", auto_commit_interval_ms),
+            ("max_poll_records", max_poll_records),
+            ("session_timeout_ms", session_timeout_ms),
+            ("heartbeat_interval_ms", heartbeat_interval_ms),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an int >= 1, not {value!r}")
@@ -112,7 +114,9 @@ class Consumer:
         self._assigned: set[TopicPartition] = set()
         self._group = (
             GroupMember(
-                self._topics.root, group_id, session_timeout_ms=session_timeout_ms,
+                self._topics.root,
+                group_id,
+                session_timeout_ms=session_timeout_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms,
             )
             if group_id is not None
@@ -305,8 +309,13 @@ class Consumer:
             return [new(ConsumerRecord, (topic, partition, r[0], r[1], r[2], r[3], r[4])) for r in recs]
         return [
             ConsumerRecord(
-                topic, partition, r.offset, r.timestamp,
-                kd(r.key) if (kd and r.key is not None) else r.key, vd(r.value) if vd else r.value, r.headers,
+                topic,
+                partition,
+                r.offset,
+                r.timestamp,
+                kd(r.key) if (kd and r.key is not None) else r.key,
+                vd(r.value) if vd else r.value,
+                r.headers,
             )
             for r in recs
         ]
@@ -395,9 +404,7 @@ class Consumer:
             raise ConfigError("commit needs a group_id: create the Consumer with group_id=...")
         if offsets is None:
             offsets = {tp: part.receiver.position for tp, part in self._parts.items()}
-        plain = {
-            TopicPartition(*tp): (o.offset if isinstance(o, OffsetAndMetadata) else int(o)) for tp, o in offsets.items()
-        }
+        plain = {TopicPartition(*tp): (o.offset if isinstance(o, OffsetAndMetadata) else int(o)) for tp, o in offsets.items()}
         if not plain:
             return
         self._group.commit(plain, manual=self._manual)

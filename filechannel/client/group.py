@@ -82,7 +82,10 @@ class GroupState:
         try:
             raw = json.loads(data)
             return cls(
-                int(raw["generation"]), dict(raw["members"]), dict(raw["assignment"]), dict(raw["owners"]),
+                int(raw["generation"]),
+                dict(raw["members"]),
+                dict(raw["assignment"]),
+                dict(raw["owners"]),
                 {t: int(n) for t, n in raw.get("partitions", {}).items()},
             )
         except (ValueError, KeyError, TypeError) as exc:
@@ -91,10 +94,14 @@ class GroupState:
     def encode(self) -> bytes:
         return json.dumps(
             {
-                "generation": self.generation, "members": self.members, "assignment": self.assignment,
-                "owners": self.owners, "partitions": self.partitions,
+                "generation": self.generation,
+                "members": self.members,
+                "assignment": self.assignment,
+                "owners": self.owners,
+                "partitions": self.partitions,
             },
-            indent=1, sort_keys=True,
+            indent=1,
+            sort_keys=True,
         ).encode()
 
 
@@ -112,9 +119,7 @@ def assign(members: dict[str, list[str]], partitions: dict[str, int]) -> dict[st
 class GroupMember:
     """One consumer's membership in a group (see the module docstring). Not thread-safe."""
 
-    def __init__(
-        self, root: str, group_id: str, *, session_timeout_ms: int, heartbeat_interval_ms: int
-    ) -> None:
+    def __init__(self, root: str, group_id: str, *, session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
         self.group_id = validate_name(group_id, "group_id")
         self.folder = os.path.join(root, GROUPS_DIR, group_id)
         self.members_folder = os.path.join(self.folder, "members")
@@ -222,9 +227,7 @@ class GroupMember:
     def heartbeat_due(self) -> bool:
         return time.monotonic() >= self._next_heartbeat
 
-    def sync(
-        self, partitions: dict[str, int], release: set[TopicPartition]
-    ) -> tuple[set[TopicPartition], set[TopicPartition]]:
+    def sync(self, partitions: dict[str, int], release: set[TopicPartition]) -> tuple[set[TopicPartition], set[TopicPartition]]:
         """Heartbeat, evict the dead, give up ``release``, take free assigned partitions.
 
         Returns ``(assigned, owned)``: the partitions the assignment gives this member, and

@@ -8,7 +8,6 @@ without a key are spread round-robin.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable
 
 Partitioner = Callable[[bytes | None, int], int]
@@ -50,10 +49,9 @@ class DefaultPartitioner:
 
     def __init__(self) -> None:
         self._counter = itertools.count()
-        self._lock = threading.Lock()
 
     def __call__(self, key: bytes | None, partitions: int) -> int:
         if key is None:
-            with self._lock:
-                return next(self._counter) % partitions
+            # next() of an itertools.count is atomic in CPython: no lock on the send path
+            return next(self._counter) % partitions
         return (murmur2(key) & 0x7FFFFFFF) % partitions

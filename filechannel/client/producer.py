@@ -10,8 +10,9 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..channel import FileChannel
-from ..errors import ChannelClosedError, ConfigError, UnknownTopicError
+from ..errors import ChannelClosedError, ConfigError, Timeout, UnknownTopicError
 from ..record import Headers
+from .durable import GroupSync
 from .partitioner import DefaultPartitioner, Partitioner
 from .records import RecordMetadata
 from .topics import TopicStore
@@ -38,7 +39,8 @@ class Producer:
 
     ``send`` returns a ``concurrent.futures.Future`` of :class:`RecordMetadata`. The offset
     is known when the record is buffered, so the future is already done on return, except
-    with ``fsync="always"``, where ``send`` itself waits for the disk.
+    with ``fsync="always"``: then ``send`` returns at once and the future completes once an
+    fsync covered the record (records sent meanwhile, by any thread, share that fsync).
     """
 
     def __init__(
@@ -59,7 +61,11 @@ class Producer:
             raise ConfigError(f"batch_size must be an int >= 1, not {batch_size!r}")
         if fsync not in (None, "never", "interval", "always"):
             raise ConfigError(f"fsync must be 'never', 'interval' or 'always', not {fsync!r}")
-        for name, fn in (("partitioner", partitioner), ("key_serializer", key_serializer), ("value_serializer", value_serializer)):
+        for name, fn in (
+            ("partitioner", partitioner),
+            ("key_serializer", key_serializer),
+            ("value_serializer", value_serializer),
+        ):
             if fn is not None and not callable(fn):
                 raise ConfigError(f"{name} must be callable, not {fn!r}")
         self._topics = TopicStore(root)
@@ -73,6 +79,7 @@ class Producer:
         self._lock = threading.Lock()
         self._channels: dict[tuple[str, int], FileChannel] = {}
         self._senders: dict[tuple[str, int], Any] = {}
+        self._syncs: dict[tuple[str, int], GroupSync] = {}
         self._closed = False
 
     def _sender(self, topic: str, partition: int) -> Any:
@@ -85,9 +92,16 @@ class Producer:
                 raise ChannelClosedError("this producer is closed")
             sender = self._senders.get(key)
             if sender is None:
-                ch = self._topics.open_partition(topic, partition, **self._overrides)
+                overrides = self._overrides
+                durable = overrides.get("fsync", self._topics.meta(topic).get("config", {}).get("fsync")) == "always"
+                if durable:  # the GroupSync fsyncs; the channel itself must not block sends
+                    overrides = {**overrides, "fsync": "never"}
+                ch = self._topics.open_partition(topic, partition, **overrides)
                 self._channels[key] = ch
-                sender = self._senders[key] = ch.sender()
+                sender = ch.sender()
+                if durable:
+                    self._syncs[key] = GroupSync(sender, f"{topic}-{partition}")
+                self._senders[key] = sender
         return sender
 
     def partitions_for(self, topic: str) -> set[int]:
@@ -128,13 +142,26 @@ class Producer:
             timestamp_ms = int(time.time() * 1000)
         offset = self._sender(topic, partition).send(vbytes, key=kbytes, headers=headers, timestamp=timestamp_ms)
         future: Future[RecordMetadata] = Future()
-        future.set_result(RecordMetadata(topic, partition, offset, timestamp_ms))
+        meta = RecordMetadata(topic, partition, offset, timestamp_ms)
+        sync = self._syncs.get((topic, partition))
+        if sync is None:
+            future.set_result(meta)
+        else:
+            sync.add(future, meta)
         return future
 
     def flush(self, timeout: float | None = None) -> None:
-        """Write every buffered record (and fsync, unless the policy is "never")."""
-        for sender in list(self._senders.values()):
-            sender.flush()
+        """Write every buffered record (and fsync, unless the policy is "never").
+
+        With ``fsync="always"``, returns once every future sent so far is complete.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for key, sender in list(self._senders.items()):
+            sync = self._syncs.get(key)
+            if sync is None:
+                sender.flush()
+            elif not sync.wait_idle(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                raise Timeout(f"flush: records of {key[0]}[{key[1]}] not on disk within {timeout} s")
 
     def close(self, timeout: float | None = None) -> None:
         """Flush and release the partitions. Closing twice is harmless."""
@@ -143,6 +170,9 @@ class Producer:
                 return
             self._closed = True
             channels = list(self._channels.values())
+            syncs = list(self._syncs.values())
+        for sync in syncs:
+            sync.close(timeout)  # completes the futures still waiting for an fsync
         for ch in channels:
             ch.close()
 

@@ -32,8 +32,17 @@ TOPIC_FILE = "topic.json"
 GROUPS_DIR = ".groups"
 # Settings a topic stores; the rest (flush_interval, buffer_bytes, ...) belong to each writer.
 TOPIC_SETTINGS = (
-    "segment_bytes", "segment_ms", "retention_bytes", "retention_ms", "fsync", "fsync_interval",
-    "compression", "compression_level", "compression_block_bytes", "max_record_bytes", "index_interval_bytes",
+    "segment_bytes",
+    "segment_ms",
+    "retention_bytes",
+    "retention_ms",
+    "fsync",
+    "fsync_interval",
+    "compression",
+    "compression_level",
+    "compression_block_bytes",
+    "max_record_bytes",
+    "index_interval_bytes",
 )
 
 
@@ -92,8 +101,7 @@ class TopicStore:
 
     def meta(self, topic: str) -> dict[str, Any]:
         """The topic's description, cached; :class:`UnknownTopicError` if it does not exist."""
-        with self._mutex:
-            meta = self._meta.get(topic)
+        meta = self._meta.get(topic)  # no lock on this hot path: a dict lookup is atomic
         if meta is None:
             meta = self.read(topic)
             if meta is None:
@@ -153,9 +161,7 @@ class TopicStore:
             return []
         return sorted(n for n in names if not n.startswith(".") and os.path.exists(os.path.join(self.root, n, TOPIC_FILE)))
 
-    def open_partition(
-        self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any
-    ) -> FileChannel:
+    def open_partition(self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any) -> FileChannel:
         """Open partition ``partition`` of ``topic`` as a channel with the topic's settings."""
         n = self.partitions(topic)
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:

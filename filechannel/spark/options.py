@@ -21,8 +21,14 @@ EARLIEST, LATEST = -2, -1  # Kafka's sentinels in JSON offsets
 Offsets = dict[str, dict[str, int]]
 
 SOURCE_OPTIONS = {
-    "root", "subscribe", "startingoffsets", "endingoffsets", "maxoffsetspertrigger",
-    "minpartitions", "failondataloss", "groupid",
+    "root",
+    "subscribe",
+    "startingoffsets",
+    "endingoffsets",
+    "maxoffsetspertrigger",
+    "minpartitions",
+    "failondataloss",
+    "groupid",
 }
 SINK_OPTIONS = {"root", "topic", "sinkid", "checkpointlocation", "path"}
 

@@ -6,6 +6,7 @@ the root, and says what to do if its first records were deleted in the meantime.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ def split(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetR
         parts = max(1, min(r.size, math.floor(r.size / total * min_partitions + 0.5)))
         step = r.size / parts
         bounds = [r.start + round(i * step) for i in range(parts)] + [r.end]
-        out.extend(OffsetRange(r.root, r.topic, r.partition, a, b, r.fail_on_data_loss) for a, b in zip(bounds, bounds[1:], strict=False))
+        out.extend(OffsetRange(r.root, r.topic, r.partition, a, b, r.fail_on_data_loss) for a, b in itertools.pairwise(bounds))
     return out
 
 

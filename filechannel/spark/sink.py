@@ -67,7 +67,10 @@ class SinkSpec:
             raise ConfigError(f"unknown sink option(s) {', '.join(unknown)}; the sink takes root, topic, sinkId")
         types = {f.name.lower(): f.dataType for f in schema.fields}
         allowed: dict[str, tuple[DataType, ...]] = {
-            "value": _TEXT, "key": _TEXT, "topic": (StringType(),), "partition": (IntegerType(),),
+            "value": _TEXT,
+            "key": _TEXT,
+            "topic": (StringType(),),
+            "partition": (IntegerType(),),
             "headers": tuple(ArrayType(_header(t), c) for t in _TEXT for c in (True, False)),
         }
         if "value" not in types:
@@ -76,7 +79,10 @@ class SinkSpec:
             if name not in allowed:
                 raise SinkError(f"column {name!r} cannot be written; the sink takes value, key, headers, partition, topic")
             if not any(_same_type(dtype, a) for a in allowed[name]):
-                raise SinkError(f"column {name!r} has type {dtype.simpleString()}, expected {' or '.join(a.simpleString() for a in allowed[name][:2])}")
+                raise SinkError(
+                    f"column {name!r} has type {dtype.simpleString()}, "
+                    f"expected {' or '.join(a.simpleString() for a in allowed[name][:2])}"
+                )
         topic = opts.get("topic")
         if topic is not None:
             validate_name(topic, "topic")
@@ -100,7 +106,7 @@ class SinkSpec:
         """
         anchor = self.anchor or ""
         if not anchor.startswith("sinkId="):
-            local = anchor[len("file:"):] if anchor.startswith("file:") else anchor
+            local = anchor[len("file:") :] if anchor.startswith("file:") else anchor
             data = read_if_exists(os.path.join(local, "metadata"), "checkpoint metadata")
             if data:
                 anchor += "#" + str(json.loads(data.splitlines()[0]).get("id", ""))
@@ -151,7 +157,11 @@ def stage(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> StagedFile:
 
 
 def _as_bytes(column: pa.Array) -> list[Any]:
-    return column.cast(pa.binary()).to_pylist() if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) else column.to_pylist()
+    return (
+        column.cast(pa.binary()).to_pylist()
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        else column.to_pylist()
+    )
 
 
 class Router:
@@ -321,8 +331,8 @@ class FileChannelStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
         return stage(self.spec, iterator)
 
-    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (pyspark's name)
+    def commit(self, messages: list[Any], batchId: int) -> None:
         append(self.spec, messages, batchId)
 
-    def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[Any], batchId: int) -> None:
         discard(messages)

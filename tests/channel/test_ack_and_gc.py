@@ -155,7 +155,7 @@ def test_position_store_round_trip_and_corruption(tmp_path):
         f.write(b"\xff")
     from filechannel import CorruptRecordError
 
-    with pytest.raises(CorruptRecordError, match="a.pos"):
+    with pytest.raises(CorruptRecordError, match=r"a\.pos"):
         store.get("a")
     with pytest.raises(InvalidNameError):
         store.set("../x", 1)

@@ -290,9 +290,8 @@ def test_channel_names_are_validated(tmp_path, name):
 
 
 def test_bad_start_is_rejected(tmp_path):
-    with FileChannel(tmp_path, **SMALL) as ch:
-        with pytest.raises(ConfigError):
-            ch.receiver("middle")
+    with FileChannel(tmp_path, **SMALL) as ch, pytest.raises(ConfigError):
+        ch.receiver("middle")
 
 
 def test_files_are_created_with_the_users_umask(tmp_path):

@@ -18,7 +18,7 @@ import pytest
 from filechannel import FileChannel
 
 sys.path.insert(0, str(Path(__file__).parent / "procs"))
-from durable_writer import value  # noqa: E402
+from durable_writer import value
 
 WRITER = Path(__file__).parent / "procs" / "durable_writer.py"
 KILLS = 30
@@ -65,14 +65,17 @@ def verify(path, reported):
 
 @pytest.mark.crash
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["plain", "compress"])
+@pytest.mark.parametrize("mode", ["plain", "compress", "producer"])
 def test_sigkill_loses_nothing_acknowledged(tmp_path, mode):
-    rng = random.Random(1234 if mode == "plain" else 4321)
-    path = tmp_path / "ch"
+    # "producer": a Producer's durable futures (fsync="always"); a record counts as
+    # acknowledged when its future completed. The channel is partition 0 of the topic.
+    rng = random.Random({"plain": 1234, "compress": 4321, "producer": 2468}[mode])
+    path = tmp_path / "root" / "t" / "0" if mode == "producer" else tmp_path / "ch"
+    target = tmp_path / "root" if mode == "producer" else path
     reported: dict[int, tuple[int, int]] = {}
     total = 0
     for kill in range(KILLS):
-        got = run_and_kill(path, kill, *(["compress"] if mode == "compress" else []), rng=rng)
+        got = run_and_kill(target, kill, *([mode] if mode != "plain" else []), rng=rng)
         assert got, "the writer reported nothing before it was killed"
         assert not set(got) & set(reported), "an offset was handed out twice"
         reported.update(got)

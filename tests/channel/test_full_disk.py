@@ -14,7 +14,8 @@ def test_write_failure_is_loud_and_the_log_stays_whole(tmp_path):
     path = tmp_path / "ch"
     proc = subprocess.run(
         [sys.executable, str(PROCS / "limited_writer.py"), str(path), str(64 * 1024 + 100)],
-        capture_output=True, timeout=120,
+        capture_output=True,
+        timeout=120,
     )
     out = proc.stdout.decode()
     assert "failed DiskFullError" in out, out + proc.stderr.decode()

@@ -54,7 +54,12 @@ def test_frames_decode_in_order_and_stop_at_a_partial_frame(records, cut):
     assert (pos, n) == (acc, whole)
 
 
-@given(values=st.lists(st.binary(max_size=500), max_size=200), ts=timestamps, interval=st.integers(1, 2000), since=st.integers(0, 3000))
+@given(
+    values=st.lists(st.binary(max_size=500), max_size=200),
+    ts=timestamps,
+    interval=st.integers(1, 2000),
+    since=st.integers(0, 3000),
+)
 def test_value_batch_matches_single_encoding_and_marks_every_interval(values, ts, interval, since):
     batch: list[bytes] = []
     marks: list[tuple[int, int]] = []

@@ -3,6 +3,7 @@ corruption inside a sealed segment is never skipped."""
 
 import logging
 import os
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,7 @@ def last_segment(path):
 
 
 def frame_start_of_last(seg):
-    data = open(seg, "rb").read()
+    data = Path(seg).read_bytes()
     pos, starts = SEGMENT_HEADER_SIZE, []
     while pos < len(data):
         starts.append(pos)
@@ -47,7 +48,7 @@ def test_cut_anywhere_in_the_last_frame_is_trimmed(tmp_path, caplog):
     write(template)
     seg = last_segment(template)
     start, end = frame_start_of_last(seg)
-    data = open(seg, "rb").read()
+    data = Path(seg).read_bytes()
     for cut in range(start + 1, end):
         path = tmp_path / f"cut{cut}"
         os.makedirs(path)
@@ -66,7 +67,7 @@ def test_a_garbled_byte_anywhere_in_the_last_frame_is_trimmed(tmp_path):
     write(template)
     seg = last_segment(template)
     start, end = frame_start_of_last(seg)
-    data = open(seg, "rb").read()
+    data = Path(seg).read_bytes()
     for at in range(start, end):
         path = tmp_path / f"flip{at}"
         os.makedirs(path)
@@ -92,9 +93,9 @@ def test_corruption_in_a_sealed_segment_is_never_skipped(tmp_path, compressed):
             ch.compress_sealed()
     first = sorted(f for f in os.listdir(path) if f.startswith("0000") and f.endswith((".seg", ".seg.z")))[0]
     victim = os.path.join(path, first)
-    data = bytearray(open(victim, "rb").read())
+    data = bytearray(Path(victim).read_bytes())
     data[len(data) // 2] ^= 0xFF
-    open(victim, "wb").write(bytes(data))
+    Path(victim).write_bytes(bytes(data))
     with FileChannel(path, segment_bytes=4096, maintenance_interval=0) as ch:
         rx = ch.receiver()
         with pytest.raises(CorruptRecordError) as info:

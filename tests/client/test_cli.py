@@ -80,8 +80,15 @@ def test_bad_input_is_one_clear_line_and_a_nonzero_exit(tmp_path, args, message)
 
 
 def test_help_on_every_command(tmp_path):
-    for args in (["--help"], ["topics", "--help"], ["topics", "create", "--help"], ["produce", "--help"],
-                 ["consume", "--help"], ["groups", "describe", "--help"], ["check", "--help"]):
+    for args in (
+        ["--help"],
+        ["topics", "--help"],
+        ["topics", "create", "--help"],
+        ["produce", "--help"],
+        ["consume", "--help"],
+        ["groups", "describe", "--help"],
+        ["check", "--help"],
+    ):
         assert "Usage" in fc(tmp_path, *args).stdout.decode()
 
 

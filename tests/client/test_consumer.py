@@ -89,7 +89,7 @@ def test_auto_commit_on_close(root):
 def test_committed_offsets_hold_back_garbage_collection(tmp_path):
     Admin(tmp_path).create_topic("gc", 1, segment_bytes=4096)
     with Producer(tmp_path) as p:
-        for i in range(300):
+        for _ in range(300):
             p.send("gc", b"x" * 50)
     tp = TopicPartition("gc", 0)
     with Consumer("gc", root=tmp_path, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
@@ -133,8 +133,12 @@ def test_deserializers_and_iteration_with_consumer_timeout(tmp_path):
         for i in range(3):
             p.send("j", {"n": i}, key="k")
     c = Consumer(
-        "j", root=tmp_path, auto_offset_reset="earliest", consumer_timeout_ms=200,
-        value_deserializer=json.loads, key_deserializer=bytes.decode,
+        "j",
+        root=tmp_path,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=200,
+        value_deserializer=json.loads,
+        key_deserializer=bytes.decode,
     )
     got = [(r.key, r.value) for r in c]
     c.close()
@@ -161,9 +165,8 @@ def test_a_record_sent_while_polling_wakes_the_poll(root):
 
 
 def test_commit_needs_a_group_and_fencing_rejects_non_owners(root):
-    with Consumer("t", root=root) as c:
-        with pytest.raises(ConfigError, match="group_id"):
-            c.commit()
+    with Consumer("t", root=root) as c, pytest.raises(ConfigError, match="group_id"):
+        c.commit()
     a = Consumer("t", root=root, group_id="g", enable_auto_commit=False)
     try:
         with pytest.raises(CommitFailedError, match="no longer owns"):
@@ -183,3 +186,34 @@ def test_consumer_arguments_are_validated(root, kwargs):
 def test_unknown_topic(root):
     with pytest.raises(UnknownTopicError):
         Consumer("missing", root=root)
+
+
+def test_durable_producer_futures_complete_after_their_fsync(tmp_path, monkeypatch):
+    import os as _os
+    import threading
+
+    from filechannel.client import Admin, Consumer, Producer
+
+    Admin(tmp_path).create_topic("d", partitions=2, fsync="always")
+    synced = []
+    real_fsync = _os.fsync
+    monkeypatch.setattr("filechannel.appender.os.fsync", lambda fd: (real_fsync(fd), synced.append(1)))
+    producer = Producer(tmp_path)
+    futures = []
+
+    def send(t):
+        for i in range(300):
+            futures.append(producer.send("d", b"%d-%d" % (t, i)))
+
+    threads = [threading.Thread(target=send, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    producer.flush()
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert len(synced) < len(futures) / 4  # records shared fsyncs (group commit)
+    producer.close()
+    with Consumer("d", root=tmp_path, auto_offset_reset="earliest") as c:
+        got = [r.value for recs in c.poll(timeout_ms=500, max_records=5000).values() for r in recs]
+    assert sorted(got) == sorted(b"%d-%d" % (t, i) for t in range(4) for i in range(300))

@@ -1,7 +1,6 @@
 """Consumer groups: rebalancing in one process, and real processes with one SIGKILLed."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from filechannel.client import Admin, Consumer, Producer, TopicPartition
+from filechannel.client import Admin, Consumer, Producer
 from filechannel.errors import CommitFailedError
 
 MEMBER = Path(__file__).parent / "procs" / "group_member.py"
@@ -71,12 +70,12 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
     with Producer(root) as p:
         for i in range(1200):
             p.send("g6", b"%d" % i, partition=i % 6)
-    procs = [
-        subprocess.Popen([sys.executable, str(MEMBER), str(root), "grp", "g6"], stdout=subprocess.PIPE)
-        for _ in range(3)
-    ]
+    procs = [subprocess.Popen([sys.executable, str(MEMBER), str(root), "grp", "g6"], stdout=subprocess.PIPE) for _ in range(3)]
     outputs = [[] for _ in procs]  # each member's lines, collected as they come
-    readers = [threading.Thread(target=lambda p=p, o=o: o.extend(line.decode().rstrip("\n") for line in p.stdout)) for p, o in zip(procs, outputs)]
+    readers = [
+        threading.Thread(target=lambda p=p, o=o: o.extend(line.decode().rstrip("\n") for line in p.stdout))
+        for p, o in zip(procs, outputs, strict=True)
+    ]
     for t in readers:
         t.start()
     try:
@@ -148,6 +147,7 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
                 _, p, o = line.split()
                 assert int(o) >= last.get(p, 0)
                 last[p] = int(o)
+
     def last_assignment(out):
         lines = [line for line in out if line.startswith("A ")]
         return {int(x) for x in lines[-1][2:].split(",") if x} if lines else set()

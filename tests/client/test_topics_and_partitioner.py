@@ -80,7 +80,9 @@ def test_keyed_partitioning_is_stable_across_processes(tmp_path):
         "p = DefaultPartitioner();"
         "print([p(b'user-%d' % i, 7) for i in range(200)])"
     )
-    there = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "123", "PATH": ""})
+    there = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "123", "PATH": ""}
+    )
     assert eval(there.stdout) == here
     assert len(set(here)) == 7
 
@@ -97,9 +99,8 @@ def test_missing_topic_is_created_or_refused(tmp_path):
     with Producer(tmp_path) as p:
         assert p.send("auto", b"x").result().offset == 0
     assert Admin(tmp_path).list_topics() == ["auto"]
-    with Producer(tmp_path, auto_create_topics=False) as p:
-        with pytest.raises(UnknownTopicError, match="nothere"):
-            p.send("nothere", b"x")
+    with Producer(tmp_path, auto_create_topics=False) as p, pytest.raises(UnknownTopicError, match="nothere"):
+        p.send("nothere", b"x")
 
 
 @pytest.mark.parametrize("kwargs", [dict(linger_ms=-1), dict(batch_size=0), dict(fsync="maybe"), dict(partitioner=3)])

@@ -63,8 +63,12 @@ def _stream_copy(spark, root, checkpoint, max_per_trigger="400"):
     q = (
         stream(spark, root, "in", startingOffsets="earliest", maxOffsetsPerTrigger=max_per_trigger)
         .selectExpr("value", "key")
-        .writeStream.format("filechannel").option("root", str(root)).option("topic", "out")
-        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+        .writeStream.format("filechannel")
+        .option("root", str(root))
+        .option("topic", "out")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
     )
     q.awaitTermination()
 
@@ -78,7 +82,7 @@ def test_streaming_sink_is_exactly_once_across_a_crash_in_commit(spark, tmp_path
     make_topic(root, "in", partitions=2, n=2000)
     Admin(root).create_topic("out", partitions=2)
     armed = failpoint(crash_at)
-    with pytest.raises(Exception):  # noqa: B017 (Spark wraps the dead worker in its own errors)
+    with pytest.raises(Exception):
         _stream_copy(spark, root, ck)
     assert not os.path.exists(armed)  # the failpoint was reached: that process died there
     partial = _values(spark, root, "out")

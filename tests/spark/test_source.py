@@ -66,9 +66,12 @@ def _offsets(spark, path):
 
 def _run(df, out, checkpoint, **trigger):
     q = (
-        df.select("partition", "offset", "value").writeStream.format("parquet")
-        .option("path", str(out)).option("checkpointLocation", str(checkpoint))
-        .trigger(**(trigger or {"availableNow": True})).start()
+        df.select("partition", "offset", "value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(**(trigger or {"availableNow": True}))
+        .start()
     )
     q.awaitTermination()
     return q

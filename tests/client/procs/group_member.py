@@ -16,8 +16,13 @@ from filechannel.errors import CommitFailedError
 
 root, group, topic = sys.argv[1:4]
 consumer = Consumer(
-    topic, root=root, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
-    heartbeat_interval_ms=100, session_timeout_ms=5000,
+    topic,
+    root=root,
+    group_id=group,
+    auto_offset_reset="earliest",
+    enable_auto_commit=False,
+    heartbeat_interval_ms=100,
+    session_timeout_ms=5000,
 )
 last = None
 while not os.path.exists(os.path.join(root, "stop")):

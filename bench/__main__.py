@@ -1,0 +1,65 @@
+"""``python -m bench [--quick] [--out DIR] [--only PATTERN] [--spark]``: run, print, write results."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import importlib
+import os
+import sys
+import time
+
+from . import machine, report, workloads
+from .measure import Row, throughput
+from .peers import BACKENDS
+
+SIZES = (100, 1024, 65536)
+
+
+def _throughput_plan(quick: bool) -> list[tuple[str, int, int, float]]:
+    """(backend key, size, N cap, time cap in s) of every produce/consume run."""
+    scale = 10 if quick else 1
+    caps = {100: 1_000_000, 1024: 300_000, 65536: 10_000}
+    return [(key, size, caps[size] // scale, 2.0 if quick else 10.0) for size in SIZES for key in BACKENDS]
+
+
+def _selected(name: str, pattern: str | None) -> bool:
+    return pattern is None or fnmatch.fnmatch(name, pattern) or pattern.lower() in name.lower()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks; print the table and targets; write results.md, results.json, throughput.png."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="CI-sized run (well under 2 minutes)")
+    parser.add_argument("--out", default=os.path.join("bench", "results"), help="output folder (default bench/results)")
+    parser.add_argument("--only", metavar="PATTERN", help="run only workloads/backends whose name matches")
+    parser.add_argument("--spark", action="store_true", help="also run bench/spark_source.py if importable")
+    args = parser.parse_args(argv)
+
+    t0 = time.perf_counter()
+    info = machine.describe()
+    info["dd"] = machine.dd_bandwidth(64 if args.quick else 256)
+    info["fsync"] = machine.fsync_latency(200)
+    rows: list[Row] = []
+    for key, size, n, cap in _throughput_plan(args.quick):
+        if _selected(f"produce consume {key} {BACKENDS[key]().name}", args.only):
+            rows += throughput(key, size, n, cap)
+    for name, fn, fargs in workloads.special(args.quick):
+        if _selected(name, args.only):
+            rows += workloads.run(name, fn, *fargs)
+    if args.spark:
+        try:
+            spark = importlib.import_module("bench.spark_source")
+        except ImportError as exc:
+            print(f"spark workload skipped: {exc}", file=sys.stderr)
+        else:
+            rows += spark.run(args.quick)
+    report.add_ratios(rows)
+    goals = report.targets(rows, info)
+    info["wall_s"] = time.perf_counter() - t0
+    print(report.write(args.out, rows, info, goals))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

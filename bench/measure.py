@@ -1,0 +1,131 @@
+"""Running one backend on one message size in a fresh process, capped in time.
+
+A fresh process per run gives each backend a clean heap, so its peak RSS is its own, and
+a backend that crashes or hangs costs one row, not the run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import resource
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .peers import BACKENDS
+
+CHUNK = 1000
+
+
+@dataclass
+class Row:
+    workload: str
+    backend: str
+    durability: str
+    size: int
+    n: int = 0
+    msgs_per_s: float = 0.0
+    mb_per_s: float = 0.0
+    disk_per_payload: float | None = None
+    peak_rss_mb: float | None = None
+    ours: bool = False
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def folder_bytes(folder: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder) for f in files)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _throughput(key: str, size: int, n: int, cap_s: float) -> list[dict[str, Any]]:
+    """In the child: produce up to n (or cap_s seconds), then consume what was produced."""
+    backend = BACKENDS[key]()
+    payload = os.urandom(size)
+    chunk = [payload] * min(CHUNK, n)
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder:
+        backend.open(folder)
+        try:
+            done = 0
+            t0 = time.perf_counter()
+            while done < n and time.perf_counter() - t0 < cap_s:
+                part = chunk if n - done >= len(chunk) else chunk[: n - done]
+                backend.produce(part)
+                done += len(part)
+            backend.finish()
+            produce_s = time.perf_counter() - t0
+            disk = folder_bytes(folder)
+            t1 = time.perf_counter()
+            backend.deadline = t1 + cap_s
+            seen = backend.consume(done)
+            consume_s = time.perf_counter() - t1
+        finally:
+            backend.close()
+    read = seen // size  # every payload has the same size
+    if seen % size or read > done or (read < done and consume_s < cap_s):
+        raise RuntimeError(f"read back {seen} payload bytes, expected {done * size}")
+    common = dict(backend=backend.name, durability=backend.durability, size=size, ours=backend.ours)
+    rss = peak_rss_mb()
+    return [
+        Row(
+            "produce",
+            **common,
+            n=done,
+            msgs_per_s=done / produce_s,
+            mb_per_s=done * size / produce_s / 1e6,
+            disk_per_payload=disk / (done * size),
+            peak_rss_mb=rss,
+        ).to_json(),
+        Row("consume", **common, n=read, msgs_per_s=read / consume_s, mb_per_s=seen / consume_s / 1e6, peak_rss_mb=rss).to_json(),
+    ]
+
+
+def _child(conn: Any, fn: Any, args: tuple) -> None:
+    try:
+        conn.send(("ok", fn(*args)))
+    except BaseException as exc:  # reported as the backend's row, never dropped
+        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"))
+    finally:
+        conn.close()
+
+
+def in_child(fn: Any, *args: Any, timeout: float = 600) -> Any:
+    """Run ``fn(*args)`` in a fresh (spawned) process; its result, or raise with its error."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, fn, args))
+    proc.start()
+    child.close()
+    try:
+        if not parent.poll(timeout):
+            raise TimeoutError(f"no result within {timeout:.0f} s")
+        status, value = parent.recv()
+    except EOFError:
+        raise RuntimeError(f"the benchmark process died (exit code {proc.join(5) or proc.exitcode})") from None
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+    if status == "error":
+        raise RuntimeError(value)
+    return value
+
+
+def throughput(key: str, size: int, n: int, cap_s: float) -> list[Row]:
+    try:
+        return [Row(**r) for r in in_child(_throughput, key, size, n, cap_s, timeout=cap_s * 6 + 120)]
+    except Exception as exc:
+        backend = BACKENDS[key]()
+        first_line = str(exc).splitlines()[0]
+        return [
+            Row(w, backend.name, backend.durability, size, ours=backend.ours, error=first_line) for w in ("produce", "consume")
+        ]

@@ -1,0 +1,207 @@
+"""The results: a markdown table, the targets met or missed, a JSON file and a PNG chart."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .measure import Row
+
+FLOOR = "python floor (frames in one file)"
+FLOOR_PER_CALL = "python floor, one locked call per message"
+SLOW_PEERS = ("persist-queue Queue (file)", "persist-queue SQLiteAckQueue", "diskcache Deque", "litequeue")
+QUEUELIB = "queuelib FifoDiskQueue"
+
+
+def _find(rows: list[Row], workload: str, backend: str, size: int) -> Row | None:
+    return next((r for r in rows if r.workload == workload and r.backend == backend and r.size == size and not r.error), None)
+
+
+def add_ratios(rows: list[Row]) -> None:
+    """Each throughput row's ratio to the floor and to the best peer (same workload and size)."""
+    for r in rows:
+        if r.error or r.workload not in ("produce", "consume"):
+            continue
+        floor = _find(rows, r.workload, FLOOR, r.size)
+        peers = [
+            p
+            for p in rows
+            if p.workload == r.workload and p.size == r.size and not (p.ours or p.error or p.backend in (FLOOR, FLOOR_PER_CALL))
+        ]
+        if floor:
+            r.extra["vs_floor"] = r.msgs_per_s / floor.msgs_per_s
+        if peers:
+            best = max(peers, key=lambda p: p.msgs_per_s)
+            r.extra["vs_best_peer"] = r.msgs_per_s / best.msgs_per_s
+            r.extra["best_peer"] = best.backend
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    if x is None:
+        return ""
+    if x >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}f}"
+
+
+def table(rows: list[Row]) -> str:
+    columns = ["workload", "backend", "durability", "size", "N", "msgs/s", "MB/s", "vs floor", "vs best peer", "disk/payload"]
+    columns += ["peak RSS MB", "notes"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        if r.error:
+            lines.append(f"| {r.workload} | {r.backend} | {r.durability} | {r.size} | | | | | | | | error: {r.error} |")
+            continue
+        notes = ", ".join(
+            f"{k}={_fmt(v) if isinstance(v, float) else v}" for k, v in r.extra.items() if k not in ("vs_floor", "vs_best_peer")
+        )
+        lines.append(
+            f"| {r.workload} | {'**' + r.backend + '**' if r.ours else r.backend} | {r.durability} | {r.size} | {r.n:,} | "
+            f"{r.msgs_per_s:,.0f} | {_fmt(r.mb_per_s, 1)} | "
+            f"{_fmt(r.extra.get('vs_floor'))} | {_fmt(r.extra.get('vs_best_peer'))} | "
+            f"{_fmt(r.disk_per_payload)} | {_fmt(r.peak_rss_mb, 0)} | {notes} |"
+        )
+    return "\n".join(lines)
+
+
+def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target of the bench issue with the measured figure, met or missed."""
+    out: list[dict[str, Any]] = []
+
+    def target(
+        name: str, measured: float | None, goal: float, higher_is_better: bool = True, unit: str = "x", note: str = ""
+    ) -> None:
+        met = None if measured is None else (measured >= goal if higher_is_better else measured <= goal)
+        out.append(
+            {
+                "target": name,
+                "goal": f"{'>=' if higher_is_better else '<='} {goal}{unit}",
+                "measured": None if measured is None else round(measured, 3),
+                "met": met,
+                "note": note,
+            }
+        )
+
+    def ratio(workload: str, ours: str, other: str, size: int) -> float | None:
+        a, b = _find(rows, workload, ours, size), _find(rows, workload, other, size)
+        return a.msgs_per_s / b.msgs_per_s if a and b else None
+
+    for w in ("produce", "consume"):
+        target(f"send_many/recv_many {w} 100 B vs Python floor", ratio(w, "filechannel send_many/recv_many", FLOOR, 100), 1.0)
+        per_call = ratio(w, FLOOR_PER_CALL, FLOOR, 100)
+        target(
+            f"send/recv {w} 100 B vs Python floor",
+            ratio(w, "filechannel send/recv", FLOOR, 100),
+            0.5,
+            note=f"a bare locked call per message reaches {per_call:.2f}x the floor" if per_call else "",
+        )
+        for size in (100, 1024):
+            target(
+                f"send_many/recv_many {w} {size} B vs queuelib", ratio(w, "filechannel send_many/recv_many", QUEUELIB, size), 2.0
+            )
+            for peer in SLOW_PEERS:
+                target(
+                    f"send_many/recv_many {w} {size} B vs {peer}", ratio(w, "filechannel send_many/recv_many", peer, size), 100.0
+                )
+    eight = max(
+        (r for r in rows if r.workload.startswith("durable") and "8 thread" in r.workload and not r.error),
+        key=lambda r: r.msgs_per_s,
+        default=None,
+    )
+    one_fsync = machine.get("fsync", {}).get("one_fsync_per_message_msgs_per_s")
+    one = max(
+        (r for r in rows if r.workload.startswith("durable") and "1 thread" in r.workload and not r.error),
+        key=lambda r: r.msgs_per_s,
+        default=None,
+    )
+    bare = {r.workload: r for r in rows if r.backend.startswith("bare locked call") and not r.error}
+    b1, b8 = bare.get("send from 1 thread(s)"), bare.get("send from 8 thread(s)")
+    context = []
+    if one and one_fsync:
+        context.append(f"1 thread: {one.msgs_per_s / one_fsync:.1f}x ({one.backend})")
+    if b1 and b8:
+        context.append(f"a bare locked call keeps {b8.msgs_per_s / b1.msgs_per_s:.2f} of its rate from 1 to 8 threads")
+    target(
+        "durable produce, 8 threads, vs one fsync per message",
+        eight.msgs_per_s / one_fsync if eight and one_fsync else None,
+        20.0,
+        note="; ".join(context),
+    )
+    cross = next((r for r in rows if r.workload.startswith("latency, two processes") and not r.error), None)
+    target("latency across processes p50 at 10k msgs/s (ms)", cross.extra["p50_ms"] if cross else None, 1.0, False, " ms")
+    target("latency across processes p99 at 10k msgs/s (ms)", cross.extra["p99_ms"] if cross else None, 5.0, False, " ms")
+    z = next((r for r in rows if "(zstd)" in r.workload and not r.error), None)
+    raw = next((r for r in rows if "(uncompressed)" in r.workload and not r.error), None)
+    target("reading zstd sealed segments vs uncompressed", z.msgs_per_s / raw.msgs_per_s if z and raw else None, 0.7)
+    target("JSON-like records compress", z.extra["compression_ratio"] if z else None, 4.0)
+    spark = {r.backend: r for r in rows if r.workload.startswith("spark") and not r.error}
+    ours_spark, ceiling = spark.get('format("filechannel")'), spark.get("in-memory Arrow source (API ceiling)")
+    if ours_spark or ceiling:
+        target(
+            "Spark availableNow source vs in-memory Arrow source",
+            ours_spark.msgs_per_s / ceiling.msgs_per_s if ours_spark and ceiling else None,
+            0.7,
+        )
+    big = next((r for r in rows if "RSS" in r.workload and not r.error), None)
+    out.append(
+        {
+            "target": "consuming a channel larger than memory keeps RSS bounded",
+            "goal": "peak RSS far below channel size",
+            "measured": f"{big.peak_rss_mb:.0f} MB peak RSS reading {big.extra['channel_mb']:.0f} MB" if big else None,
+            "met": (big.peak_rss_mb < big.extra["channel_mb"] / 4) if big else None,
+        }
+    )
+    return out
+
+
+def targets_markdown(items: list[dict[str, Any]]) -> str:
+    lines = ["| target | goal | measured | | context |", "|---|---|---|---|---|"]
+    for t in items:
+        verdict = "MET" if t["met"] else "not measured" if t["met"] is None else "MISSED"
+        measured = t["measured"] if t["measured"] is not None else ""
+        lines.append(f"| {t['target']} | {t['goal']} | {measured} | {verdict} | {t.get('note', '')} |")
+    return "\n".join(lines)
+
+
+def chart(rows: list[Row], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(14, 6), sharey=True)
+    for ax, workload in zip(axes, ("produce", "consume"), strict=True):
+        backends = list(dict.fromkeys(r.backend for r in rows if r.workload == workload))
+        sizes = sorted({r.size for r in rows if r.workload == workload})
+        width = 0.8 / max(1, len(backends))
+        for i, b in enumerate(backends):
+            ys = [(_find(rows, workload, b, s) or Row("", "", "", 0)).msgs_per_s for s in sizes]
+            ax.bar([x + i * width for x in range(len(sizes))], ys, width, label=b)
+        ax.set_yscale("log")
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(sizes))], [f"{s} B" for s in sizes])
+        ax.set_title(f"{workload} throughput (msgs/s, log scale)")
+    axes[0].legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write(out: str, rows: list[Row], machine: dict[str, Any], goals: list[dict[str, Any]]) -> str:
+    os.makedirs(out, exist_ok=True)
+    md = "\n\n".join(
+        [
+            f"Machine: {machine['cpus']} CPUs ({machine['cpu']}), {machine['memory_gib']} GiB, {machine['platform']}, "
+            f"Python {machine['python']}; disk: dd {_fmt(machine.get('dd', {}).get('mb_per_s'), 0)} MB/s, "
+            f"fsync median {_fmt(machine.get('fsync', {}).get('median_us'), 0)} µs. "
+            f"Command: `{machine['command']}`, {machine['date']}.",
+            table(rows),
+            "Targets:\n\n" + targets_markdown(goals),
+        ]
+    )
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(md + "\n")
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"machine": machine, "rows": [r.to_json() for r in rows], "targets": goals}, f, indent=1)
+    chart([r for r in rows if not r.error], os.path.join(out, "throughput.png"))
+    return md

@@ -1,0 +1,486 @@
+"""The workloads beyond plain produce/consume: latency, durability, processes, compression.
+
+Each runs in a fresh process (:func:`bench.measure.in_child`) and returns rows.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import random
+import struct
+import tempfile
+import threading
+import time
+from typing import Any
+
+from crc32c import crc32c
+
+from .measure import Row, folder_bytes, in_child, peak_rss_mb
+
+OURS = 'CRC per record, torn-tail recovery, fsync="never"'
+STAMP = struct.Struct("<Q")
+
+
+def _channel(folder: str, **config: Any) -> Any:
+    from filechannel import FileChannel
+
+    return FileChannel(os.path.join(folder, "ch"), maintenance_interval=0, **config)
+
+
+# -- produce and consume at once ---------------------------------------------------------------
+
+
+def _concurrent(size: int, n: int) -> list[dict[str, Any]]:
+    payload = os.urandom(size)
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder, _channel(folder) as ch:
+        rx = ch.receiver("earliest")
+        sender = ch.sender()
+
+        def produce() -> None:
+            chunk = [payload] * 1000
+            for i in range(0, n, 1000):
+                sender.send_many(chunk[: min(1000, n - i)])
+            sender.flush()
+
+        t0 = time.perf_counter()
+        th = threading.Thread(target=produce)
+        th.start()
+        got = 0
+        while got < n:
+            got += len(rx.recv_many(4096, timeout=5))
+        th.join()
+        secs = time.perf_counter() - t0
+    return [
+        Row(
+            "produce+consume at once",
+            "filechannel send_many/recv_many",
+            OURS,
+            size,
+            n,
+            n / secs,
+            n * size / secs / 1e6,
+            peak_rss_mb=peak_rss_mb(),
+            ours=True,
+        ).to_json()
+    ]
+
+
+# -- latency at a fixed offered rate --------------------------------------------------------------
+
+
+def _paced_sender(path: str, size: int, rate: int, n: int, start_at: float) -> None:
+    """Send n stamped records at ``rate``/s from ``start_at`` (CLOCK_MONOTONIC, system-wide)."""
+    from filechannel import FileChannel
+
+    pad = b"x" * max(0, size - STAMP.size)
+    with FileChannel(path, maintenance_interval=0) as ch:
+        send = ch.sender().send
+        while time.monotonic() < start_at:
+            time.sleep(0.001)
+        t0 = time.monotonic()
+        for i in range(n):
+            delay = t0 + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            send(STAMP.pack(time.monotonic_ns()) + pad)
+
+
+def _latency(size: int, rate: int, seconds: float, cross_process: bool) -> list[dict[str, Any]]:
+    n = int(rate * seconds)
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder, _channel(folder) as ch:
+        path = os.path.join(folder, "ch")
+        rx = ch.receiver("latest")
+        start_at = time.monotonic() + 0.5
+        if cross_process:
+            proc = mp.get_context("spawn").Process(target=_paced_sender, args=(path, size, rate, n, start_at + 1.0))
+            proc.start()
+        else:
+            proc = threading.Thread(target=_paced_sender, args=(path, size, rate, n, start_at))
+            proc.start()
+        lat = []
+        try:
+            while len(lat) < n:
+                r = rx.recv(timeout=30)
+                lat.append(time.monotonic_ns() - STAMP.unpack_from(r.value)[0])
+        finally:
+            proc.join(30)
+    lat.sort()
+
+    def pct(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p / 100 * len(lat)))] / 1e6
+
+    where = "two processes" if cross_process else "one process"
+    return [
+        Row(
+            f"latency, {where}, {rate:,}/s",
+            "filechannel send/recv (defaults)",
+            OURS,
+            size,
+            n,
+            rate,
+            rate * size / 1e6,
+            ours=True,
+            extra={"p50_ms": pct(50), "p99_ms": pct(99), "p99.9_ms": pct(99.9), "max_ms": lat[-1] / 1e6},
+        ).to_json()
+    ]
+
+
+# -- durable produce: group commit against one fsync per message ----------------------------------
+
+
+def _durable(size: int, threads: int, seconds: float, api: str) -> list[dict[str, Any]]:
+    """Records made durable per second: blocking ``Sender.send`` or ``Producer`` futures."""
+    from filechannel.client import Admin, Producer
+
+    payload = os.urandom(size)
+    counts = [0] * threads
+    with tempfile.TemporaryDirectory(prefix="fc-bench-", dir=os.getcwd()) as folder:
+        Admin(folder).create_topic("t", fsync="always")
+        producer = Producer(folder)
+        ch = Admin(folder).open_partition("t", 0, maintenance_interval=0)
+        deadline = time.perf_counter() + seconds
+
+        def blocking(i: int) -> None:
+            send = ch.sender().send
+            while time.perf_counter() < deadline:
+                send(payload)  # returns after its fsync
+                counts[i] += 1
+
+        def futures(i: int) -> None:
+            window: list[Any] = []
+            while time.perf_counter() < deadline:
+                window.append(producer.send("t", payload))
+                counts[i] += 1
+                if len(window) >= 1000:  # keep at most 1000 records in flight per thread
+                    window.pop(0).result()
+
+        ts = [threading.Thread(target=blocking if api == "sender" else futures, args=(i,)) for i in range(threads)]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        producer.flush()  # every future complete: every record counted is on disk
+        secs = time.perf_counter() - t0
+        producer.close()
+        ch.close()
+    n = sum(counts)
+    backend = "filechannel Sender.send (blocks per record)" if api == "sender" else "filechannel Producer (durable futures)"
+    return [
+        Row(
+            f'durable produce, fsync="always", {threads} thread(s)',
+            backend,
+            "fsync before ack",
+            size,
+            n,
+            n / secs,
+            n * size / secs / 1e6,
+            ours=True,
+        ).to_json()
+    ]
+
+
+# -- threads: what CPython's lock contention leaves of a per-message API ---------------------------
+
+
+def _threads(size: int, threads: int, seconds: float, api: str) -> list[dict[str, Any]]:
+    """Messages per second from ``threads`` threads calling ``Sender.send`` or a bare locked call.
+
+    The bare call (pack, crc32c, list append under a ``threading.Lock``) is the least any
+    thread-safe per-message API does; how much it loses from 1 to 8 threads is CPython's.
+    """
+    payload = os.urandom(size)
+    counts = [0] * threads
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder, _channel(folder) as ch:
+        if api == "sender":
+            make_send = lambda: ch.sender().send  # noqa: E731
+        else:
+            lock, out, pack = threading.Lock(), [], struct.Struct("<IIBq").pack
+
+            def bare(value: bytes) -> None:
+                ts = int(time.time() * 1000)
+                with lock:
+                    out.append(pack(len(value) + 9, crc32c(value), 0, ts))
+                    out.append(value)
+                    if len(out) > 20_000:
+                        out.clear()
+
+            make_send = lambda: bare  # noqa: E731
+        deadline = time.perf_counter() + seconds
+
+        def loop(i: int) -> None:
+            send = make_send()
+            while time.perf_counter() < deadline:
+                send(payload)
+                counts[i] += 1
+
+        ts = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        secs = time.perf_counter() - t0
+    n = sum(counts)
+    backend = "filechannel Sender.send" if api == "sender" else "bare locked call per message (reference)"
+    return [
+        Row(
+            f"send from {threads} thread(s)",
+            backend,
+            OURS if api == "sender" else "none",
+            size,
+            n,
+            n / secs,
+            n * size / secs / 1e6,
+            ours=api == "sender",
+        ).to_json()
+    ]
+
+
+# -- two producer processes into one channel --------------------------------------------------------
+
+
+def _produce_part(path: str, size: int, n: int, tag: int) -> None:
+    from filechannel import FileChannel
+
+    with FileChannel(path, maintenance_interval=0) as ch:
+        send = ch.sender().send
+        pad = b"p" * max(0, size - 8)
+        for i in range(n):
+            send(struct.pack("<II", tag, i) + pad)
+
+
+def _two_producers(size: int, n: int) -> list[dict[str, Any]]:
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder, _channel(folder) as ch:
+        path = os.path.join(folder, "ch")
+        procs = [ctx.Process(target=_produce_part, args=(path, size, n // 2, tag)) for tag in (1, 2)]
+        t0 = time.perf_counter()
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        secs = time.perf_counter() - t0
+        rx = ch.receiver("earliest")
+        seen, offsets = set(), []
+        while batch := rx.recv_many(10_000, timeout=0):
+            offsets.extend(r.offset for r in batch)
+            seen.update(struct.unpack_from("<II", r.value) for r in batch)
+    complete = offsets == list(range(n // 2 * 2)) and len(seen) == n // 2 * 2
+    return [
+        Row(
+            "2 producer processes, one channel",
+            "filechannel send",
+            OURS,
+            size,
+            n // 2 * 2,
+            n / secs,
+            n * size / secs / 1e6,
+            ours=True,
+            extra={"dense_and_complete": complete, "wall_s_incl_process_start": secs},
+        ).to_json()
+    ]
+
+
+# -- reading compressed sealed segments ----------------------------------------------------------------
+
+
+def json_records(n: int) -> list[bytes]:
+    rng = random.Random(7)
+    pages = [f"/product/{i}" for i in range(200)]
+    return [
+        json.dumps(
+            {
+                "user": f"user-{rng.randrange(50_000)}",
+                "page": rng.choice(pages),
+                "ts": 1_700_000_000_000 + i,
+                "referrer": rng.choice(pages),
+                "duration_ms": rng.randrange(50, 30_000),
+                "ok": True,
+            }
+        ).encode()
+        for i in range(n)
+    ]
+
+
+def _read_all(ch: Any, batch_size: int = 4096) -> tuple[int, float]:
+    rx = ch.receiver("earliest")
+    t0 = time.perf_counter()
+    n = 0
+    while batch := rx.recv_many(batch_size, timeout=0):
+        n += len(batch)
+    return n, time.perf_counter() - t0
+
+
+def _compressed(n: int) -> list[dict[str, Any]]:
+    values = json_records(n)
+    payload = sum(map(len, values))
+    rows = []
+    for method in ("none", "zstd"):
+        with (
+            tempfile.TemporaryDirectory(prefix="fc-bench-") as folder,
+            _channel(folder, segment_bytes=1 << 20, compression=method) as ch,
+        ):
+            s = ch.sender()
+            for i in range(0, n, 1000):
+                s.send_many(values[i : i + 1000])
+            s.flush()
+            raw = folder_bytes(folder)
+            ch.compress_sealed()
+            disk = folder_bytes(folder)
+            got, secs = _read_all(ch)
+            assert got == n, (got, n)
+        rows.append(
+            Row(
+                f"read back sealed segments ({'zstd' if method == 'zstd' else 'uncompressed'})",
+                "filechannel recv_many",
+                OURS,
+                payload // n,
+                n,
+                n / secs,
+                payload / secs / 1e6,
+                disk_per_payload=disk / payload,
+                ours=True,
+                extra={"compression_ratio": raw / disk},
+            ).to_json()
+        )
+    return rows
+
+
+# -- a consumer group of 3 processes over 6 partitions ------------------------------------------------
+
+
+def _group_member(root: str, n_total: int, counts: Any, index: int, stop: Any) -> None:
+    from filechannel.client import Consumer
+
+    with Consumer("g6", root=root, group_id="bench", auto_offset_reset="earliest", heartbeat_interval_ms=100) as c:
+        while not stop.is_set():
+            got = sum(len(v) for v in c.poll(timeout_ms=100, max_records=2000).values())
+            if got:
+                with counts.get_lock():
+                    counts[index] += got
+
+
+def _group(size: int, n: int) -> list[dict[str, Any]]:
+    from filechannel.client import Admin, Producer
+
+    ctx = mp.get_context("spawn")
+    payload = os.urandom(size)
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as root:
+        Admin(root).create_topic("g6", partitions=6)
+        with Producer(root) as p:
+            for i in range(n):
+                p.send("g6", payload, partition=i % 6)
+        counts = ctx.Array("q", 3)
+        stop = ctx.Event()
+        procs = [ctx.Process(target=_group_member, args=(root, n, counts, i, stop)) for i in range(3)]
+        t0 = time.perf_counter()
+        for pr in procs:
+            pr.start()
+        try:
+            while sum(counts[:]) < n and time.perf_counter() - t0 < 300:
+                time.sleep(0.01)
+            secs = time.perf_counter() - t0
+        finally:
+            stop.set()
+            for pr in procs:
+                pr.join(30)
+                if pr.is_alive():
+                    pr.kill()
+        per_member = list(counts[:])
+    return [
+        Row(
+            "consumer group, 3 processes x 6 partitions",
+            "filechannel Consumer(group_id)",
+            OURS,
+            size,
+            sum(per_member),
+            sum(per_member) / secs,
+            sum(per_member) * size / secs / 1e6,
+            ours=True,
+            extra={"per_member": per_member, "wall_s_incl_process_start": secs},
+        ).to_json()
+    ]
+
+
+# -- consuming a channel much larger than memory keeps RSS bounded -------------------------------------
+
+
+def _write_big(folder: str, total_bytes: int) -> int:
+    payload = os.urandom(65536)
+    n = total_bytes // len(payload)
+    with _channel(folder) as ch:
+        s = ch.sender()
+        for i in range(0, n, 64):
+            s.send_many([payload] * min(64, n - i))
+    return n
+
+
+def _consume_big(folder: str) -> dict[str, Any]:
+    base = peak_rss_mb()
+    with _channel(folder) as ch:
+        n, secs = _read_all(ch, 64)  # 64 records of 64 KiB: 4 MiB in hand at a time
+    return {"n": n, "secs": secs, "rss_before_mb": base, "peak_rss_mb": peak_rss_mb()}
+
+
+def _rss_bound(total_bytes: int) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="fc-bench-", dir=os.getcwd()) as folder:
+        _write_big(folder, total_bytes)
+        size = folder_bytes(folder)
+        r = in_child(_consume_big, folder)
+    return [
+        Row(
+            "consume a large channel (RSS)",
+            "filechannel recv_many",
+            OURS,
+            65536,
+            r["n"],
+            r["n"] / r["secs"],
+            r["n"] * 65536 / r["secs"] / 1e6,
+            peak_rss_mb=r["peak_rss_mb"],
+            ours=True,
+            extra={"channel_mb": size / 1e6, "rss_before_read_mb": r["rss_before_mb"]},
+        ).to_json()
+    ]
+
+
+def run(name: str, fn: Any, *args: Any) -> list[Row]:
+    """One workload in a fresh process; a failure is a row with its error."""
+    try:
+        return [Row(**r) for r in in_child(fn, *args)]
+    except Exception as exc:
+        return [Row(name, "filechannel", OURS, 0, ours=True, error=str(exc).splitlines()[0])]
+
+
+def special(quick: bool) -> list[tuple[str, Any, tuple]]:
+    """(name, function, args) of every workload beyond the throughput table."""
+    secs = 1.0 if quick else 5.0
+    big = (256 << 20) if quick else (2 << 30)
+    out: list[tuple[str, Any, tuple]] = []
+    for size in (100, 1024, 65536):
+        out.append(
+            (
+                "produce+consume at once",
+                _concurrent,
+                (size, (20_000 if quick else 500_000) if size < 65536 else (2_000 if quick else 20_000)),
+            )
+        )
+    out += [
+        ("latency, one process", _latency, (100, 10_000, secs, False)),
+        ("latency, two processes", _latency, (100, 10_000, secs, True)),
+        ("durable, 1 thread", _durable, (100, 1, secs, "sender")),
+        ("durable, 8 threads", _durable, (100, 8, secs, "sender")),
+        ("durable, 1 thread", _durable, (100, 1, secs, "producer")),
+        ("durable, 8 threads", _durable, (100, 8, secs, "producer")),
+        ("threads, bare locked call", _threads, (100, 1, secs, "bare")),
+        ("threads, bare locked call", _threads, (100, 8, secs, "bare")),
+        ("threads, Sender.send", _threads, (100, 1, secs, "sender")),
+        ("threads, Sender.send", _threads, (100, 8, secs, "sender")),
+        ("2 producer processes", _two_producers, (100, 20_000 if quick else 400_000)),
+        ("compressed read", _compressed, (20_000 if quick else 400_000,)),
+        ("consumer group", _group, (100, 12_000 if quick else 300_000)),
+        ("RSS bound", _rss_bound, (big,)),
+    ]
+    return out
