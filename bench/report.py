@@ -177,7 +177,7 @@ def chart(rows: list[Row], path: str) -> None:
         width = 0.8 / max(1, len(backends))
         for i, b in enumerate(backends):
             ys = [(_find(rows, workload, b, s) or Row("", "", "", 0)).msgs_per_s for s in sizes]
-            ax.bar([x + i * width for x in range(len(sizes))], ys, width, label=b)
+            ax.bar([x + i * width for x in range(len(sizes))], ys, width, label=b, color=plt.cm.tab20(i % 20))
         ax.set_yscale("log")
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(sizes))], [f"{s} B" for s in sizes])
         ax.set_title(f"{workload} throughput (msgs/s, log scale)")
