@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import resource
+import shutil
 import tempfile
 import time
 import traceback
@@ -89,7 +90,8 @@ def _throughput(key: str, size: int, n: int, cap_s: float) -> list[dict[str, Any
     ]
 
 
-def _child(conn: Any, fn: Any, args: tuple) -> None:
+def _child(conn: Any, scratch: str, fn: Any, args: tuple) -> None:
+    tempfile.tempdir = scratch
     try:
         conn.send(("ok", fn(*args)))
     except BaseException as exc:  # reported as the backend's row, never dropped
@@ -102,7 +104,10 @@ def in_child(fn: Any, *args: Any, timeout: float = 600) -> Any:
     """Run ``fn(*args)`` in a fresh (spawned) process; its result, or raise with its error."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, fn, args))
+    # The child makes its temp folders in one the parent removes, even if it has to kill it,
+    # in the working directory: the disk whose dd bandwidth and fsync latency are reported.
+    scratch = tempfile.mkdtemp(prefix="fc-bench-", dir=os.getcwd())
+    proc = ctx.Process(target=_child, args=(child, scratch, fn, args))
     proc.start()
     child.close()
     try:
@@ -115,6 +120,7 @@ def in_child(fn: Any, *args: Any, timeout: float = 600) -> Any:
         if proc.is_alive():
             proc.kill()
         proc.join()
+        shutil.rmtree(scratch, ignore_errors=True)
     if status == "error":
         raise RuntimeError(value)
     return value

@@ -69,7 +69,7 @@ def _timed_query(df: Any) -> tuple[int, float]:
     t0 = time.perf_counter()
     q = (
         df.writeStream.format("noop")
-        .option("checkpointLocation", tempfile.mkdtemp(prefix="fc-bench-ck-"))
+        .option("checkpointLocation", tempfile.mkdtemp(prefix="fc-bench-ck-"))  # under in_child's scratch folder
         .trigger(availableNow=True)
         .start()
     )

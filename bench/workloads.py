@@ -136,7 +136,7 @@ def _durable(size: int, threads: int, seconds: float, api: str) -> list[dict[str
 
     payload = os.urandom(size)
     counts = [0] * threads
-    with tempfile.TemporaryDirectory(prefix="fc-bench-", dir=os.getcwd()) as folder:
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder:
         Admin(folder).create_topic("t", fsync="always")
         producer = Producer(folder)
         ch = Admin(folder).open_partition("t", 0, maintenance_interval=0)
@@ -426,7 +426,7 @@ def _consume_big(folder: str) -> dict[str, Any]:
 
 
 def _rss_bound(total_bytes: int) -> list[dict[str, Any]]:
-    with tempfile.TemporaryDirectory(prefix="fc-bench-", dir=os.getcwd()) as folder:
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder:
         _write_big(folder, total_bytes)
         size = folder_bytes(folder)
         r = in_child(_consume_big, folder)
