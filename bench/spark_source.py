@@ -1,5 +1,7 @@
 """Spark workload: a streaming availableNow query over 1 M records of 100 B into a count.
 
+Each query runs three times, alternating with the ceiling; the fastest run of each counts.
+
 Measured against the ceiling of pyspark's Python Data Source API: a source that yields
 the same rows, with the same schema, as prebuilt Arrow batches from memory. Both run in
 the same Spark session, one after the other, into the ``noop`` sink.
@@ -105,14 +107,15 @@ def _spark_run(n: int) -> list[dict[str, Any]]:
             spark.dataSource.register(_memory_source())
             # warm-up: start the Python workers once, so neither run pays for it
             _timed_query(spark.readStream.format("fcbench_memory").option("rows", "10000").load())
-            ours_n, ours_s = _timed_query(
-                spark.readStream.format("filechannel")
-                .option("root", root)
-                .option("subscribe", "t")
-                .option("startingOffsets", "earliest")
-                .load()
-            )
-            mem_n, mem_s = _timed_query(spark.readStream.format("fcbench_memory").option("rows", str(n)).load())
+            ours = spark.readStream.format("filechannel").option("root", root).option("subscribe", "t")
+            ceiling = spark.readStream.format("fcbench_memory").option("rows", str(n))
+            # Best of three, alternating: single runs on a shared 2-core machine vary by 20%.
+            ours_runs, mem_runs = [], []
+            for _ in range(3):
+                ours_runs.append(_timed_query(ours.option("startingOffsets", "earliest").load()))
+                mem_runs.append(_timed_query(ceiling.load()))
+            ours_n, ours_s = min(ours_runs, key=lambda r: r[1])
+            mem_n, mem_s = min(mem_runs, key=lambda r: r[1])
         finally:
             spark.stop()
     return [
