@@ -41,7 +41,16 @@ class Row:
 
 
 def folder_bytes(folder: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder) for f in files)
+    """Bytes of the files in ``folder``; a file that goes while we walk (a channel's background
+    compression renames sealed segments) is skipped: its replacement is counted or not yet there."""
+    total = 0
+    for d, _, files in os.walk(folder):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(d, f))
+            except FileNotFoundError:
+                pass
+    return total
 
 
 def peak_rss_mb() -> float:

@@ -73,7 +73,7 @@ def read_range(r: OffsetRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.Reco
         builder = BatchBuilder(r.topic, r.partition)
         while pos < r.end:
             try:
-                records = rx.recv_many(min(DECODE_ROWS, batch_rows, r.end - pos), timeout=0)
+                records = rx.recv_many(min(DECODE_ROWS, batch_rows - len(builder), r.end - pos), timeout=0)
             except OffsetOutOfRangeError:
                 # Garbage collection or retention deleted the rest while we read.
                 first = ch.first_offset

@@ -1,0 +1,30 @@
+"""Reading one offset range into Arrow batches (no Spark session: this is the executor's half)."""
+
+import pyarrow as pa
+import pytest
+
+from filechannel.client import Admin
+from filechannel.spark.ranges import OffsetRange, read_range
+from filechannel.spark.schema import ARROW_SCHEMA
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.mark.parametrize("batch_rows", [1, 100, 512, 1000, 8192])
+def test_batches_hold_every_record_of_the_range_in_order(tmp_path, batch_rows):
+    root = tmp_path / "root"
+    Admin(root).create_topic("t", partitions=1, segment_bytes=64 * 1024)
+    with Admin(root).open_partition("t", 0, maintenance_interval=0) as ch:
+        s = ch.sender()
+        for i in range(3000):
+            s.send(b"v%d" % i, key=b"k%d" % i if i % 3 == 0 else None, headers=[("h", b"%d" % i)] if i % 7 == 0 else None)
+    batches = list(read_range(OffsetRange(str(root), "t", 0, 250, 2750), batch_rows))
+    assert all(b.schema == ARROW_SCHEMA for b in batches)
+    assert all(b.num_rows == batch_rows for b in batches[:-1]) and 0 < batches[-1].num_rows <= batch_rows
+    table = pa.Table.from_batches(batches)
+    assert table.column("offset").to_pylist() == list(range(250, 2750))
+    assert table.column("value").to_pylist() == [b"v%d" % i for i in range(250, 2750)]
+    assert table.column("key").to_pylist() == [b"k%d" % i if i % 3 == 0 else None for i in range(250, 2750)]
+    headers = table.column("headers").to_pylist()
+    assert headers == [[{"key": "h", "value": b"%d" % i}] if i % 7 == 0 else None for i in range(250, 2750)]
+    assert set(table.column("topic").to_pylist()) == {"t"} and set(table.column("partition").to_pylist()) == {0}
