@@ -16,6 +16,8 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from filechannel.files import folder_bytes
+
 from .peers import BACKENDS
 
 CHUNK = 1000
@@ -38,19 +40,6 @@ class Row:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def folder_bytes(folder: str) -> int:
-    """Bytes of the files in ``folder``; a file that goes while we walk (a channel's background
-    compression renames sealed segments) is skipped: its replacement is counted or not yet there."""
-    total = 0
-    for d, _, files in os.walk(folder):
-        for f in files:
-            try:
-                total += os.path.getsize(os.path.join(d, f))
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def peak_rss_mb() -> float:

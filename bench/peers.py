@@ -13,6 +13,7 @@ import sqlite3
 import struct
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,7 @@ from crc32c import crc32c
 FRAME = struct.Struct("<II")
 
 
-class Backend:
+class Backend(ABC):
     name = ""
     durability = ""
     ours = False
@@ -30,19 +31,20 @@ class Backend:
     def open(self, folder: str) -> None:
         self.folder = folder
 
+    @abstractmethod
     def produce(self, values: list[bytes]) -> None:
-        raise NotImplementedError
+        """Append ``values``."""
 
-    def finish(self) -> None:
+    def finish(self) -> None:  # noqa: B027 - an optional hook: most backends need no flush
         """Make everything produced readable (flush buffers)."""
 
     deadline = float("inf")  # a time.perf_counter() past which a slow consume may stop early
 
+    @abstractmethod
     def consume(self, n: int) -> int:
         """Read up to n messages back; return their payload bytes."""
-        raise NotImplementedError
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook
         """Release files."""
 
 

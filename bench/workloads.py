@@ -17,7 +17,9 @@ from typing import Any
 
 from crc32c import crc32c
 
-from .measure import Row, folder_bytes, in_child, peak_rss_mb
+from filechannel.files import folder_bytes
+
+from .measure import Row, in_child, peak_rss_mb
 
 OURS = 'CRC per record, torn-tail recovery, fsync="never"'
 STAMP = struct.Struct("<Q")

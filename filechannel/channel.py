@@ -18,6 +18,7 @@ from .compressed import CompressedSegment
 from .config import ChannelConfig
 from .cursor import Cursor
 from .errors import ChannelClosedError, ConfigError, CorruptRecordError, OffsetOutOfRangeError, os_errors
+from .files import folder_bytes
 from .log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from .names import validate_name
 from .position import PositionStore
@@ -156,14 +157,7 @@ class FileChannel:
     @property
     def size_bytes(self) -> int:
         """Bytes on disk of the channel's files."""
-        total = 0
-        for root, _dirs, files in os.walk(self.path):
-            for f in files:
-                try:
-                    total += os.path.getsize(os.path.join(root, f))
-                except FileNotFoundError:
-                    pass
-        return total
+        return folder_bytes(self.path)
 
     # -- maintenance -----------------------------------------------------------------------
 

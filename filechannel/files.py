@@ -51,3 +51,16 @@ def unlink_if_exists(path: str) -> bool:
     except OSError as exc:
         raise storage_error(exc, "delete", path) from exc
     return True
+
+
+def folder_bytes(path: str) -> int:
+    """Bytes of the files under ``path``. A file that goes while we walk (background
+    compression renames sealed segments, GC deletes them) is skipped, not an error."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except FileNotFoundError:
+                pass
+    return total
