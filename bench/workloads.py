@@ -79,8 +79,7 @@ def _paced_sender(path: str, size: int, rate: int, n: int, start_at: float) -> N
     pad = b"x" * max(0, size - STAMP.size)
     with FileChannel(path, maintenance_interval=0) as ch:
         send = ch.sender().send
-        while time.monotonic() < start_at:
-            time.sleep(0.001)
+        time.sleep(max(0.0, start_at - time.monotonic()))
         t0 = time.monotonic()
         for i in range(n):
             delay = t0 + i / rate - time.monotonic()
@@ -129,6 +128,15 @@ def _latency(size: int, rate: int, seconds: float, cross_process: bool) -> list[
     ]
 
 
+def _in_threads(loop: Any, threads: int) -> None:
+    """Run ``loop(i)`` for i in range(threads), all at once, each in its own thread; wait for all."""
+    ts = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 # -- durable produce: group commit against one fsync per message ----------------------------------
 
 
@@ -158,12 +166,8 @@ def _durable(size: int, threads: int, seconds: float, api: str) -> list[dict[str
                 if len(window) >= 1000:  # keep at most 1000 records in flight per thread
                     window.pop(0).result()
 
-        ts = [threading.Thread(target=blocking if api == "sender" else futures, args=(i,)) for i in range(threads)]
         t0 = time.perf_counter()
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        _in_threads(blocking if api == "sender" else futures, threads)
         producer.flush()  # every future complete: every record counted is on disk
         secs = time.perf_counter() - t0
         producer.close()
@@ -218,12 +222,8 @@ def _threads(size: int, threads: int, seconds: float, api: str) -> list[dict[str
                 send(payload)
                 counts[i] += 1
 
-        ts = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
         t0 = time.perf_counter()
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        _in_threads(loop, threads)
         secs = time.perf_counter() - t0
     n = sum(counts)
     backend = "filechannel Sender.send" if api == "sender" else "bare locked call per message (reference)"
@@ -354,7 +354,8 @@ def _compressed(n: int) -> list[dict[str, Any]]:
 # -- a consumer group of 3 processes over 6 partitions ------------------------------------------------
 
 
-def _group_member(root: str, n_total: int, counts: Any, index: int, stop: Any) -> None:
+def _group_member(root: str, n_total: int, counts: Any, index: int, done: Any, stop: Any) -> None:
+    """Consume until told to stop; the member whose records complete ``n_total`` sets ``done``."""
     from filechannel.client import Consumer
 
     with Consumer("g6", root=root, group_id="bench", auto_offset_reset="earliest", heartbeat_interval_ms=100) as c:
@@ -363,6 +364,8 @@ def _group_member(root: str, n_total: int, counts: Any, index: int, stop: Any) -
             if got:
                 with counts.get_lock():
                     counts[index] += got
+                    if sum(counts[:]) >= n_total:
+                        done.set()
 
 
 def _group(size: int, n: int) -> list[dict[str, Any]]:
@@ -376,14 +379,13 @@ def _group(size: int, n: int) -> list[dict[str, Any]]:
             for i in range(n):
                 p.send("g6", payload, partition=i % 6)
         counts = ctx.Array("q", 3)
-        stop = ctx.Event()
-        procs = [ctx.Process(target=_group_member, args=(root, n, counts, i, stop)) for i in range(3)]
+        done, stop = ctx.Event(), ctx.Event()
+        procs = [ctx.Process(target=_group_member, args=(root, n, counts, i, done, stop)) for i in range(3)]
         t0 = time.perf_counter()
         for pr in procs:
             pr.start()
         try:
-            while sum(counts[:]) < n and time.perf_counter() - t0 < 300:
-                time.sleep(0.01)
+            done.wait(300)
             secs = time.perf_counter() - t0
         finally:
             stop.set()
@@ -402,7 +404,7 @@ def _group(size: int, n: int) -> list[dict[str, Any]]:
             sum(per_member) / secs,
             sum(per_member) * size / secs / 1e6,
             ours=True,
-            extra={"per_member": per_member, "wall_s_incl_process_start": secs},
+            extra={"per_member": per_member, "complete": sum(per_member) == n, "wall_s_incl_process_start": secs},
         ).to_json()
     ]
 
