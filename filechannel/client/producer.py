@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..channel import FileChannel
@@ -40,7 +41,9 @@ class Producer:
     ``send`` returns a ``concurrent.futures.Future`` of :class:`RecordMetadata`. The offset
     is known when the record is buffered, so the future is already done on return, except
     with ``fsync="always"``: then ``send`` returns at once and the future completes once an
-    fsync covered the record (records sent meanwhile, by any thread, share that fsync).
+    fsync covered the record (records sent meanwhile, by any thread, share that fsync); the
+    record is queued, appended by a background thread, and its offset known only then, so
+    an error about the record itself (too large, not bytes) is raised by its future.
     """
 
     def __init__(
@@ -100,7 +103,7 @@ class Producer:
                 self._channels[key] = ch
                 sender = ch.sender()
                 if durable:
-                    self._syncs[key] = GroupSync(sender, f"{topic}-{partition}")
+                    self._syncs[key] = GroupSync(sender, topic, partition)
                 self._senders[key] = sender
         return sender
 
@@ -140,14 +143,13 @@ class Producer:
             raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {count - 1}")
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        offset = self._sender(topic, partition).send(vbytes, key=kbytes, headers=headers, timestamp=timestamp_ms)
-        future: Future[RecordMetadata] = Future()
-        meta = RecordMetadata(topic, partition, offset, timestamp_ms)
+        sender = self._sender(topic, partition)
         sync = self._syncs.get((topic, partition))
-        if sync is None:
-            future.set_result(meta)
-        else:
-            sync.add(future, meta)
+        if sync is not None:
+            return sync.add(vbytes, kbytes, headers, timestamp_ms)
+        offset = sender.send(vbytes, key=kbytes, headers=headers, timestamp=timestamp_ms)
+        future: Future[RecordMetadata] = Future()
+        future.set_result(RecordMetadata(topic, partition, offset, timestamp_ms))
         return future
 
     def flush(self, timeout: float | None = None) -> None:
@@ -156,12 +158,17 @@ class Producer:
         With ``fsync="always"``, returns once every future sent so far is complete.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        markers = {key: sync.marker() for key, sync in list(self._syncs.items())}
         for key, sender in list(self._senders.items()):
-            sync = self._syncs.get(key)
-            if sync is None:
+            if key not in markers:
                 sender.flush()
-            elif not sync.wait_idle(None if deadline is None else max(0.0, deadline - time.monotonic())):
-                raise Timeout(f"flush: records of {key[0]}[{key[1]}] not on disk within {timeout} s")
+        for key, marker in markers.items():
+            try:
+                marker.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                raise Timeout(f"flush: records of {key[0]}[{key[1]}] not on disk within {timeout} s") from None
+            except Exception:
+                pass  # the records' own futures carry the error
 
     def close(self, timeout: float | None = None) -> None:
         """Flush and release the partitions. Closing twice is harmless."""

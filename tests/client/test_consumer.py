@@ -217,3 +217,19 @@ def test_durable_producer_futures_complete_after_their_fsync(tmp_path, monkeypat
     with Consumer("d", root=tmp_path, auto_offset_reset="earliest") as c:
         got = [r.value for recs in c.poll(timeout_ms=500, max_records=5000).values() for r in recs]
     assert sorted(got) == sorted(b"%d-%d" % (t, i) for t in range(4) for i in range(300))
+
+
+def test_durable_producer_fails_only_the_bad_record_and_keeps_order(tmp_path):
+    from filechannel.client import Admin, Producer
+    from filechannel.errors import MessageTooLargeError
+
+    Admin(tmp_path).create_topic("d", fsync="always", max_record_bytes=1024)
+    with Producer(tmp_path) as producer:
+        futures = [producer.send("d", b"x%d" % i) for i in range(50)]
+        bad = producer.send("d", b"y" * 2000)
+        futures += [producer.send("d", b"z%d" % i) for i in range(50)]
+        producer.flush()
+        with pytest.raises(MessageTooLargeError, match="1024"):
+            bad.result()
+        offsets = [f.result().offset for f in futures]
+    assert offsets == list(range(100))  # one thread's records land in the order it sent them
