@@ -50,6 +50,7 @@ from .record import (
     encode_value_frames,
     too_large,
 )
+from .sealer import Sealer
 from .writer_state import WriterState, write_state
 
 log = logging.getLogger("filechannel")
@@ -99,6 +100,7 @@ class Appender:
         self._seg_base = -1
         self._last_fsync = time.monotonic()
         self._last_drain = 0.0
+        self._sealer = Sealer(log_)
         self._flusher: threading.Thread | None = None
         if config.fsync != "always":
             self._flusher = threading.Thread(target=self._flush_loop, name="filechannel-flusher", daemon=True)
@@ -261,14 +263,12 @@ class Appender:
         self._seg_base = base
 
     def _roll(self, state: WriterState) -> None:
-        """Seal the active segment (fsynced with its index) and start the next one."""
-        with os_errors("fsync segment", self._log.segment_path(state.segment_base)):
-            for fd in (self._seg_fd, self._idx_fd, self._tix_fd):
-                os.fsync(fd)
+        """Seal the active segment and start the next one; the sealer fsyncs the sealed one."""
         new = self._log.roll(state)
         self._open_active(new)
         self._state = new
         self._update_check_at()
+        self._sealer.seal(new.segment_base)
         self._on_roll()
 
     # -- draining ----------------------------------------------------------------------------
@@ -428,6 +428,11 @@ class Appender:
                 f"a previous write to channel {self._log.path!r} failed ({self._failed}); "
                 "records sent since were not written; reopen the channel once the cause is fixed"
             ) from self._failed
+        if self._sealer.error is not None:
+            raise SenderFailedError(
+                f"fsync of a sealed segment of channel {self._log.path!r} failed ({self._sealer.error}); "
+                "its records may not be on disk: check the disk, then reopen the channel"
+            ) from self._sealer.error
 
     def close(self) -> None:
         """Write what is buffered (fsync unless the policy is "never"), stop the flusher."""
@@ -442,6 +447,7 @@ class Appender:
                 self._cond.notify_all()
         if self._flusher is not None:
             self._flusher.join()
+        self._sealer.close()
         with self._cond:
             self._release_if_idle()
             self._close_files()

@@ -17,6 +17,22 @@ def fsync_dir(path: str) -> None:
             os.close(fd)
 
 
+def fsync_if_exists(path: str) -> bool:
+    """fsync the file at ``path`` (written by another fd, maybe another process); False if it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise storage_error(exc, "open", path) from exc
+    try:
+        with os_errors("fsync", path):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
 def write_atomically(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the folder."""
     tmp = f"{path}.{os.getpid()}.tmp"

@@ -29,7 +29,7 @@ from . import names
 from .compressed import Z_HEADER, CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length
 from .config import ChannelConfig
 from .errors import CorruptRecordError, OffsetOutOfRangeError, os_errors
-from .files import fsync_dir, unlink_if_exists
+from .files import fsync_dir, fsync_if_exists, unlink_if_exists
 from .index import (
     MIN_TIMESTAMP,
     IndexMark,
@@ -40,6 +40,8 @@ from .index import (
     write_index_files,
 )
 from .lock import FileLock
+from .recovery_point import FILE_NAME as RECOVERY_POINT_FILE
+from .recovery_point import read_recovery_point, write_recovery_point
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, create_segment, read_segment_header
 from .writer_state import WriterState, read_state, write_state
 
@@ -70,6 +72,7 @@ class Log:
         self._bases: list[int] = []
         self._sealed_index: dict[int, OffsetIndex] = {}
         self._z_info: dict[int, CompressedInfo] = {}
+        self._recovery_point_path = os.path.join(path, RECOVERY_POINT_FILE)
 
     # -- names -----------------------------------------------------------------------------
 
@@ -247,32 +250,48 @@ class Log:
     # -- recovery (under writer.lock) ------------------------------------------------------
 
     def recover(self) -> WriterState:
-        """Find where the log ends, trimming a torn tail; the caller holds ``writer.lock``."""
-        refs = self.list_segments()
-        if not refs:
-            state = self._create_active(0, 0)
-            self.list_segments()
-            return state
-        last = refs[-1]
-        if last.compressed:
-            # The active segment is never compressed; a lost roll can leave a sealed one last.
-            info = self.compressed_info(last)
-            state = self._create_active(info.end_offset, info.segment_id + 1)
-            self.list_segments()
-            return state
-        return self._recover_active(last, refs)
+        """Find where the log ends, trimming a torn tail; the caller holds ``writer.lock``.
 
-    def _create_active(self, base_offset: int, segment_id: int) -> WriterState:
+        After a restart of the machine (see :mod:`filechannel.recovery_point`) it first
+        checks every frame of the segments that were not known to be on disk, from the
+        recovery point on, and cuts the log at the first torn one.
+        """
+        refs = self.list_segments()
+        never = self.config.fsync == "never"
+        if not refs:
+            state = self._create_active(0, 0, sync_dir=not never)
+            self.list_segments()
+        else:
+            point = read_recovery_point(self._recovery_point_path)
+            rebooted = point is None or not point.this_boot
+            if rebooted:
+                refs = self._check_sealed(refs, point.offset if point is not None else 0)
+            last = refs[-1]
+            if last.compressed:
+                # The active segment is never compressed; a lost roll can leave a sealed one last.
+                info = self.compressed_info(last)
+                state = self._create_active(info.end_offset, info.segment_id + 1, sync_dir=not never)
+                self.list_segments()
+            else:
+                state = self._recover_active(last, refs, from_start=rebooted)
+            if not rebooted:
+                return state
+        write_recovery_point(self._recovery_point_path, state.segment_base)
+        return state
+
+    def _create_active(self, base_offset: int, segment_id: int, sync_dir: bool) -> WriterState:
         now = int(time.time() * 1000)
         fd = create_segment(self.segment_path(base_offset), SegmentHeader(segment_id, base_offset, now))
         os.close(fd)
-        if self.config.fsync != "never":
+        if sync_dir:
             fsync_dir(self.path)
         state = WriterState(base_offset, segment_id, SEGMENT_HEADER_SIZE, base_offset, 0, MIN_TIMESTAMP, now)
         write_state(self.writer_lock.fd, self.writer_lock.path, state)
         return state
 
-    def _recover_active(self, last: SegmentRef, refs: list[SegmentRef]) -> WriterState:
+    def _recover_active(self, last: SegmentRef, refs: list[SegmentRef], from_start: bool) -> WriterState:
+        """Trim a torn tail off the active segment, scanning from its last index entry, or
+        from its first frame when the machine restarted (any page may not have reached disk)."""
         path = last.path
         with os_errors("open segment", path):
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -290,7 +309,7 @@ class Log:
             tix_path = self.file(last.base_offset, names.TIME_INDEX_SUFFIX)
             idx = OffsetIndex.load(idx_path, last.base_offset, valid_end=size)
             tix = TimeIndex.load(tix_path, last.base_offset, count=len(idx))
-            count = min(len(idx), len(tix))
+            count = 0 if from_start else min(len(idx), len(tix))
             truncate_index_files(idx_path, tix_path, count)
             if count:
                 offset, position = idx.offsets[count - 1], idx.positions[count - 1]
@@ -358,10 +377,92 @@ class Log:
         return self.recover()
 
     def roll(self, state: WriterState) -> WriterState:
-        """Seal the active segment and start a new one at ``state.end_offset`` (under writer.lock)."""
-        new = self._create_active(state.end_offset, state.segment_id + 1)
+        """Seal the active segment and start a new one at ``state.end_offset`` (under writer.lock).
+
+        Nothing is fsynced here but, with ``fsync="always"``, the folder (so an acknowledged
+        record's segment is never lost): :meth:`sync_sealed` does the rest in the background.
+        """
+        new = self._create_active(state.end_offset, state.segment_id + 1, sync_dir=self.config.fsync == "always")
         self.list_segments()
         return new
+
+    # -- the recovery point ----------------------------------------------------------------
+
+    def sync_sealed(self, upto: int) -> None:
+        """fsync the sealed raw segments below ``upto`` not yet known to be on disk (their
+        files and the folder), then move the recovery point to ``upto``. Needs no lock:
+        sealed segments no longer change, and a concurrent older point only means more
+        checking after a machine crash."""
+        point = read_recovery_point(self._recovery_point_path)
+        start = point.offset if point is not None and point.this_boot else 0
+        if start >= upto:
+            return
+        for ref in self.list_segments():
+            if start <= ref.base_offset < upto and not ref.compressed:  # compressed files were fsynced
+                for suffix in (names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
+                    fsync_if_exists(self.file(ref.base_offset, suffix))
+        fsync_dir(self.path)
+        point = read_recovery_point(self._recovery_point_path)
+        if point is None or not point.this_boot or point.offset < upto:
+            write_recovery_point(self._recovery_point_path, upto)
+
+    def _check_sealed(self, refs: list[SegmentRef], start: int) -> list[SegmentRef]:
+        """Check every frame of the sealed raw segments from ``start`` on; cut the log at the
+        first torn one. Returns the segments that remain."""
+        for i, ref in enumerate(refs[:-1]):
+            if ref.compressed or ref.base_offset < start:  # compressed files are fsynced when made
+                continue
+            torn_at = self._torn_at(ref, refs[i + 1].base_offset)
+            if torn_at is not None:
+                return self._cut_after(refs, i, torn_at)
+        return refs
+
+    def _torn_at(self, ref: SegmentRef, end_offset: int) -> int | None:
+        """Where the valid frames of a sealed raw segment end if it does not hold exactly its
+        records (0: not even its header); None if it is whole. Rebuilds index files that do
+        not match a whole segment's frames."""
+        with os_errors("open segment", ref.path):
+            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            try:
+                read_segment_header(fd, ref.path)
+            except CorruptRecordError:
+                return 0
+            marks, _since, _max, scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
+            with os_errors("stat", ref.path):
+                size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        if scanner.stop != "end" or scanner.end_offset != end_offset or scanner.end_position != size:
+            return scanner.end_position
+        idx = self.load_offset_index(ref.base_offset)
+        if idx.offsets != [m.offset for m in marks] or idx.positions != [m.position for m in marks]:
+            log.warning("channel %s: the index of %s did not match its frames after a restart; rebuilding", self.path, ref.path)
+            self.rebuild_index(ref)
+        return None
+
+    def _cut_after(self, refs: list[SegmentRef], i: int, torn_at: int) -> list[SegmentRef]:
+        """Make ``refs[i]``, torn at byte ``torn_at``, the last segment: cut it there and delete
+        every later segment, newest first (a crash midway leaves a shorter log, which the
+        next open cuts again: the recovery point has not moved)."""
+        torn, later = refs[i], refs[i + 1 :]
+        log.warning(
+            "channel %s: sealed segment %s was torn by a crash of the machine at byte %d; cutting the log there "
+            "and deleting the %d later segment(s), from offset %d on, written after the torn records",
+            self.path,
+            torn.path,
+            torn_at,
+            len(later),
+            later[0].base_offset,
+        )
+        for ref in reversed(later):
+            for suffix in (names.COMPRESSED_SUFFIX, names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
+                unlink_if_exists(self.file(ref.base_offset, suffix))
+        with os_errors("truncate", torn.path):
+            os.truncate(torn.path, torn_at)
+        fsync_if_exists(torn.path)
+        fsync_dir(self.path)
+        return self.list_segments()
 
     # -- maintenance (under maintenance.lock) ----------------------------------------------
 

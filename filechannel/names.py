@@ -7,6 +7,8 @@ digits so a directory listing sorts by offset):
     B.seg.z    the same segment once sealed and compressed (replaces B.seg)
     B.idx      sparse offset index of B.seg (derived data)
     B.tix      sparse time index of B.seg (derived data)
+
+and ``writer.lock``, ``maintenance.lock``, ``recovery-point`` and ``positions/``.
 """
 
 from __future__ import annotations
