@@ -100,6 +100,7 @@ def _child(conn: Any, scratch: str, fn: Any, args: tuple) -> None:
 
 def in_child(fn: Any, *args: Any, timeout: float = 600) -> Any:
     """Run ``fn(*args)`` in a fresh (spawned) process; its result, or raise with its error."""
+    os.sync()  # every backend starts on a disk with no writeback left over from the one before
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     # The child makes its temp folders in one the parent removes, even if it has to kill it,

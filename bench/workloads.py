@@ -188,6 +188,35 @@ def _durable(size: int, threads: int, seconds: float, api: str) -> list[dict[str
     ]
 
 
+def _fsync_per_message(size: int, seconds: float) -> list[dict[str, Any]]:
+    """The reference of the durable rows, measured next to them: one write + fsync per message."""
+    payload = os.urandom(size)
+    n = 0
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder:
+        fd = os.open(os.path.join(folder, "log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            t0 = time.perf_counter()
+            deadline = t0 + seconds
+            while time.perf_counter() < deadline:
+                os.write(fd, payload)
+                os.fsync(fd)
+                n += 1
+            secs = time.perf_counter() - t0
+        finally:
+            os.close(fd)
+    return [
+        Row(
+            'durable produce, fsync="always", 1 thread(s)',
+            "one write + fsync per message (reference)",
+            "fsync before ack",
+            size,
+            n,
+            n / secs,
+            n * size / secs / 1e6,
+        ).to_json()
+    ]
+
+
 # -- threads: what CPython's lock contention leaves of a per-message API ---------------------------
 
 
@@ -474,6 +503,7 @@ def special(quick: bool) -> list[tuple[str, Any, tuple]]:
     out += [
         ("latency, one process", _latency, (100, 10_000, secs, False)),
         ("latency, two processes", _latency, (100, 10_000, secs, True)),
+        ("durable, one fsync per message", _fsync_per_message, (100, secs)),
         ("durable, 1 thread", _durable, (100, 1, secs, "sender")),
         ("durable, 8 threads", _durable, (100, 8, secs, "sender")),
         ("durable, 1 thread", _durable, (100, 1, secs, "producer")),
