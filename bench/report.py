@@ -104,6 +104,7 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
                     goal,
                     note=_reach(rows, w, peer, size, goal),
                 )
+
     def durable(threads: str) -> Row | None:
         return max(
             (r for r in rows if r.workload.startswith("durable") and threads in r.workload and r.ours and not r.error),

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from concurrent.futures import Future
 from typing import Any
 
 from ..errors import ChannelClosedError, FileChannelError
 from ..record import Headers
+from .futures import RecordFuture, complete
 from .records import RecordMetadata
 
-_Entry = tuple[Future, Any, "bytes | None", "Headers | None", int]
+_Entry = tuple[RecordFuture, Any, "bytes | None", "Headers | None", int]
 _MARKER = object()  # a queue entry whose future completes when everything before it is durable
 
 
@@ -39,15 +39,16 @@ class GroupSync:
         self._partition = partition
         self._queue: deque[_Entry] = deque()
         self._wake = threading.Event()
+        self._done = threading.Condition()  # shared by this partition's futures (see futures.py)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"filechannel-sync-{topic}-{partition}", daemon=True)
         self._thread.start()
 
-    def add(self, value: bytes, key: bytes | None, headers: Headers | None, timestamp_ms: int) -> Future[RecordMetadata]:
+    def add(self, value: bytes, key: bytes | None, headers: Headers | None, timestamp_ms: int) -> RecordFuture:
         """Queue one record; its future completes once an fsync covers it."""
         if self._closed:
             raise ChannelClosedError(f"the producer of {self._topic}[{self._partition}] is closed")
-        future: Future[RecordMetadata] = Future()
+        future = RecordFuture(self._done)
         self._queue.append((future, value, key, headers, timestamp_ms))
         if not self._wake.is_set():
             self._wake.set()
@@ -66,22 +67,20 @@ class GroupSync:
                 try:
                     sync()
                 except BaseException as exc:
-                    for future, _ in done:
-                        future.set_exception(exc)
+                    complete(self._done, done, exc)
                 else:
-                    for future, meta in done:
-                        future.set_result(meta)
+                    complete(self._done, done, None)
             if self._closed and not queue:
                 return
 
-    def _append(self, batch: list[_Entry]) -> list[tuple[Future, Any]]:
+    def _append(self, batch: list[_Entry]) -> list[tuple[RecordFuture, Any]]:
         """Append the queued records in order; return the futures to complete after the fsync.
 
         Runs of key-less records with one timestamp go in with one ``send_many``.
         """
         send, send_many = self._sender.send, self._sender.send_many
         topic, partition = self._topic, self._partition
-        done: list[tuple[Future, Any]] = []
+        done: list[tuple[RecordFuture, Any]] = []
         i, n = 0, len(batch)
         one_by_one_until = 0
         while i < n:
@@ -112,9 +111,9 @@ class GroupSync:
             done.append((future, RecordMetadata(topic, partition, offset, ts)))
         return done
 
-    def marker(self) -> Future[None]:
+    def marker(self) -> RecordFuture:
         """A future that completes once every record queued before it is durable."""
-        future: Future[None] = Future()
+        future = RecordFuture(self._done)
         self._queue.append((future, _MARKER, None, None, 0))
         self._wake.set()
         return future

@@ -14,6 +14,7 @@ from ..channel import FileChannel
 from ..errors import ChannelClosedError, ConfigError, Timeout, UnknownTopicError
 from ..record import Headers
 from .durable import GroupSync
+from .futures import RecordFuture
 from .partitioner import DefaultPartitioner, Partitioner
 from .records import RecordMetadata
 from .topics import TopicStore
@@ -148,9 +149,7 @@ class Producer:
         if sync is not None:
             return sync.add(vbytes, kbytes, headers, timestamp_ms)
         offset = sender.send(vbytes, key=kbytes, headers=headers, timestamp=timestamp_ms)
-        future: Future[RecordMetadata] = Future()
-        future.set_result(RecordMetadata(topic, partition, offset, timestamp_ms))
-        return future
+        return RecordFuture.resolved(RecordMetadata(topic, partition, offset, timestamp_ms))
 
     def flush(self, timeout: float | None = None) -> None:
         """Write every buffered record (and fsync, unless the policy is "never").
