@@ -21,6 +21,9 @@ from filechannel.files import folder_bytes
 from .peers import BACKENDS
 
 CHUNK = 1000
+# Distinct random payload bytes cycled through by the throughput workloads: more than one
+# compression block (and zstd's window), so "bytes on disk" is not flattered by repetition.
+POOL_BYTES = 4 << 20
 
 
 @dataclass
@@ -46,18 +49,28 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _payload_chunks(size: int, n: int) -> list[list[bytes]]:
+    """Distinct random payloads (at least ``POOL_BYTES`` of them, at most n) in lists of CHUNK."""
+    count = min(n, max(CHUNK, -(-POOL_BYTES // size)))
+    data = os.urandom(size * count)
+    payloads = [data[i : i + size] for i in range(0, size * count, size)]
+    return [payloads[i : i + CHUNK] for i in range(0, count, CHUNK)]
+
+
 def _throughput(key: str, size: int, n: int, cap_s: float) -> list[dict[str, Any]]:
     """In the child: produce up to n (or cap_s seconds), then consume what was produced."""
     backend = BACKENDS[key]()
-    payload = os.urandom(size)
-    chunk = [payload] * min(CHUNK, n)
+    chunks = _payload_chunks(size, n)
     with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder:
         backend.open(folder)
         try:
-            done = 0
+            done = turn = 0
             t0 = time.perf_counter()
             while done < n and time.perf_counter() - t0 < cap_s:
-                part = chunk if n - done >= len(chunk) else chunk[: n - done]
+                part = chunks[turn % len(chunks)]
+                turn += 1
+                if n - done < len(part):
+                    part = part[: n - done]
                 backend.produce(part)
                 done += len(part)
             backend.finish()

@@ -37,6 +37,7 @@ from crc32c import crc32c
 
 from .config import ChannelConfig
 from .errors import ChannelClosedError, FileChannelError, SenderFailedError, os_errors, storage_error
+from .files import write_pieces
 from .index import IndexMark, encode_marks
 from .log import Log
 from .names import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
@@ -356,12 +357,8 @@ class Appender:
     ) -> None:
         seg = self._log.segment_path(self._seg_base)
         if snapshot is not None:
-            data = b"".join(batch)
-            view = memoryview(data)
-            written = 0
             try:
-                while written < len(data):
-                    written += os.write(self._seg_fd, view[written:])
+                write_pieces(self._seg_fd, batch, snapshot.segment_size - start_size)
             except OSError as exc:
                 raise storage_error(exc, "append to", seg) from exc
             if marks:

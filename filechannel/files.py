@@ -33,6 +33,50 @@ def fsync_if_exists(path: str) -> bool:
     return True
 
 
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+_JOIN_BELOW = 1024  # average piece size under which one joined buffer beats writev's per-piece cost
+# Bytes per write call. Measured here: a first 64 MiB writev in a process ran at 0.5-0.7 GB/s,
+# the same bytes in 4 MiB calls at 3-4.8 GB/s (a kernel effect we work around, not explain).
+_WRITE_BYTES = 4 << 20
+
+
+def write_pieces(fd: int, pieces: list[bytes], nbytes: int) -> None:
+    """Write ``pieces`` (``nbytes`` in all) at the file position of ``fd``, all of them.
+
+    Written in calls of at most ``_WRITE_BYTES``: small pieces (frame headers and short
+    records) joined into one buffer, large ones handed to ``writev`` as they are, because
+    copying megabytes of records into a fresh buffer costs more than the write itself.
+    """
+    if nbytes <= _WRITE_BYTES and (len(pieces) <= _IOV_MAX or nbytes < _JOIN_BELOW * len(pieces)):
+        _write_group(fd, pieces, nbytes)
+        return
+    group: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        group.append(piece)
+        size += len(piece)
+        if size >= _WRITE_BYTES or len(group) == _IOV_MAX:
+            _write_group(fd, group, size)
+            group, size = [], 0
+    if group:
+        _write_group(fd, group, size)
+
+
+def _write_group(fd: int, group: list[bytes], size: int) -> None:
+    if size < _JOIN_BELOW * len(group):
+        _write_all(fd, b"".join(group))
+        return
+    done = os.writev(fd, group)
+    if done < size:  # a short write (rare on files): finish with plain writes
+        _write_all(fd, memoryview(b"".join(group))[done:])
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_atomically(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the folder."""
     tmp = f"{path}.{os.getpid()}.tmp"

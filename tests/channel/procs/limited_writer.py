@@ -1,7 +1,8 @@
-"""Sends until the file-size limit stops it: python limited_writer.py PATH LIMIT_BYTES
+"""Sends until the file-size limit stops it: python limited_writer.py PATH LIMIT_BYTES [PAD]
 
 RLIMIT_FSIZE makes write() fail with EFBIG (Python ignores SIGXFSZ): a real OS error on
-the write path, like a full disk. Prints the last offset whose flush succeeded, then
+the write path, like a full disk. Each record is "record-NNNNNN" and PAD dots (default
+200; records over a KiB are written with writev, smaller ones joined). Prints the last offset whose flush succeeded, then
 what the failure and the next send raised.
 """
 
@@ -11,13 +12,14 @@ import sys
 from filechannel import FileChannel, FileChannelError
 
 path, limit = sys.argv[1], int(sys.argv[2])
+pad = int(sys.argv[3]) if len(sys.argv) > 3 else 200
 with FileChannel(path, fsync="never", maintenance_interval=0) as ch:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     sender = ch.sender()
     good = -1
     try:
         for i in range(1_000_000):
-            off = sender.send(b"record-%06d" % i + b"." * 200)
+            off = sender.send(b"record-%06d" % i + b"." * pad)
             if i % 10 == 9:
                 sender.flush()
                 good = off
