@@ -50,16 +50,20 @@ def peak_rss_mb() -> float:
 
 
 def _payload_chunks(size: int, n: int) -> list[list[bytes]]:
-    """Distinct random payloads (at least ``POOL_BYTES`` of them, at most n) in lists of CHUNK."""
-    count = min(n, max(CHUNK, -(-POOL_BYTES // size)))
-    data = os.urandom(size * count)
-    payloads = [data[i : i + size] for i in range(0, size * count, size)]
-    return [payloads[i : i + CHUNK] for i in range(0, count, CHUNK)]
+    """Lists of CHUNK payloads (fewer if n is smaller) cycling through ``POOL_BYTES`` of
+    distinct random ones (at most n of them)."""
+    distinct = max(1, min(n, -(-POOL_BYTES // size)))
+    data = os.urandom(size * distinct)
+    pool = [data[i : i + size] for i in range(0, size * distinct, size)]
+    per = min(CHUNK, n)
+    refs = [pool[i % distinct] for i in range(-(-distinct // per) * per)]
+    return [refs[i : i + per] for i in range(0, len(refs), per)]
 
 
 def _throughput(key: str, size: int, n: int, cap_s: float) -> list[dict[str, Any]]:
     """In the child: produce up to n (or cap_s seconds), then consume what was produced."""
     backend = BACKENDS[key]()
+    backend.size = size
     chunks = _payload_chunks(size, n)
     with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder:
         backend.open(folder)

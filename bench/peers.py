@@ -17,7 +17,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-import anyio
 from crc32c import crc32c
 
 FRAME = struct.Struct("<II")
@@ -39,6 +38,7 @@ class Backend(ABC):
         """Make everything produced readable (flush buffers)."""
 
     deadline = float("inf")  # a time.perf_counter() past which a slow consume may stop early
+    size = 0  # the payload size of this run, set before open()
 
     @abstractmethod
     def consume(self, n: int) -> int:
@@ -254,7 +254,6 @@ class Channel(Backend):
         self.sender = self.ch.sender()
 
     def produce(self, values: list[bytes]) -> None:
-        self.size = len(values[0])
         if self.batched:
             self.sender.send_many(values)
             return
@@ -287,6 +286,11 @@ class Channel(Backend):
         self.ch.close()
 
 
+def _poll_records(size: int) -> int:
+    """Records per poll: 2,000, or 4 MiB of them (a poll holds all it returns in memory)."""
+    return max(16, min(2000, (4 << 20) // size))
+
+
 class KafkaLike(Backend):
     name = "filechannel Producer/Consumer"
     durability = Channel.durability
@@ -313,7 +317,7 @@ class KafkaLike(Backend):
         total = 0
         with Consumer("t", root=self.root, auto_offset_reset="earliest", enable_auto_commit=False) as c:
             while n > 0:
-                for recs in c.poll(timeout_ms=1000, max_records=min(n, 2000)).values():
+                for recs in c.poll(timeout_ms=1000, max_records=min(n, _poll_records(self.size))).values():
                     n -= len(recs)
                     total += sum(len(r.value) for r in recs)
         return total
@@ -323,17 +327,31 @@ class KafkaLike(Backend):
 
 
 class AsyncKafkaLike(KafkaLike):
+    """The async client on one event loop for the whole run (an anyio blocking portal)."""
+
     name = "filechannel AsyncProducer/AsyncConsumer"
 
+    def open(self, folder: str) -> None:
+        from anyio.from_thread import start_blocking_portal
+
+        from filechannel.client import Admin, AsyncProducer
+
+        self.root = os.path.join(folder, "root")
+        Admin(self.root).create_topic("t", partitions=1)
+        self.portal_cm = start_blocking_portal()
+        self.portal = self.portal_cm.__enter__()
+        self.producer = AsyncProducer(self.root)
+
     def produce(self, values: list[bytes]) -> None:
-        from filechannel.client import AsyncProducer
-
         async def run() -> None:
-            async with AsyncProducer(self.root) as p:
-                for v in values:
-                    await p.send("t", v)
+            send = self.producer.send
+            for v in values:
+                await send("t", v)
 
-        anyio.run(run)
+        self.portal.call(run)
+
+    def finish(self) -> None:
+        self.portal.call(self.producer.flush)
 
     def consume(self, n: int) -> int:
         from filechannel.client import AsyncConsumer
@@ -342,12 +360,19 @@ class AsyncKafkaLike(KafkaLike):
             left, total = n, 0
             async with AsyncConsumer("t", root=self.root, auto_offset_reset="earliest", enable_auto_commit=False) as c:
                 while left > 0:
-                    for recs in (await c.getmany(timeout_ms=1000, max_records=min(left, 2000))).values():
+                    batch = await c.getmany(timeout_ms=1000, max_records=min(left, _poll_records(self.size)))
+                    for recs in batch.values():
                         left -= len(recs)
                         total += sum(len(r.value) for r in recs)
             return total
 
-        return anyio.run(run)
+        return self.portal.call(run)
+
+    def close(self) -> None:
+        try:
+            self.portal.call(self.producer.stop)
+        finally:
+            self.portal_cm.__exit__(None, None, None)
 
 
 BACKENDS: dict[str, Callable[[], Backend]] = {
