@@ -93,6 +93,7 @@ class Appender:
         self._written_offset = 0
         self._durable_offset = 0
         self._flushing = False
+        self._sync_waiters = 0  # threads waiting in a sync drain for the fsync in flight
         self._failed: BaseException | None = None
         self._closed = False
         self._seg_fd = -1
@@ -287,6 +288,7 @@ class Appender:
             self._drain_locked(sync, upto)
 
     def _drain_locked(self, sync: bool, upto: int | None, keep_lock: bool = False) -> None:
+        yielded = False
         while True:
             if self._failed is not None:
                 raise SenderFailedError(
@@ -301,7 +303,19 @@ class Appender:
                     self._release_if_idle()
                 return
             if self._flushing:
-                self._cond.wait()
+                self._sync_waiters += sync
+                try:
+                    self._cond.wait()
+                finally:
+                    self._sync_waiters -= sync
+                continue
+            if sync and self._sync_waiters and not yielded:
+                # Threads just woken by the last fsync are about to send their next records:
+                # let them (release the mutex and the GIL once) so this fsync covers them too.
+                yielded = True
+                self._cond.release()
+                time.sleep(0)
+                self._cond.acquire()
                 continue
             self._lead_drain(sync)
 

@@ -257,6 +257,23 @@ def test_fsync_always_with_threads_gives_unique_dense_offsets(tmp_path):
         assert len(recs) == 800 and {r.value for r in recs} == {b"t%d-%d" % (t, i) for t in range(8) for i in range(100)}
 
 
+def test_concurrent_durable_sends_share_fsyncs(tmp_path, monkeypatch):
+    """Group commit: threads blocked in send(fsync="always") are covered by shared fsyncs,
+    and a thread whose fsync just finished does not lead the next one alone."""
+    fsyncs = []
+    real_fsync = os.fsync
+    monkeypatch.setattr("filechannel.appender.os.fsync", lambda fd: (real_fsync(fd), fsyncs.append(fd)))
+    with FileChannel(tmp_path, fsync="always", maintenance_interval=0) as ch:
+        s = ch.sender()
+        threads = [threading.Thread(target=lambda: [s.send(b"x" * 100) for _ in range(100)]) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert ch.end_offset == 800
+    assert len(fsyncs) < 800 / 4, f"{len(fsyncs)} fsyncs for 800 records"
+
+
 def test_closed_channel_and_sender_refuse_work_and_close_twice_is_fine(tmp_path):
     ch = FileChannel(tmp_path, **SMALL)
     s = ch.sender()
