@@ -12,8 +12,7 @@ import time
 from . import machine, report, workloads
 from .measure import Row, throughput
 from .peers import BACKENDS
-
-SIZES = (100, 1024, 65536)
+from .workloads import SIZES
 
 
 def _throughput_plan(quick: bool) -> list[tuple[str, int, int, float]]:

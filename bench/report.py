@@ -105,17 +105,26 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
                     note=_reach(rows, w, peer, size, goal),
                 )
 
-    def durable(threads: str) -> Row | None:
+    def durable(threads: str, size: int = 100) -> Row | None:
         return max(
-            (r for r in rows if r.workload.startswith("durable") and threads in r.workload and r.ours and not r.error),
+            (
+                r
+                for r in rows
+                if r.workload.startswith("durable") and threads in r.workload and r.ours and r.size == size and not r.error
+            ),
             key=lambda r: r.msgs_per_s,
             default=None,
         )
 
+    def reference(size: int = 100) -> Row | None:
+        """One write + fsync per message, measured next to the durable rows of this size."""
+        refs = (r for r in rows if r.backend.startswith("one write + fsync per message") and r.size == size)
+        return next((r for r in refs if not r.error), None)
+
     eight, one = durable("8 thread"), durable("1 thread")
     # One fsync per message, measured next to the durable rows (the disk is as busy then as
     # for them); the idle-disk figure from the start of the run is given as context.
-    ref = next((r for r in rows if r.backend.startswith("one write + fsync per message") and not r.error), None)
+    ref = reference()
     idle = machine.get("fsync", {}).get("one_fsync_per_message_msgs_per_s")
     per_fsync = ref.msgs_per_s if ref else idle
     bare = {r.workload: r for r in rows if r.backend.startswith("bare locked call") and not r.error}
@@ -127,17 +136,23 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
         context.append(f"{idle:,.0f} on the idle disk at the start ({eight.msgs_per_s / idle:.1f}x that)" if eight else "")
     if one and per_fsync:
         context.append(f"1 thread: {one.msgs_per_s / per_fsync:.1f}x ({one.backend})")
+    dd = machine.get("dd", {}).get("mb_per_s")
+    for size in (1024, 65536):
+        big, big_ref = durable("8 thread", size), reference(size)
+        if big and big_ref:
+            ceiling = f" (dd bandwidth caps it at {dd * 1e6 / size / big_ref.msgs_per_s:.1f}x)" if dd else ""
+            context.append(f"{size} B: {big.msgs_per_s / big_ref.msgs_per_s:.1f}x{ceiling}")
     if b1 and b8:
         context.append(f"a bare locked call keeps {b8.msgs_per_s / b1.msgs_per_s:.2f} of its rate from 1 to 8 threads")
     target(
-        "durable produce, 8 threads, vs one fsync per message",
+        "durable produce 100 B, 8 threads, vs one fsync per message",
         eight.msgs_per_s / per_fsync if eight and per_fsync else None,
         20.0,
         note="; ".join(c for c in context if c),
     )
-    cross = next((r for r in rows if r.workload.startswith("latency, two processes") and not r.error), None)
-    target("latency across processes p50 at 10k msgs/s (ms)", cross.extra["p50_ms"] if cross else None, 1.0, False, " ms")
-    target("latency across processes p99 at 10k msgs/s (ms)", cross.extra["p99_ms"] if cross else None, 5.0, False, " ms")
+    cross = next((r for r in rows if r.workload.startswith("latency, two processes") and r.size == 100 and not r.error), None)
+    target("latency across processes p50, 100 B at 10k msgs/s (ms)", cross.extra["p50_ms"] if cross else None, 1.0, False, " ms")
+    target("latency across processes p99, 100 B at 10k msgs/s (ms)", cross.extra["p99_ms"] if cross else None, 5.0, False, " ms")
     z = next((r for r in rows if "(zstd)" in r.workload and not r.error), None)
     raw = next((r for r in rows if "(uncompressed)" in r.workload and not r.error), None)
     target("reading zstd sealed segments vs uncompressed", z.msgs_per_s / raw.msgs_per_s if z and raw else None, 0.7)

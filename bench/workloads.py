@@ -487,34 +487,45 @@ def run(name: str, fn: Any, *args: Any) -> list[Row]:
         return [Row(name, "filechannel", OURS, 0, ours=True, error=str(exc).splitlines()[0])]
 
 
+SIZES = (100, 1024, 65536)
+
+
 def special(quick: bool) -> list[tuple[str, Any, tuple]]:
-    """(name, function, args) of every workload beyond the throughput table."""
+    """(name, function, args) of every workload beyond the throughput table, each size in turn."""
     secs = 1.0 if quick else 5.0
     big = (256 << 20) if quick else (2 << 30)
+
+    def count(size: int, small: int, large: int) -> int:
+        """How many records: ``small`` of 100 B or 1 KiB, ``large`` of 64 KiB (1/25 in --quick)."""
+        return (small if size < 65536 else large) // (25 if quick else 1)
+
     out: list[tuple[str, Any, tuple]] = []
-    for size in (100, 1024, 65536):
-        out.append(
-            (
-                "produce+consume at once",
-                _concurrent,
-                (size, (20_000 if quick else 500_000) if size < 65536 else (2_000 if quick else 20_000)),
-            )
-        )
+    for size in SIZES:
+        out.append(("produce+consume at once", _concurrent, (size, count(size, 500_000, 20_000))))
+    for size in SIZES:
+        rate = 10_000 if size < 65536 else 1_000  # 64 KiB at 10,000/s would be 655 MB/s: a throughput test
+        out += [
+            ("latency, one process", _latency, (size, rate, secs, False)),
+            ("latency, two processes", _latency, (size, rate, secs, True)),
+        ]
+    for size in SIZES:
+        out += [
+            ("durable, one fsync per message", _fsync_per_message, (size, secs)),
+            ("durable, 1 thread", _durable, (size, 1, secs, "sender")),
+            ("durable, 8 threads", _durable, (size, 8, secs, "sender")),
+            ("durable, 1 thread", _durable, (size, 1, secs, "producer")),
+            ("durable, 8 threads", _durable, (size, 8, secs, "producer")),
+        ]
     out += [
-        ("latency, one process", _latency, (100, 10_000, secs, False)),
-        ("latency, two processes", _latency, (100, 10_000, secs, True)),
-        ("durable, one fsync per message", _fsync_per_message, (100, secs)),
-        ("durable, 1 thread", _durable, (100, 1, secs, "sender")),
-        ("durable, 8 threads", _durable, (100, 8, secs, "sender")),
-        ("durable, 1 thread", _durable, (100, 1, secs, "producer")),
-        ("durable, 8 threads", _durable, (100, 8, secs, "producer")),
         ("threads, bare locked call", _threads, (100, 1, secs, "bare")),
         ("threads, bare locked call", _threads, (100, 8, secs, "bare")),
         ("threads, Sender.send", _threads, (100, 1, secs, "sender")),
         ("threads, Sender.send", _threads, (100, 8, secs, "sender")),
-        ("2 producer processes", _two_producers, (100, 20_000 if quick else 400_000)),
-        ("compressed read", _compressed, (20_000 if quick else 400_000,)),
-        ("consumer group", _group, (100, 12_000 if quick else 300_000)),
-        ("RSS bound", _rss_bound, (big,)),
     ]
+    for size in SIZES:
+        out.append(("2 producer processes", _two_producers, (size, count(size, 400_000, 10_000))))
+    out.append(("compressed read", _compressed, (20_000 if quick else 400_000,)))
+    for size in SIZES:
+        out.append(("consumer group", _group, (size, count(size, 300_000, 6_000))))
+    out.append(("RSS bound", _rss_bound, (big,)))
     return out

@@ -36,4 +36,17 @@ def test_quick_run_writes_table_json_and_chart(tmp_path):
     assert {"cpus", "python", "versions", "command"} <= set(data["machine"])
     assert data["targets"] and all({"target", "goal", "measured", "met"} <= set(t) for t in data["targets"])
     assert {r["workload"] for r in data["rows"]} >= {"produce", "consume"}
+    sizes: dict[str, set[int]] = {}
+    for r in data["rows"]:
+        sizes.setdefault(r["workload"].split(",")[0], set()).add(r["size"])
+    for workload in (
+        "produce",
+        "consume",
+        "produce+consume at once",
+        "latency",
+        "durable produce",
+        "2 producer processes",
+        "consumer group",
+    ):
+        assert sizes[workload] >= {100, 1024, 65536}, workload
     assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
