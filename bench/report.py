@@ -170,7 +170,12 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "target": "consuming a channel larger than memory keeps RSS bounded",
             "goal": "peak RSS far below channel size",
-            "measured": f"{big.peak_rss_mb:.0f} MB peak RSS reading {big.extra['channel_mb']:.0f} MB" if big else None,
+            "measured": (
+                f"{big.peak_rss_mb:.0f} MB peak RSS reading {big.extra['channel_mb']:.0f} MB, "
+                f"the reader's address space capped at {big.extra['address_space_cap_mb']:.0f} MB"
+            )
+            if big
+            else None,
             "met": (big.peak_rss_mb < big.extra["channel_mb"] / 4) if big else None,
         }
     )
