@@ -140,7 +140,8 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
     for size in (1024, 65536):
         big, big_ref = durable("8 thread", size), reference(size)
         if big and big_ref:
-            ceiling = f" (dd bandwidth caps it at {dd * 1e6 / size / big_ref.msgs_per_s:.1f}x)" if dd else ""
+            in_dd = dd * 1e6 / size / big_ref.msgs_per_s if dd else None
+            ceiling = f" (the disk's dd bandwidth in {size} B messages: {in_dd:.1f}x)" if in_dd else ""
             context.append(f"{size} B: {big.msgs_per_s / big_ref.msgs_per_s:.1f}x{ceiling}")
     if b1 and b8:
         context.append(f"a bare locked call keeps {b8.msgs_per_s / b1.msgs_per_s:.2f} of its rate from 1 to 8 threads")
