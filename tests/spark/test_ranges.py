@@ -28,3 +28,13 @@ def test_batches_hold_every_record_of_the_range_in_order(tmp_path, batch_rows):
     headers = table.column("headers").to_pylist()
     assert headers == [[{"key": "h", "value": b"%d" % i}] if i % 7 == 0 else None for i in range(250, 2750)]
     assert set(table.column("topic").to_pylist()) == {"t"} and set(table.column("partition").to_pylist()) == {0}
+
+
+def test_batch_builder_keeps_offsets_that_are_not_dense():
+    from filechannel.record import Record
+    from filechannel.spark.schema import records_to_batch
+
+    batch = records_to_batch("t", 2, [Record(5, 1, None, b"a"), Record(7, 2, b"k", b"b"), Record(8, 3, None, b"c")])
+    assert batch.column("offset").to_pylist() == [5, 7, 8]
+    assert batch.column("key").to_pylist() == [None, b"k", None]
+    assert records_to_batch("t", 2, []).num_rows == 0
