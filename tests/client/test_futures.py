@@ -22,10 +22,12 @@ def test_a_group_completes_at_once_and_wakes_each_waiter_with_its_own_result():
     threads = [threading.Thread(target=waiter, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
-    time.sleep(0.05)
+    time.sleep(0.05)  # most likely every waiter is blocked by now; the test holds either way
     complete(cond, [(f, i * 10) for i, f in enumerate(futures[:3])], None)
-    time.sleep(0.05)
-    assert sorted(got) == [0, 1, 2]  # the others woke too, saw their future pending, and wait on
+    for t in threads[:3]:
+        t.join(10)
+    assert sorted(got) == [0, 1, 2]
+    assert all(t.is_alive() for t in threads[3:])  # woken too, they saw their future pending
     complete(cond, [(f, i * 10) for i, f in enumerate(futures[3:], 3)], None)
     for t in threads:
         t.join(10)
