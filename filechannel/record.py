@@ -31,6 +31,11 @@ from crc32c import crc32c
 
 from .errors import CorruptRecordError, MessageTooLargeError, RecordTypeError
 
+try:  # the two hot loops below in C (filechannel/_codec.c), when it was built and loads
+    from . import _codec
+except ImportError:  # no compiler at install time, or no SSE4.2: the pure-Python loops
+    _codec = None  # type: ignore[assignment]
+
 FRAME_HEADER = struct.Struct("<II")
 FRAME_HEADER_SIZE = FRAME_HEADER.size
 RECORD_PREFIX = struct.Struct("<Bq")
@@ -172,11 +177,8 @@ def encode_value_frames(
     longest = max(lengths)
     if longest + RECORD_PREFIX_SIZE > max_record_bytes:
         raise too_large(longest + RECORD_PREFIX_SIZE, max_record_bytes)
-    # map() over C functions, no Python-level loop: the batch path's cost per record.
-    crcs = map(crc32c, vals, repeat(crc32c(RECORD_PREFIX.pack(0, timestamp))))
-    sizes = map(add, lengths, repeat(RECORD_PREFIX_SIZE))
     frames: list[bytes] = [b""] * (2 * len(vals))
-    frames[::2] = list(map(FRAME_AND_PREFIX.pack, sizes, crcs, repeat(0), repeat(timestamp)))
+    frames[::2] = _codec.encode_heads(vals, timestamp) if _codec is not None else encode_heads(vals, lengths, timestamp)
     frames[1::2] = vals
     out.extend(frames)
     overhead = FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE
@@ -193,6 +195,16 @@ def encode_value_frames(
         last_mark = ends[i - 1] if i else 0
         index_marks.append((i, last_mark))
     return len(vals), total
+
+
+def encode_heads(vals: list[bytes], lengths: list[int], timestamp: int) -> list[bytes]:
+    """The frame head (length, CRC, record prefix) of each value; ``_codec.encode_heads`` in C.
+
+    map() over C functions, no Python-level loop: the batch path's cost per record.
+    """
+    crcs = map(crc32c, vals, repeat(crc32c(RECORD_PREFIX.pack(0, timestamp))))
+    sizes = map(add, lengths, repeat(RECORD_PREFIX_SIZE))
+    return list(map(FRAME_AND_PREFIX.pack, sizes, crcs, repeat(0), repeat(timestamp)))
 
 
 def too_large(size: int, limit: int) -> MessageTooLargeError:
@@ -250,7 +262,34 @@ def decode_records(
     Returns ``(new position, records decoded)``. A frame whose CRC does not match raises
     :class:`CorruptRecordError` with the ``position`` attribute set to the frame's position
     in ``buf``; the caller decides whether that is a torn tail or real corruption.
+    With the C codec, plain records are decoded there and the others here, one at a time.
     """
+    if _codec is None or type(buf) is not bytes:
+        return decode_records_py(buf, pos, offset, max_records, out)
+    first = offset
+    while True:
+        pos, n, status = _codec.decode_plain(buf, pos, offset, max_records, out, Record, _NO_HEADERS)
+        offset += n
+        max_records -= n
+        if status == 2:
+            raise _crc_mismatch(pos, offset)
+        if status == 0:
+            return pos, offset - first
+        pos, n = decode_records_py(buf, pos, offset, 1, out)  # a record with key or headers
+        offset += n
+        max_records -= n
+        if max_records == 0:
+            return pos, offset - first
+
+
+def decode_records_py(
+    buf: bytes,
+    pos: int,
+    offset: int,
+    max_records: int,
+    out: list[Record],
+) -> tuple[int, int]:
+    """:func:`decode_records` in Python only: the reference the C codec is tested against."""
     end = len(buf)
     mv = memoryview(buf)
     unpack = FRAME_AND_PREFIX.unpack_from
