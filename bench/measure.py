@@ -60,11 +60,26 @@ def _payload_chunks(size: int, n: int) -> list[list[bytes]]:
     return [refs[i : i + per] for i in range(0, len(refs), per)]
 
 
-def _throughput(key: str, size: int, n: int, cap_s: float) -> list[dict[str, Any]]:
-    """In the child: produce up to n (or cap_s seconds), then consume what was produced."""
+# A run shorter than this is repeated, best of REPEATS kept: on a shared machine two
+# sub-second runs of the same code differ by tens of percent (the 100 B floor measured
+# 2.8 M and 3.7 M msgs/s in two full runs minutes apart).
+REPEAT_UNDER_S = 3.0
+REPEATS = 3
+
+
+@dataclass
+class _Run:
+    done: int
+    produce_s: float
+    disk: int
+    seen: int
+    consume_s: float
+
+
+def _run_once(key: str, size: int, n: int, cap_s: float, chunks: list[list[bytes]]) -> _Run:
+    """Produce up to n (or cap_s seconds) into a fresh backend, then consume what was produced."""
     backend = BACKENDS[key]()
     backend.size = size
-    chunks = _payload_chunks(size, n)
     with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder:
         backend.open(folder)
         try:
@@ -89,19 +104,43 @@ def _throughput(key: str, size: int, n: int, cap_s: float) -> list[dict[str, Any
     read = seen // size  # every payload has the same size
     if seen % size or read > done or (read < done and consume_s < cap_s):
         raise RuntimeError(f"read back {seen} payload bytes, expected {done * size}")
+    return _Run(done, produce_s, disk, seen, consume_s)
+
+
+def _throughput(key: str, size: int, n: int, cap_s: float) -> list[dict[str, Any]]:
+    """In the child: produce then consume, repeated if quick (best produce and best consume kept)."""
+    chunks = _payload_chunks(size, n)
+    runs = [_run_once(key, size, n, cap_s, chunks)]
+    if runs[0].produce_s + runs[0].consume_s < REPEAT_UNDER_S:
+        for _ in range(REPEATS - 1):
+            os.sync()  # the last run's writeback is not this one's
+            runs.append(_run_once(key, size, n, cap_s, chunks))
+    p = max(runs, key=lambda r: r.done / r.produce_s)
+    c = max(runs, key=lambda r: r.seen / r.consume_s)
+    backend = BACKENDS[key]()
     common = dict(backend=backend.name, durability=backend.durability, size=size, ours=backend.ours)
     rss = peak_rss_mb()
+    extra = {"runs": len(runs)}
     return [
         Row(
             "produce",
             **common,
-            n=done,
-            msgs_per_s=done / produce_s,
-            mb_per_s=done * size / produce_s / 1e6,
-            disk_per_payload=disk / (done * size),
+            n=p.done,
+            msgs_per_s=p.done / p.produce_s,
+            mb_per_s=p.done * size / p.produce_s / 1e6,
+            disk_per_payload=p.disk / (p.done * size),
             peak_rss_mb=rss,
+            extra=dict(extra),
         ).to_json(),
-        Row("consume", **common, n=read, msgs_per_s=read / consume_s, mb_per_s=seen / consume_s / 1e6, peak_rss_mb=rss).to_json(),
+        Row(
+            "consume",
+            **common,
+            n=c.seen // size,
+            msgs_per_s=c.seen // size / c.consume_s,
+            mb_per_s=c.seen / c.consume_s / 1e6,
+            peak_rss_mb=rss,
+            extra=dict(extra),
+        ).to_json(),
     ]
 
 
