@@ -282,13 +282,7 @@ def decode_records(
             return pos, offset - first
 
 
-def decode_records_py(
-    buf: bytes,
-    pos: int,
-    offset: int,
-    max_records: int,
-    out: list[Record],
-) -> tuple[int, int]:
+def decode_records_py(buf: bytes, pos: int, offset: int, max_records: int, out: list[Record]) -> tuple[int, int]:
     """:func:`decode_records` in Python only: the reference the C codec is tested against."""
     end = len(buf)
     mv = memoryview(buf)
