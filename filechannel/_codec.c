@@ -1,5 +1,5 @@
-/* The frame codec's two hot loops in C: heads of a send_many batch, and decoding frames
- * of key-less, header-less records. filechannel/record.py holds the reference (pure
+/* The frame codec's two hot loops in C: frame heads and index entries of a send_many
+ * batch, and decoding frames of key-less, header-less records. filechannel/record.py holds the reference (pure
  * Python) version of both and uses this module only when it imports; the tests check
  * that the two agree byte for byte and record for record.
  *
@@ -52,55 +52,91 @@ crc32c_continue(uint32_t previous, const unsigned char *p, size_t n)
 }
 #endif
 
-PyDoc_STRVAR(encode_heads_doc,
-             "encode_heads(values: list[bytes], timestamp: int) -> list[bytes]\n\n"
-             "The 17-byte [length][crc][attributes 0][timestamp] head of each value's frame.");
+PyDoc_STRVAR(encode_batch_doc,
+             "encode_batch(values: list[bytes], timestamp, index_interval, since_index, rel_start, pos0,\n"
+             "             max_before) -> (heads, idx, tix, nbytes, since_after)\n\n"
+             "The 17-byte [length][crc][attributes 0][timestamp] head of each value's frame, and the\n"
+             "sparse index entries of the batch: a record gets one when it starts index_interval bytes\n"
+             "or more after the last one (since_index bytes before the batch). rel_start: the first\n"
+             "record's offset minus the segment's base; pos0: its byte position in the segment;\n"
+             "max_before: the largest timestamp before the batch. See record.encode_batch_py.");
+
+static void
+put_u32(unsigned char *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
 
 static PyObject *
-encode_heads(PyObject *self, PyObject *args)
+encode_batch(PyObject *self, PyObject *args)
 {
     PyObject *values;
-    long long timestamp;
-    if (!PyArg_ParseTuple(args, "O!L", &PyList_Type, &values, &timestamp)) {
+    long long timestamp, index_interval, since, rel_start, pos0, max_before;
+    if (!PyArg_ParseTuple(args, "O!LLLLLL", &PyList_Type, &values, &timestamp, &index_interval, &since, &rel_start,
+                          &pos0, &max_before)) {
         return NULL;
     }
     unsigned char prefix[PREFIX];
     int64_t ts = (int64_t)timestamp;
+    int64_t max_after = max_before > timestamp ? (int64_t)max_before : ts;
     prefix[0] = 0;
     memcpy(prefix + 1, &ts, 8);
     uint32_t prefix_crc = crc32c_continue(0, prefix, PREFIX);
     Py_ssize_t n = PyList_GET_SIZE(values);
     PyObject *heads = PyList_New(n);
-    if (heads == NULL) {
-        return NULL;
+    unsigned char *idx = PyMem_Malloc((size_t)n * 8 + 1);
+    unsigned char *tix = PyMem_Malloc((size_t)n * 12 + 1);
+    PyObject *result = NULL;
+    if (heads == NULL || idx == NULL || tix == NULL) {
+        PyErr_NoMemory();
+        goto done;
     }
+    long long pos = 0;
+    Py_ssize_t marks = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = PyList_GET_ITEM(values, i);
         if (!PyBytes_CheckExact(v)) {
-            Py_DECREF(heads);
             PyErr_Format(PyExc_TypeError, "values must be bytes, not %.100s", Py_TYPE(v)->tp_name);
-            return NULL;
+            goto done;
         }
         Py_ssize_t len = PyBytes_GET_SIZE(v);
         if (len > (Py_ssize_t)(UINT32_MAX - PREFIX)) {
-            Py_DECREF(heads);
             PyErr_SetString(PyExc_OverflowError, "a value of 4 GiB or more does not fit a frame");
-            return NULL;
+            goto done;
+        }
+        if (since >= index_interval) {
+            long long rel = rel_start + i, at = pos0 + pos;
+            if (rel < 0 || rel > (long long)UINT32_MAX || at < 0 || at > (long long)UINT32_MAX) {
+                PyErr_SetString(PyExc_OverflowError, "an index entry does not fit: the segment is over 4 GiB");
+                goto done;
+            }
+            int64_t max_ts = i == 0 ? (int64_t)max_before : max_after;
+            put_u32(idx + marks * 8, (uint32_t)rel);
+            put_u32(idx + marks * 8 + 4, (uint32_t)at);
+            memcpy(tix + marks * 12, &max_ts, 8);
+            put_u32(tix + marks * 12 + 8, (uint32_t)rel);
+            marks++;
+            since = 0;
         }
         PyObject *head = PyBytes_FromStringAndSize(NULL, HEAD);
         if (head == NULL) {
-            Py_DECREF(heads);
-            return NULL;
+            goto done;
         }
         unsigned char *h = (unsigned char *)PyBytes_AS_STRING(head);
         uint32_t length = (uint32_t)len + PREFIX;
-        uint32_t crc = crc32c_continue(prefix_crc, (const unsigned char *)PyBytes_AS_STRING(v), (size_t)len);
-        memcpy(h, &length, 4);
-        memcpy(h + 4, &crc, 4);
+        put_u32(h, length);
+        put_u32(h + 4, crc32c_continue(prefix_crc, (const unsigned char *)PyBytes_AS_STRING(v), (size_t)len));
         memcpy(h + 8, prefix, PREFIX);
         PyList_SET_ITEM(heads, i, head);
+        pos += len + HEAD;
+        since += len + HEAD;
     }
-    return heads;
+    result = Py_BuildValue("Oy#y#LL", heads, (const char *)idx, marks * 8, (const char *)tix, marks * 12, pos, since);
+done:
+    Py_XDECREF(heads);
+    PyMem_Free(idx);
+    PyMem_Free(tix);
+    return result;
 }
 
 PyDoc_STRVAR(decode_plain_doc,
@@ -182,7 +218,7 @@ decode_plain(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef codec_methods[] = {
-    {"encode_heads", encode_heads, METH_VARARGS, encode_heads_doc},
+    {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
     {"decode_plain", decode_plain, METH_VARARGS, decode_plain_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -6,7 +6,7 @@ How an append works:
    state, so this process knows the next offset. While the lock is held no other
    process can append, so offsets assigned to buffered records stay valid.
 2. Records are encoded straight into the buffer (a list of byte strings); index
-   marks are noted every ``index_interval_bytes``.
+   index entries are encoded every ``index_interval_bytes``.
 3. A *drain* writes the buffer with one ``write`` (plus the index entries and the new
    writer state) and, by policy, ``fsync``. When nothing is left buffered it releases
    the lock. The background flusher drains at most once per ``flush_interval``: a record
@@ -38,14 +38,15 @@ from crc32c import crc32c
 from .config import ChannelConfig
 from .errors import ChannelClosedError, FileChannelError, SenderFailedError, os_errors, storage_error
 from .files import write_pieces
-from .index import IndexMark, encode_marks
 from .log import Log
 from .names import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from .record import (
     FRAME_AND_PREFIX,
     FRAME_HEADER_SIZE,
+    OFFSET_ENTRY,
     RECORD_PREFIX,
     RECORD_PREFIX_SIZE,
+    TIME_ENTRY,
     Headers,
     encode_record_frames,
     encode_value_frames,
@@ -76,7 +77,7 @@ class Appender:
         self._cond = threading.Condition(self._mutex)
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._marks: list[IndexMark] = []
+        self._index: list[tuple[bytes, bytes]] = []  # index entries to append: (.idx, .tix) bytes
         self._state: WriterState | None = None  # valid while the lock is held
         self._hold_limit = max(0.01, 2 * config.flush_interval)
         self._hold_until = 0.0
@@ -138,7 +139,8 @@ class Appender:
                 size = encode_record_frames(pending, value, key, headers, ts, self._max_payload)
             offset = state.end_offset
             if state.since_index >= self._index_interval:
-                self._marks.append(IndexMark(offset, pos, state.max_timestamp))
+                rel = offset - state.segment_base
+                self._index.append((OFFSET_ENTRY.pack(rel, pos), TIME_ENTRY.pack(state.max_timestamp, rel)))
                 state.since_index = size
             else:
                 state.since_index += size
@@ -161,26 +163,22 @@ class Appender:
             state = self._ready_state()
             start = state.end_offset
             pos0 = state.segment_size + self._pending_bytes
-            batch_marks: list[tuple[int, int]] = []
             before = len(self._pending)
-            count, nbytes = encode_value_frames(
+            count, nbytes, idx, tix, state.since_index = encode_value_frames(
                 self._pending,
                 values,
                 ts,
                 self._max_payload,
                 self._index_interval,
                 state.since_index,
-                batch_marks,
+                start - state.segment_base,
+                pos0,
+                state.max_timestamp,
             )
             if count == 0:
                 return range(start, start)
-            max_before = state.max_timestamp
-            for n, p in batch_marks:
-                self._marks.append(IndexMark(start + n, pos0 + p, max_before if n == 0 else max(max_before, ts)))
-            if batch_marks:
-                state.since_index = nbytes - batch_marks[-1][1]
-            else:
-                state.since_index += nbytes
+            if idx:
+                self._index.append((idx, tix))
             if ts > state.max_timestamp:
                 state.max_timestamp = ts
             state.end_offset = start + count
@@ -321,14 +319,14 @@ class Appender:
 
     def _lead_drain(self, sync: bool) -> None:
         """Write the buffer as the one leader; the mutex is released during the I/O."""
-        batch, marks, nbytes = self._pending, self._marks, self._pending_bytes
+        batch, index, nbytes = self._pending, self._index, self._pending_bytes
         snapshot = None
         start_size = 0
         end = self._written_offset
         if batch:
             state = self._state
             assert state is not None, "records are buffered only while the writer lock is held"
-            self._pending, self._marks, self._pending_bytes = [], [], 0
+            self._pending, self._index, self._pending_bytes = [], [], 0
             self._flush_due = float("inf")
             end = state.end_offset
             start_size = state.segment_size
@@ -346,7 +344,7 @@ class Appender:
         self._cond.release()
         error: BaseException | None = None
         try:
-            self._write(batch, marks, snapshot, start_size, sync)
+            self._write(batch, index, snapshot, start_size, sync)
         except BaseException as exc:
             error = exc
         finally:
@@ -367,7 +365,12 @@ class Appender:
             self._on_write()
 
     def _write(
-        self, batch: list[bytes], marks: list[IndexMark], snapshot: WriterState | None, start_size: int, sync: bool
+        self,
+        batch: list[bytes],
+        index: list[tuple[bytes, bytes]],
+        snapshot: WriterState | None,
+        start_size: int,
+        sync: bool,
     ) -> None:
         seg = self._log.segment_path(self._seg_base)
         if snapshot is not None:
@@ -375,11 +378,11 @@ class Appender:
                 write_pieces(self._seg_fd, batch, snapshot.segment_size - start_size)
             except OSError as exc:
                 raise storage_error(exc, "append to", seg) from exc
-            if marks:
-                idx, tix = encode_marks(snapshot.segment_base, marks)
+            if index:
+                idx, tix = zip(*index, strict=True)
                 with os_errors("append to index of", seg):
-                    os.write(self._idx_fd, idx)
-                    os.write(self._tix_fd, tix)
+                    os.write(self._idx_fd, b"".join(idx))
+                    os.write(self._tix_fd, b"".join(tix))
             write_state(self._lock.fd, self._lock.path, snapshot)
         if sync:
             with os_errors("fsync", seg):
@@ -395,7 +398,7 @@ class Appender:
                 os.ftruncate(self._seg_fd, good_size)
             except OSError as exc:
                 log.error("channel %s: could not cut %s back (%s); the next open trims it", self._log.path, seg, exc)
-        self._pending, self._marks, self._pending_bytes = [], [], 0
+        self._pending, self._index, self._pending_bytes = [], [], 0
         self._state = None
         self._lock.release()
 

@@ -22,10 +22,9 @@ import struct
 
 from .errors import os_errors
 from .files import read_if_exists
+from .record import OFFSET_ENTRY, TIME_ENTRY
 from .segment import SEGMENT_HEADER_SIZE
 
-OFFSET_ENTRY = struct.Struct("<II")
-TIME_ENTRY = struct.Struct("<qI")
 MIN_TIMESTAMP = -(2**63)
 
 

@@ -41,6 +41,10 @@ FRAME_HEADER_SIZE = FRAME_HEADER.size
 RECORD_PREFIX = struct.Struct("<Bq")
 RECORD_PREFIX_SIZE = RECORD_PREFIX.size
 FRAME_AND_PREFIX = struct.Struct("<IIBq")
+# Sparse index entries (see filechannel.index): .idx [u32 offset - base][u32 position],
+# .tix [i64 max timestamp before][u32 offset - base]. Here since the batch path makes them.
+OFFSET_ENTRY = struct.Struct("<II")
+TIME_ENTRY = struct.Struct("<qI")
 _KEY_LEN = struct.Struct("<I")
 _HEADER_COUNT = struct.Struct("<H")
 _HEADER_NAME_LEN = struct.Struct("<H")
@@ -150,6 +154,16 @@ def encode_record_frames(
     return len(payload) + FRAME_HEADER_SIZE
 
 
+class Batch(NamedTuple):
+    """What :func:`encode_value_frames` made of a batch, besides its frames."""
+
+    count: int  # records
+    nbytes: int  # frame bytes
+    idx: bytes  # entries to append to the .idx file
+    tix: bytes  # entries to append to the .tix file
+    since_index: int  # frame bytes since the last index entry, after the batch
+
+
 def encode_value_frames(
     out: list[bytes],
     values: Iterable[bytes],
@@ -157,19 +171,21 @@ def encode_value_frames(
     max_record_bytes: int,
     index_interval: int,
     since_index: int,
-    index_marks: list[tuple[int, int]],
-) -> tuple[int, int]:
+    rel_start: int,
+    pos0: int,
+    max_before: int,
+) -> Batch:
     """Append frames of key-less, header-less records sharing one timestamp (the batch hot path).
 
     Every record is checked against ``max_record_bytes`` before anything is appended, so a
-    too-large record rejects the whole batch. ``index_marks`` receives ``(record number in
-    batch, byte position in batch)`` each time ``index_interval`` bytes have passed since the
-    last index entry (``since_index`` bytes had passed before the batch).
-    Returns ``(number of records, number of bytes)``.
+    too-large record rejects the whole batch. A record gets a sparse index entry when it
+    starts ``index_interval`` bytes or more after the last one (made ``since_index`` bytes
+    before the batch); ``rel_start`` is the first record's offset minus its segment's base,
+    ``pos0`` its byte position in the segment, ``max_before`` the largest timestamp before it.
     """
     vals = values if isinstance(values, list) else list(values)
     if not vals:
-        return 0, 0
+        return Batch(0, 0, b"", b"", since_index)
     if set(map(type, vals)) != {bytes}:
         bad = next(v for v in vals if type(v) is not bytes)
         raise RecordTypeError(f"values must be bytes, not {type(bad).__name__}")
@@ -177,34 +193,40 @@ def encode_value_frames(
     longest = max(lengths)
     if longest + RECORD_PREFIX_SIZE > max_record_bytes:
         raise too_large(longest + RECORD_PREFIX_SIZE, max_record_bytes)
+    args = (timestamp, index_interval, since_index, rel_start, pos0, max_before)
+    heads, idx, tix, nbytes, since = _codec.encode_batch(vals, *args) if _codec is not None else encode_batch_py(vals, *args)
     frames: list[bytes] = [b""] * (2 * len(vals))
-    frames[::2] = _codec.encode_heads(vals, timestamp) if _codec is not None else encode_heads(vals, lengths, timestamp)
+    frames[::2] = heads
     frames[1::2] = vals
     out.extend(frames)
-    overhead = FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE
-    # Index marks: record i starts at ends[i - 1]; it gets a mark when it starts at least
-    # ``index_interval`` bytes after the last mark (made ``since_index`` bytes before the batch).
-    ends = list(accumulate(map(add, lengths, repeat(overhead))))
-    total = ends[-1]
+    return Batch(len(vals), nbytes, idx, tix, since)
+
+
+def encode_batch_py(
+    vals: list[bytes], timestamp: int, index_interval: int, since_index: int, rel_start: int, pos0: int, max_before: int
+) -> tuple[list[bytes], bytes, bytes, int, int]:
+    """Frame heads and index entries of a batch: ``_codec.encode_batch`` in Python (its reference).
+
+    map() over C functions for the heads; a loop per index entry, not per record.
+    """
+    lengths = list(map(len, vals))
+    crcs = map(crc32c, vals, repeat(crc32c(RECORD_PREFIX.pack(0, timestamp))))
+    sizes = map(add, lengths, repeat(RECORD_PREFIX_SIZE))
+    heads = list(map(FRAME_AND_PREFIX.pack, sizes, crcs, repeat(0), repeat(timestamp)))
+    # Record i starts at ends[i - 1] (0 for i = 0) bytes into the batch.
+    ends = list(accumulate(map(add, lengths, repeat(FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE))))
+    idx, tix = [], []
     last_mark = -since_index
+    max_after = max(max_before, timestamp)
     while True:
         target = last_mark + index_interval
         i = 0 if target <= 0 else bisect_left(ends, target) + 1
         if i >= len(vals):
             break
         last_mark = ends[i - 1] if i else 0
-        index_marks.append((i, last_mark))
-    return len(vals), total
-
-
-def encode_heads(vals: list[bytes], lengths: list[int], timestamp: int) -> list[bytes]:
-    """The frame head (length, CRC, record prefix) of each value; ``_codec.encode_heads`` in C.
-
-    map() over C functions, no Python-level loop: the batch path's cost per record.
-    """
-    crcs = map(crc32c, vals, repeat(crc32c(RECORD_PREFIX.pack(0, timestamp))))
-    sizes = map(add, lengths, repeat(RECORD_PREFIX_SIZE))
-    return list(map(FRAME_AND_PREFIX.pack, sizes, crcs, repeat(0), repeat(timestamp)))
+        idx.append(OFFSET_ENTRY.pack(rel_start + i, pos0 + last_mark))
+        tix.append(TIME_ENTRY.pack(max_after if i else max_before, rel_start + i))
+    return heads, b"".join(idx), b"".join(tix), ends[-1], ends[-1] - last_mark if idx else since_index + ends[-1]
 
 
 def too_large(size: int, limit: int) -> MessageTooLargeError:

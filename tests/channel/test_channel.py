@@ -3,8 +3,11 @@
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from filechannel import (
     ChannelClosedError,
@@ -321,3 +324,31 @@ def test_files_are_created_with_the_users_umask(tmp_path):
     for f in os.listdir(tmp_path / "ch"):
         assert os.stat(tmp_path / "ch" / f).st_mode & 0o027 == 0
     assert os.stat(tmp_path / "ch").st_mode & 0o027 == 0
+
+
+@given(
+    ops=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 3000), st.integers(1, 40), st.integers(0, 2**41)),
+        min_size=1,
+        max_size=25,
+    )
+)
+@settings(max_examples=30, deadline=None)
+def test_the_index_the_writer_appends_is_the_index_a_rebuild_makes(tmp_path_factory, ops):
+    """send and send_many (the C path when built) index exactly where a scan of the frames would."""
+    path = tmp_path_factory.mktemp("idx") / "ch"
+    with FileChannel(path, segment_bytes=32 * 1024, index_interval_bytes=512, maintenance_interval=0) as ch:
+        s = ch.sender()
+        for batched, size, count, ts in ops:
+            if batched:
+                s.send_many([b"v" * size] * count, timestamp=ts)
+            else:
+                for i in range(count):
+                    s.send(b"w" * size, timestamp=ts - i)
+        s.flush()
+        log = ch._log
+        for ref in log.list_segments():
+            files = [Path(log.file(ref.base_offset, suffix)) for suffix in (".idx", ".tix")]
+            written = [f.read_bytes() for f in files]
+            log.rebuild_index(ref)
+            assert [f.read_bytes() for f in files] == written, ref.path

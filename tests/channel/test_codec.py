@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from filechannel import record
 from filechannel.errors import CorruptRecordError
-from filechannel.record import Record, decode_records, decode_records_py, encode_heads, encode_record_frames
+from filechannel.record import Record, decode_records, decode_records_py, encode_batch_py, encode_record_frames
 
 keys = st.none() | st.binary(max_size=40)
 headers = st.none() | st.lists(st.tuples(st.text(max_size=10), st.binary(max_size=20)), max_size=3)
@@ -66,14 +66,29 @@ needs_c = pytest.mark.skipif(record._codec is None, reason="no C codec on this C
 
 
 @needs_c
-@given(values=st.lists(st.binary(max_size=2000), max_size=50), ts=timestamps)
-def test_c_and_python_frame_heads_agree(values, ts):
-    assert record._codec.encode_heads(values, ts) == encode_heads(values, [len(v) for v in values], ts)
+@given(
+    values=st.lists(st.binary(max_size=2000), max_size=50),
+    ts=timestamps,
+    interval=st.integers(1, 5000),
+    since=st.integers(0, 6000),
+    rel_start=st.integers(0, 2**31),
+    pos0=st.integers(32, 2**31),
+    max_before=timestamps,
+)
+def test_c_and_python_batch_heads_and_index_entries_agree(values, ts, interval, since, rel_start, pos0, max_before):
+    args = (ts, interval, since, rel_start, pos0, max_before)
+    c = record._codec.encode_batch(values, *args)
+    if values:
+        assert c == encode_batch_py(values, *args)
+    else:
+        assert c == ([], b"", b"", 0, since)
 
 
 @needs_c
 def test_c_codec_rejects_bad_input():
     with pytest.raises(TypeError, match="values must be bytes, not str"):
-        record._codec.encode_heads([b"ok", "text"], 0)
+        record._codec.encode_batch([b"ok", "text"], 0, 4096, 0, 0, 32, 0)
+    with pytest.raises(OverflowError, match="over 4 GiB"):
+        record._codec.encode_batch([b"x"], 0, 1, 1, 2**32, 32, 0)
     with pytest.raises(TypeError):
         record._codec.decode_plain(bytearray(b"x" * 40), 0, 0, 1, [], Record, ())

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from filechannel.errors import CorruptRecordError, MessageTooLargeError, RecordTypeError
 from filechannel.record import (
     FRAME_HEADER,
+    OFFSET_ENTRY,
+    TIME_ENTRY,
     Record,
     decode_payload,
     decode_records,
@@ -59,26 +61,28 @@ def test_frames_decode_in_order_and_stop_at_a_partial_frame(records, cut):
     ts=timestamps,
     interval=st.integers(1, 2000),
     since=st.integers(0, 3000),
+    max_before=timestamps,
 )
-def test_value_batch_matches_single_encoding_and_marks_every_interval(values, ts, interval, since):
+def test_value_batch_matches_single_encoding_and_indexes_every_interval(values, ts, interval, since, max_before):
     batch: list[bytes] = []
-    marks: list[tuple[int, int]] = []
-    n, nbytes = encode_value_frames(batch, values, ts, 1 << 20, interval, since, marks)
+    got = encode_value_frames(batch, values, ts, 1 << 20, interval, since, 7, 1000, max_before)
     single: list[bytes] = []
     for v in values:
         encode_record_frames(single, v, None, None, ts, 1 << 20)
     assert b"".join(batch) == b"".join(single)
-    assert (n, nbytes) == (len(values), len(b"".join(single)))
-    # Marks: a record starts a new index entry once `interval` bytes passed since the last.
-    expected, pos = [], 0
+    assert (got.count, got.nbytes) == (len(values), len(b"".join(single)))
+    # A record starts a new index entry once `interval` bytes passed since the last.
+    idx, tix, pos = [], [], 0
     for i, v in enumerate(values):
         if since >= interval:
-            expected.append((i, pos))
+            idx.append(OFFSET_ENTRY.pack(7 + i, 1000 + pos))
+            tix.append(TIME_ENTRY.pack(max_before if i == 0 else max(max_before, ts), 7 + i))
             since = 0
         size = len(v) + 17
         pos += size
         since += size
-    assert marks == expected
+    assert (got.idx, got.tix) == (b"".join(idx), b"".join(tix))
+    assert got.since_index == since
 
 
 def test_too_large_record_is_rejected_before_anything_is_buffered():
@@ -86,7 +90,7 @@ def test_too_large_record_is_rejected_before_anything_is_buffered():
     with pytest.raises(MessageTooLargeError, match="max_record_bytes=100"):
         encode_record_frames(out, b"x" * 100, None, None, 0, 100)
     with pytest.raises(MessageTooLargeError):
-        encode_value_frames(out, [b"ok", b"x" * 200], 0, 100, 4096, 0, [])
+        encode_value_frames(out, [b"ok", b"x" * 200], 0, 100, 4096, 0, 0, 32, 0)
     assert out == []
 
 
