@@ -1,7 +1,8 @@
-/* The frame codec's two hot loops in C: frame heads and index entries of a send_many
- * batch, and decoding frames of key-less, header-less records. filechannel/record.py holds the reference (pure
- * Python) version of both and uses this module only when it imports; the tests check
- * that the two agree byte for byte and record for record.
+/* The channel's per-record hot paths in C: frame heads and index entries of a send_many
+ * batch, decoding frames of key-less, header-less records (filechannel/record.py holds
+ * the pure-Python reference of both), and the common case of a single send (AppendCore,
+ * below; appender.Appender._append is its Python reference). Python uses this module only
+ * when it imports; the tests check that the C and Python versions agree byte for byte.
  *
  * CRC-32C here is the SSE4.2 instruction, so the module refuses to load (ImportError,
  * and record.py falls back) on a CPU or compiler without it. A frame is
@@ -12,6 +13,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
+#include <time.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FC_HAVE_SSE42 1
@@ -217,6 +220,274 @@ decode_plain(PyObject *self, PyObject *args)
     return Py_BuildValue("nni", pos, count, status);
 }
 
+/* -- the per-message append -------------------------------------------------------------
+ *
+ * StateCore holds the writer state's counters as C integers (writer_state.WriterState
+ * subclasses it); AppendCore holds the appender's buffer and limits (appender.Appender
+ * subclasses it). Python reads and writes them as ordinary attributes. AppendCore.append
+ * is Appender.append's common case in C: a key-less, header-less bytes value while the
+ * writer lock is held, the buffer already non-empty and nothing due (no roll, no drain,
+ * no hold-limit check). It takes the appender's mutex like the Python code does; in any
+ * other case it calls Appender._append, the whole path in Python, which stays the
+ * reference (tests/channel/test_append_core.py checks the two write the same bytes).
+ */
+
+typedef struct {
+    PyObject_HEAD
+    long long segment_base, segment_id, segment_size, end_offset, since_index, max_timestamp, created_ms;
+} StateCore;
+
+static PyMemberDef state_members[] = {
+    {"segment_base", T_LONGLONG, offsetof(StateCore, segment_base), 0, NULL},
+    {"segment_id", T_LONGLONG, offsetof(StateCore, segment_id), 0, NULL},
+    {"segment_size", T_LONGLONG, offsetof(StateCore, segment_size), 0, NULL},
+    {"end_offset", T_LONGLONG, offsetof(StateCore, end_offset), 0, NULL},
+    {"since_index", T_LONGLONG, offsetof(StateCore, since_index), 0, NULL},
+    {"max_timestamp", T_LONGLONG, offsetof(StateCore, max_timestamp), 0, NULL},
+    {"created_ms", T_LONGLONG, offsetof(StateCore, created_ms), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject StateCore_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel._codec.StateCore",
+    .tp_basicsize = sizeof(StateCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The writer state's counters as C integers (see writer_state.WriterState).",
+    .tp_members = state_members,
+    .tp_new = PyType_GenericNew,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *mutex, *state, *pending, *index;
+    long long pending_bytes, roll_bytes, max_payload, index_interval, buffer_bytes, prefix_ts;
+    double check_at, flush_due;
+    unsigned int prefix_crc;
+    char always;
+} AppendCore;
+
+static PyMemberDef core_members[] = {
+    {"_mutex", T_OBJECT_EX, offsetof(AppendCore, mutex), 0, NULL},
+    {"_state", T_OBJECT, offsetof(AppendCore, state), 0, NULL},
+    {"_pending", T_OBJECT_EX, offsetof(AppendCore, pending), 0, NULL},
+    {"_index", T_OBJECT_EX, offsetof(AppendCore, index), 0, NULL},
+    {"_pending_bytes", T_LONGLONG, offsetof(AppendCore, pending_bytes), 0, NULL},
+    {"_roll_bytes", T_LONGLONG, offsetof(AppendCore, roll_bytes), 0, NULL},
+    {"_max_payload", T_LONGLONG, offsetof(AppendCore, max_payload), 0, NULL},
+    {"_index_interval", T_LONGLONG, offsetof(AppendCore, index_interval), 0, NULL},
+    {"_buffer_bytes", T_LONGLONG, offsetof(AppendCore, buffer_bytes), 0, NULL},
+    {"_prefix_ts", T_LONGLONG, offsetof(AppendCore, prefix_ts), 0, NULL},
+    {"_prefix_crc", T_UINT, offsetof(AppendCore, prefix_crc), 0, NULL},
+    {"_check_at", T_DOUBLE, offsetof(AppendCore, check_at), 0, NULL},
+    {"_flush_due", T_DOUBLE, offsetof(AppendCore, flush_due), 0, NULL},
+    {"_always", T_BOOL, offsetof(AppendCore, always), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyObject *str_acquire, *str_release, *str_append, *str_key, *str_headers, *str_timestamp;
+
+static int
+core_traverse(AppendCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->mutex);
+    Py_VISIT(self->state);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->index);
+    return 0;
+}
+
+static int
+core_clear(AppendCore *self)
+{
+    Py_CLEAR(self->mutex);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->index);
+    return 0;
+}
+
+static void
+core_dealloc(AppendCore *self)
+{
+    PyObject_GC_UnTrack(self);
+    core_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Call mutex.release(), keeping any exception already set. */
+static int
+release_mutex(PyObject *mutex)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = PyObject_CallMethodNoArgs(mutex, str_release);
+    if (r == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(type, value, tb);
+    return 0;
+}
+
+static int
+list_cut(PyObject *list, Py_ssize_t size)
+{
+    return PyList_SetSlice(list, size, PY_SSIZE_T_MAX, NULL);
+}
+
+/* The fast path with the mutex held: 1 done (*offset set), 0 not taken, -1 error. */
+static int
+core_append_locked(AppendCore *self, PyObject *value, long long ts, double now, long long *offset)
+{
+    StateCore *st = (StateCore *)self->state;
+    PyObject *pending = self->pending, *index = self->index;
+    if (st == NULL || !PyObject_TypeCheck((PyObject *)st, &StateCore_Type) || pending == NULL ||
+        !PyList_CheckExact(pending) || index == NULL || !PyList_CheckExact(index)) {
+        return 0;
+    }
+    long long len = (long long)PyBytes_GET_SIZE(value);
+    long long size = len + HEAD;
+    long long pos = st->segment_size + self->pending_bytes;
+    if (PyList_GET_SIZE(pending) == 0 || now >= self->check_at || now >= self->flush_due || self->always ||
+        pos >= self->roll_bytes || len + PREFIX > self->max_payload || self->pending_bytes + size >= self->buffer_bytes) {
+        return 0;
+    }
+    long long off = st->end_offset;
+    PyObject *entry = NULL;
+    if (st->since_index >= self->index_interval) {
+        long long rel = off - st->segment_base;
+        if (rel < 0 || rel > (long long)UINT32_MAX || pos < 0 || pos > (long long)UINT32_MAX) {
+            return 0; /* the Python path raises the error */
+        }
+        unsigned char idx[8], tix[12];
+        int64_t max_ts = (int64_t)st->max_timestamp;
+        put_u32(idx, (uint32_t)rel);
+        put_u32(idx + 4, (uint32_t)pos);
+        memcpy(tix, &max_ts, 8);
+        put_u32(tix + 8, (uint32_t)rel);
+        entry = Py_BuildValue("(y#y#)", (const char *)idx, (Py_ssize_t)8, (const char *)tix, (Py_ssize_t)12);
+        if (entry == NULL) {
+            return -1;
+        }
+    }
+    if (ts != self->prefix_ts) {
+        unsigned char prefix[PREFIX];
+        int64_t t = (int64_t)ts;
+        prefix[0] = 0;
+        memcpy(prefix + 1, &t, 8);
+        self->prefix_ts = ts;
+        self->prefix_crc = crc32c_continue(0, prefix, PREFIX);
+    }
+    PyObject *head = PyBytes_FromStringAndSize(NULL, HEAD);
+    if (head == NULL) {
+        Py_XDECREF(entry);
+        return -1;
+    }
+    unsigned char *h = (unsigned char *)PyBytes_AS_STRING(head);
+    int64_t t = (int64_t)ts;
+    put_u32(h, (uint32_t)(len + PREFIX));
+    put_u32(h + 4, crc32c_continue(self->prefix_crc, (const unsigned char *)PyBytes_AS_STRING(value), (size_t)len));
+    h[8] = 0;
+    memcpy(h + 9, &t, 8);
+    Py_ssize_t n_pending = PyList_GET_SIZE(pending), n_index = PyList_GET_SIZE(index);
+    int failed = (entry != NULL && PyList_Append(index, entry)) || PyList_Append(pending, head) ||
+                 PyList_Append(pending, value);
+    Py_XDECREF(entry);
+    Py_DECREF(head);
+    if (failed) {
+        list_cut(pending, n_pending);
+        list_cut(index, n_index);
+        return -1;
+    }
+    st->since_index = entry != NULL ? size : st->since_index + size;
+    if (ts > st->max_timestamp) {
+        st->max_timestamp = ts;
+    }
+    st->end_offset = off + 1;
+    self->pending_bytes += size;
+    *offset = off;
+    return 1;
+}
+
+PyDoc_STRVAR(core_append_doc,
+             "append(value, *, key=None, headers=None, timestamp=None) -> offset\n\n"
+             "Appender.append: the common case in C, anything else through Appender._append.");
+
+static PyObject *
+core_append(AppendCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    int plain = nargs == 1 && PyBytes_CheckExact(args[0]);
+    int have_ts = 0;
+    long long ts = 0;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; plain && i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i), *arg = args[nargs + i];
+        if (name == str_timestamp && arg != Py_None) {
+            int overflow;
+            ts = PyLong_CheckExact(arg) ? PyLong_AsLongLongAndOverflow(arg, &overflow) : 0;
+            plain = PyLong_CheckExact(arg) && !overflow && !(ts == -1 && PyErr_Occurred());
+            have_ts = 1;
+        }
+        else if (!((name == str_key || name == str_headers || name == str_timestamp) && arg == Py_None)) {
+            plain = 0; /* keys and headers, and argument errors, are the Python path's */
+        }
+    }
+    if (plain && self->mutex != NULL) {
+        struct timespec tp;
+        clock_gettime(CLOCK_REALTIME, &tp);
+        double now = (double)tp.tv_sec + (double)tp.tv_nsec * 1e-9;
+        if (!have_ts) {
+            ts = (long long)(now * 1000);
+        }
+        PyObject *mutex = self->mutex;
+        Py_INCREF(mutex);
+        PyObject *r = PyObject_CallMethodNoArgs(mutex, str_acquire);
+        if (r == NULL) {
+            Py_DECREF(mutex);
+            return NULL;
+        }
+        Py_DECREF(r);
+        long long offset = 0;
+        int done = core_append_locked(self, args[0], ts, now, &offset);
+        int released = release_mutex(mutex);
+        Py_DECREF(mutex);
+        if (done < 0 || released < 0) {
+            return NULL;
+        }
+        if (done) {
+            return PyLong_FromLongLong(offset);
+        }
+    }
+    PyObject *full = PyObject_GetAttr((PyObject *)self, str_append);
+    if (full == NULL) {
+        return NULL;
+    }
+    PyObject *result = PyObject_Vectorcall(full, args, nargs, kwnames);
+    Py_DECREF(full);
+    return result;
+}
+
+static PyMethodDef core_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))core_append, METH_FASTCALL | METH_KEYWORDS, core_append_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject AppendCore_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel._codec.AppendCore",
+    .tp_basicsize = sizeof(AppendCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The appender's buffer and limits, and the per-message append in C (see appender.Appender).",
+    .tp_traverse = (traverseproc)core_traverse,
+    .tp_clear = (inquiry)core_clear,
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_members = core_members,
+    .tp_methods = core_methods,
+    .tp_new = PyType_GenericNew,
+};
+
 static PyMethodDef codec_methods[] = {
     {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
     {"decode_plain", decode_plain, METH_VARARGS, decode_plain_doc},
@@ -233,7 +504,30 @@ PyInit__codec(void)
 #if FC_HAVE_SSE42
     __builtin_cpu_init();
     if (__builtin_cpu_supports("sse4.2")) {
-        return PyModule_Create(&codec_module);
+        if (PyType_Ready(&StateCore_Type) < 0 || PyType_Ready(&AppendCore_Type) < 0) {
+            return NULL;
+        }
+        str_acquire = PyUnicode_InternFromString("acquire");
+        str_release = PyUnicode_InternFromString("release");
+        str_append = PyUnicode_InternFromString("_append");
+        str_key = PyUnicode_InternFromString("key");
+        str_headers = PyUnicode_InternFromString("headers");
+        str_timestamp = PyUnicode_InternFromString("timestamp");
+        if (!str_acquire || !str_release || !str_append || !str_key || !str_headers || !str_timestamp) {
+            return NULL;
+        }
+        PyObject *m = PyModule_Create(&codec_module);
+        if (m == NULL) {
+            return NULL;
+        }
+        Py_INCREF(&StateCore_Type);
+        Py_INCREF(&AppendCore_Type);
+        if (PyModule_AddObject(m, "StateCore", (PyObject *)&StateCore_Type) < 0 ||
+            PyModule_AddObject(m, "AppendCore", (PyObject *)&AppendCore_Type) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+        return m;
     }
 #endif
     PyErr_SetString(PyExc_ImportError, "filechannel._codec needs an x86-64 CPU with SSE4.2 (hardware CRC-32C)");

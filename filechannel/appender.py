@@ -48,12 +48,18 @@ from .record import (
     RECORD_PREFIX_SIZE,
     TIME_ENTRY,
     Headers,
+    checked_timestamp,
     encode_record_frames,
     encode_value_frames,
     too_large,
 )
 from .sealer import Sealer
 from .writer_state import WriterState, write_state
+
+try:  # Appender.append's common case in C (filechannel/_codec.c), when it was built and loads
+    from ._codec import AppendCore as _Core
+except ImportError:
+    _Core = object  # type: ignore[assignment,misc]
 
 log = logging.getLogger("filechannel")
 _time = time.time
@@ -64,8 +70,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Appender:
-    """Buffered, lock-holding writer of one channel (see the module docstring). Thread-safe."""
+class Appender(_Core):
+    """Buffered, lock-holding writer of one channel (see the module docstring). Thread-safe.
+
+    With the C extension, ``append`` is ``AppendCore.append``: the common case (a plain
+    value into a non-empty buffer, nothing due) in C, everything else through ``_append``.
+    """
 
     def __init__(self, log_: Log, config: ChannelConfig, on_write: Callable[[], None], on_roll: Callable[[], None]) -> None:
         self._log = log_
@@ -89,8 +99,8 @@ class Appender:
         self._always = config.fsync == "always"
         self._flush_interval = config.flush_interval
         self._flush_due = float("inf")  # a sender drains itself once a record waited this long
-        self._prefix_ts: int | None = None
-        self._prefix_crc = 0
+        self._prefix_ts = 0  # a timestamp and the CRC-32C of its plain record prefix
+        self._prefix_crc = crc32c(RECORD_PREFIX.pack(0, 0))
         self._written_offset = 0
         self._durable_offset = 0
         self._flushing = False
@@ -111,15 +121,16 @@ class Appender:
 
     # -- appending ---------------------------------------------------------------------------
 
-    def append(
+    def _append(
         self, value: bytes, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
     ) -> int:
         """Buffer one record; return its offset. The per-message hot path: keep it lean.
 
-        ``Sender.send`` is this very method (bound per sender), so mind its signature.
+        ``Sender.send`` is ``append`` (bound per sender), so mind its signature. The C
+        ``AppendCore.append`` does the same for its common case, and calls this otherwise.
         """
         now = _time()
-        ts = int(now * 1000) if timestamp is None else timestamp
+        ts = int(now * 1000) if timestamp is None else checked_timestamp(timestamp)
         with self._mutex:
             state = self._state
             if state is None or now >= self._check_at or state.segment_size + self._pending_bytes >= self._roll_bytes:
@@ -156,9 +167,12 @@ class Appender:
         self._after_append(offset, True)
         return offset
 
+    if _Core is object:
+        append = _append
+
     def append_values(self, values: Iterable[bytes], timestamp: int | None) -> range:
         """Buffer key-less records sharing one timestamp; return their offsets."""
-        ts = now_ms() if timestamp is None else timestamp
+        ts = now_ms() if timestamp is None else checked_timestamp(timestamp)
         with self._mutex:
             state = self._ready_state()
             start = state.end_offset
@@ -422,7 +436,9 @@ class Appender:
             # under load, writes happen once per interval and carry everything sent meanwhile.
             wait = self._last_drain + interval - time.monotonic()
             if wait > 0:
-                time.sleep(wait)
+                with self._cond:  # not time.sleep: close() must not wait out a long interval
+                    if self._cond.wait_for(lambda: self._closed, timeout=wait):
+                        continue  # close() drains what is left
             self._last_drain = time.monotonic()
             try:
                 self.drain(sync=self._fsync_due(fsync_every))

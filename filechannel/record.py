@@ -20,6 +20,7 @@ exactly once).
 
 from __future__ import annotations
 
+import operator
 import struct
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
@@ -227,6 +228,19 @@ def encode_batch_py(
         idx.append(OFFSET_ENTRY.pack(rel_start + i, pos0 + last_mark))
         tix.append(TIME_ENTRY.pack(max_after if i else max_before, rel_start + i))
     return heads, b"".join(idx), b"".join(tix), ends[-1], ends[-1] - last_mark if idx else since_index + ends[-1]
+
+
+def checked_timestamp(timestamp: object) -> int:
+    """A record timestamp given by the caller, as an int, or RecordTypeError."""
+    try:
+        ts = operator.index(timestamp)  # type: ignore[call-overload]
+    except TypeError:
+        raise RecordTypeError(
+            f"timestamp must be an int of milliseconds since the epoch, not {type(timestamp).__name__}"
+        ) from None
+    if not -(2**63) <= ts < 2**63:
+        raise RecordTypeError(f"timestamp {ts} does not fit in 64 bits (milliseconds since the epoch)")
+    return ts
 
 
 def too_large(size: int, limit: int) -> MessageTooLargeError:

@@ -24,6 +24,11 @@ from crc32c import crc32c
 
 from .errors import os_errors
 
+try:  # the counters as C integers, for the appender's C fast path (filechannel/_codec.c)
+    from ._codec import StateCore as _Core
+except ImportError:
+    _Core = object  # type: ignore[assignment,misc]
+
 _MAGIC = b"FCHW"
 _BODY = struct.Struct("<4sHHQIIQQQqq")
 _CRC = struct.Struct("<I")
@@ -31,7 +36,7 @@ SIZE = _BODY.size + _CRC.size
 
 
 @dataclass
-class WriterState:
+class WriterState(_Core):
     segment_base: int
     segment_id: int
     segment_size: int

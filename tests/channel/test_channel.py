@@ -293,6 +293,22 @@ def test_closed_channel_and_sender_refuse_work_and_close_twice_is_fine(tmp_path)
             call()
 
 
+def test_close_does_not_wait_out_a_long_flush_interval(tmp_path):
+    # The flusher rate-limits itself to one write per flush_interval; close() must wake it
+    # (a sleeping flusher once held close() for up to the whole interval) and write the rest.
+    ch = FileChannel(tmp_path, flush_interval=600.0, maintenance_interval=0)
+    s = ch.sender()
+    for i in range(3):
+        s.send(b"%d" % i)
+        time.sleep(0.05)  # the first send wakes the flusher; the next ones find it rate-limited
+    closer = threading.Thread(target=ch.close)
+    closer.start()
+    closer.join(timeout=60)
+    assert not closer.is_alive(), "close() waited for the flush interval"
+    with FileChannel(tmp_path) as again:
+        assert [r.value for r in again.receiver("earliest").recv_many(10, timeout=0)] == [b"0", b"1", b"2"]
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [dict(fsync="sometimes"), dict(segment_bytes=10), dict(compression="lz4"), dict(flush_interval=-1), dict(nonsense=1)],
