@@ -1,6 +1,7 @@
 /* The channel's per-record hot paths in C: frame heads and index entries of a send_many
  * batch, decoding frames of key-less, header-less records (filechannel/record.py holds
- * the pure-Python reference of both), and the common case of a single send (AppendCore,
+ * the pure-Python reference of both), walking and checking the frames of a segment
+ * (segment.scan_frames_py is its reference), and the common case of a single send (AppendCore,
  * below; appender.Appender._append is its Python reference). Python uses this module only
  * when it imports; the tests check that the C and Python versions agree byte for byte.
  *
@@ -218,6 +219,64 @@ decode_plain(PyObject *self, PyObject *args)
         count++;
     }
     return Py_BuildValue("nni", pos, count, status);
+}
+
+PyDoc_STRVAR(scan_frames_doc,
+             "scan_frames(buf: bytes, pos, offset, max_payload, interval, since, max_ts, marks: list)\n"
+             "    -> (p, offset, since, max_ts, invalid)\n\n"
+             "Walk the whole frames of buf (read from file position pos; its first frame has offset\n"
+             "offset), checking each length and CRC, and append (offset, position, max_ts before it)\n"
+             "to marks for a frame that starts interval bytes or more after the last mark (since:\n"
+             "bytes before buf). Stops at the end of buf, an incomplete frame (invalid False) or a\n"
+             "bad one (invalid True); p is where. See segment.scan_frames_py.");
+
+static PyObject *
+scan_frames(PyObject *self, PyObject *args)
+{
+    PyObject *buf, *marks;
+    long long pos, offset, max_payload, interval, since, max_ts;
+    if (!PyArg_ParseTuple(args, "SLLLLLLO!", &buf, &pos, &offset, &max_payload, &interval, &since, &max_ts, &PyList_Type,
+                          &marks)) {
+        return NULL;
+    }
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t n = PyBytes_GET_SIZE(buf), p = 0;
+    int invalid = 0;
+    while (p <= n - FRAME_HEADER) {
+        uint32_t length, crc;
+        int64_t ts;
+        memcpy(&length, b + p, 4);
+        memcpy(&crc, b + p + 4, 4);
+        if (length < PREFIX || (long long)length > max_payload) {
+            invalid = 1;
+            break;
+        }
+        if ((Py_ssize_t)length > n - p - FRAME_HEADER) {
+            break;
+        }
+        Py_ssize_t stop = p + FRAME_HEADER + (Py_ssize_t)length;
+        if (crc32c_continue(0, b + p + FRAME_HEADER, length) != crc) {
+            invalid = 1;
+            break;
+        }
+        if (since >= interval) {
+            PyObject *mark = Py_BuildValue("(LLL)", offset, pos + (long long)p, max_ts);
+            if (mark == NULL || PyList_Append(marks, mark) < 0) {
+                Py_XDECREF(mark);
+                return NULL;
+            }
+            Py_DECREF(mark);
+            since = 0;
+        }
+        since += stop - p;
+        memcpy(&ts, b + p + FRAME_HEADER + 1, 8);
+        if (ts > max_ts) {
+            max_ts = ts;
+        }
+        offset++;
+        p = stop;
+    }
+    return Py_BuildValue("nLLLO", p, offset, since, max_ts, invalid ? Py_True : Py_False);
 }
 
 /* -- the per-message append -------------------------------------------------------------
@@ -491,6 +550,7 @@ static PyTypeObject AppendCore_Type = {
 static PyMethodDef codec_methods[] = {
     {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
     {"decode_plain", decode_plain, METH_VARARGS, decode_plain_doc},
+    {"scan_frames", scan_frames, METH_VARARGS, scan_frames_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -237,7 +237,8 @@ class FileChannel:
         try:
             header = read_segment_header(fd, ref.path)
             scanner = FrameScanner(fd, ref.path, SEGMENT_HEADER_SIZE, header.base_offset, MAX_FRAME_PAYLOAD)
-            n = sum(1 for _ in scanner)
+            scanner.scan()
+            n = scanner.end_offset - header.base_offset
             if scanner.stop != "end" and (sealed or scanner.stop == "invalid"):
                 raise scanner.corrupt_error(header.base_offset)
             return n

@@ -94,21 +94,17 @@ def compress_segment(raw_path: str, out_path: str, *, level: int, block_bytes: i
         fd = os.open(raw_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         header = read_segment_header(fd, raw_path)
-        cuts: list[tuple[int, int, int]] = []  # (first offset, raw position, max ts through block)
-        block_start = SEGMENT_HEADER_SIZE
-        max_ts = -(2**63)
         scanner = FrameScanner(fd, raw_path, SEGMENT_HEADER_SIZE, header.base_offset, max_payload)
-        block_first = header.base_offset
-        for pos, offset, _size, ts in scanner:
-            if pos - block_start >= block_bytes:
-                cuts.append((block_first, block_start, max_ts))
-                block_start, block_first = pos, offset
-            max_ts = max(max_ts, ts)
+        # Blocks start where marks every block_bytes fall; a block's max timestamp is that
+        # of all records up to the next block's start (the mark's "max before").
+        marks, _since, max_ts = scanner.scan(block_bytes)
         if scanner.stop != "end":
             raise scanner.corrupt_error(header.base_offset)
         end_pos, end_offset = scanner.end_position, scanner.end_offset
-        if end_pos > block_start:
-            cuts.append((block_first, block_start, max_ts))
+        starts = [(header.base_offset, SEGMENT_HEADER_SIZE)] + [(off, pos) for off, pos, _ts in marks]
+        maxes = [before for _off, _pos, before in marks] + [max_ts]
+        # (first offset, raw position, max ts through the block); none for an empty segment
+        cuts = [(*start, mx) for start, mx in zip(starts, maxes, strict=True)] if end_pos > SEGMENT_HEADER_SIZE else []
         compressor = zstandard.ZstdCompressor(level=level, write_checksum=True)
         bodies: list[bytes] = []
         lengths: list[int] = []

@@ -167,8 +167,7 @@ class Log:
             fd = os.open(last.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             scanner = FrameScanner(fd, last.path, pos, offset, MAX_FRAME_PAYLOAD)
-            for _ in scanner:
-                pass
+            scanner.scan()
             return scanner.end_offset
         finally:
             os.close(fd)
@@ -212,17 +211,9 @@ class Log:
         self, fd: int, path: str, position: int, offset: int, since_index: int, max_ts: int
     ) -> tuple[list[IndexMark], int, int, FrameScanner]:
         """Scan frames from ``position``, producing the index marks the writer would have made."""
-        interval = self.config.index_interval_bytes
-        marks: list[IndexMark] = []
         scanner = FrameScanner(fd, path, position, offset, MAX_FRAME_PAYLOAD)
-        for pos, off, size, ts in scanner:
-            if since_index >= interval:
-                marks.append(IndexMark(off, pos, max_ts))
-                since_index = 0
-            since_index += size
-            if ts > max_ts:
-                max_ts = ts
-        return marks, since_index, max_ts, scanner
+        marks, since_index, max_ts = scanner.scan(self.config.index_interval_bytes, since_index, max_ts)
+        return [IndexMark(*mark) for mark in marks], since_index, max_ts, scanner
 
     def compressed_info(self, ref: SegmentRef) -> CompressedInfo:
         with self._mutex:
@@ -545,8 +536,7 @@ class Log:
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            for _pos, _off, _size, ts in FrameScanner(fd, ref.path, position, offset, MAX_FRAME_PAYLOAD):
-                max_ts = max(max_ts, ts)
+            _marks, _since, max_ts = FrameScanner(fd, ref.path, position, offset, MAX_FRAME_PAYLOAD).scan(max_ts=max_ts)
         finally:
             os.close(fd)
         return max_ts

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from crc32c import crc32c
 
 from .errors import CorruptRecordError, os_errors
-from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE
+from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE, _codec
 
 SEGMENT_MAGIC = b"FCHS"
 FORMAT_VERSION = 1
@@ -75,12 +74,52 @@ def read_segment_header(fd: int, path: str) -> SegmentHeader:
     return SegmentHeader(segment_id, base, created)
 
 
+Mark = tuple[int, int, int]  # (offset, position, max timestamp of the records before it)
+NO_MARKS = 2**62  # an interval no segment reaches: scan without marking
+
+
+def scan_frames_py(
+    buf: bytes, pos: int, offset: int, max_payload: int, interval: int, since: int, max_ts: int, marks: list[Mark]
+) -> tuple[int, int, int, int, bool]:
+    """Walk the whole frames of ``buf`` (read at file position ``pos``), checking each.
+
+    A frame that starts ``interval`` bytes or more after the last mark (``since``: the
+    bytes before ``buf``) gets a mark, appended to ``marks``. Returns ``(p, offset, since,
+    max_ts, invalid)``: where in ``buf`` the walk stopped (its end, an incomplete frame, or
+    a bad one if ``invalid``) and the counters there. ``_codec.scan_frames`` in Python: its
+    reference, and the code used without the extension.
+    """
+    view = memoryview(buf)
+    p, n = 0, len(buf)
+    while p + FRAME_HEADER_SIZE <= n:
+        length, crc = FRAME_HEADER.unpack_from(buf, p)
+        if length < RECORD_PREFIX_SIZE or length > max_payload:
+            return p, offset, since, max_ts, True
+        stop = p + FRAME_HEADER_SIZE + length
+        if stop > n:
+            break
+        if crc32c(view[p + FRAME_HEADER_SIZE : stop]) != crc:
+            return p, offset, since, max_ts, True
+        if since >= interval:
+            marks.append((offset, pos + p, max_ts))
+            since = 0
+        since += stop - p
+        ts = RECORD_PREFIX.unpack_from(buf, p + FRAME_HEADER_SIZE)[1]
+        if ts > max_ts:
+            max_ts = ts
+        offset += 1
+        p = stop
+    return p, offset, since, max_ts, False
+
+
+_scan_frames = _codec.scan_frames if _codec is not None else scan_frames_py
+
+
 class FrameScanner:
     """Walks the frames of a raw segment from a position, checking every length and CRC.
 
-    Iterating yields ``(position, offset, frame_size, timestamp)`` for each whole, valid
-    frame. Iteration stops at the end of the file or at the first frame that is incomplete
-    or fails its check; afterwards ``end_position``/``end_offset`` say where the valid part
+    ``scan`` walks to the end of the file or to the first frame that is incomplete or
+    fails its check; afterwards ``end_position``/``end_offset`` say where the valid part
     ends and ``stop`` says why: ``"end"``, ``"incomplete"`` or ``"invalid"``.
     """
 
@@ -93,44 +132,33 @@ class FrameScanner:
         self.limit = limit
         self.stop = "end"
 
-    def __iter__(self) -> Iterator[tuple[int, int, int, int]]:
+    def scan(self, interval: int = NO_MARKS, since: int = 0, max_ts: int = -(2**63)) -> tuple[list[Mark], int, int]:
+        """Walk the frames; return the marks every ``interval`` bytes (the index entries the
+        writer makes, or compressed blocks' starts), and ``since``/``max_ts`` at the end."""
         with os_errors("stat", self.path):
             size = os.fstat(self.fd).st_size if self.limit is None else self.limit
-        pos = self.end_position
-        offset = self.end_offset
+        marks: list[Mark] = []
         need = _SCAN_CHUNK
-        while pos < size:
+        while self.end_position < size:
+            pos = self.end_position
+            want = min(max(need, _SCAN_CHUNK), size - pos)
             with os_errors("read", self.path):
-                buf = os.pread(self.fd, min(max(need, _SCAN_CHUNK), size - pos), pos)
-            p = 0
-            n = len(buf)
-            while p + FRAME_HEADER_SIZE <= n:
-                length, crc = FRAME_HEADER.unpack_from(buf, p)
-                if length < RECORD_PREFIX_SIZE or length > self.max_payload:
-                    self.stop = "invalid"
-                    return
-                stop = p + FRAME_HEADER_SIZE + length
-                if stop > n:
-                    break
-                if crc32c(memoryview(buf)[p + FRAME_HEADER_SIZE : stop]) != crc:
-                    self.stop = "invalid"
-                    return
-                _attrs, ts = RECORD_PREFIX.unpack_from(buf, p + FRAME_HEADER_SIZE)
-                yield pos + p, offset, stop - p, ts
-                offset += 1
-                p = stop
-                self.end_position = pos + p
-                self.end_offset = offset
-            if p == 0 and n == size - pos:
-                # Not even one whole frame in what is left of the file.
-                self.stop = "incomplete"
-                return
-            if p == 0:
-                length = FRAME_HEADER.unpack_from(buf, 0)[0] if n >= FRAME_HEADER_SIZE else 0
-                need = FRAME_HEADER_SIZE + length
-            else:
+                buf = os.pread(self.fd, want, pos)
+            p, self.end_offset, since, max_ts, invalid = _scan_frames(
+                buf, pos, self.end_offset, self.max_payload, interval, since, max_ts, marks
+            )
+            self.end_position = pos + p
+            if invalid:
+                self.stop = "invalid"
+                break
+            if p:
                 need = _SCAN_CHUNK
-            pos += p
+            elif len(buf) < want or want == size - pos:
+                self.stop = "incomplete"  # not even one whole frame in what is left of the file
+                break
+            else:  # one frame longer than a chunk
+                need = FRAME_HEADER_SIZE + FRAME_HEADER.unpack_from(buf, 0)[0]
+        return marks, since, max_ts
 
     def corrupt_error(self, base_offset: int) -> CorruptRecordError:
         """The error for a frame that should have been whole and valid."""

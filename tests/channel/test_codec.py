@@ -5,15 +5,18 @@ the Python ones called directly. They must agree on every byte, record, position
 error, including on torn and corrupted buffers.
 """
 
+import os
 import platform
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from filechannel import record
+from filechannel import record, segment
 from filechannel.errors import CorruptRecordError
 from filechannel.record import Record, decode_records, decode_records_py, encode_batch_py, encode_record_frames
+from filechannel.segment import scan_frames_py
 
 keys = st.none() | st.binary(max_size=40)
 headers = st.none() | st.lists(st.tuples(st.text(max_size=10), st.binary(max_size=20)), max_size=3)
@@ -30,6 +33,20 @@ def test_the_c_codec_is_built_and_used_on_x86_64():
         assert record._codec is not None, "filechannel._codec did not build or load: reinstall with a C compiler"
     else:
         assert record._codec is None
+
+
+def _frames(records) -> bytes:
+    frames: list[bytes] = []
+    for value, key, hdrs, ts in records:
+        encode_record_frames(frames, value, key, hdrs, ts, 1 << 20)
+    return b"".join(frames)
+
+
+def _damaged(data: bytes, cut: int, flip) -> bytes:
+    buf = bytearray(data[:cut])
+    if flip is not None and buf:
+        buf[flip[0] % len(buf)] ^= flip[1]
+    return bytes(buf)
 
 
 def _decode(fn, buf, max_records):
@@ -49,13 +66,7 @@ def _decode(fn, buf, max_records):
     max_records=st.integers(1, 50),
 )
 def test_c_and_python_decode_agree_on_whole_torn_and_corrupted_buffers(records, cut, flip, max_records):
-    frames: list[bytes] = []
-    for value, key, hdrs, ts in records:
-        encode_record_frames(frames, value, key, hdrs, ts, 1 << 20)
-    data = bytearray(b"".join(frames)[:cut])
-    if flip is not None and data:
-        data[flip[0] % len(data)] ^= flip[1]
-    buf = bytes(data)
+    buf = _damaged(_frames(records), cut, flip)
     c, py = _decode(decode_records, buf, max_records), _decode(decode_records_py, buf, max_records)
     assert c == py
     assert all(type(r) is Record for r in c[3])
@@ -92,3 +103,48 @@ def test_c_codec_rejects_bad_input():
         record._codec.encode_batch([b"x"], 0, 1, 1, 2**32, 32, 0)
     with pytest.raises(TypeError):
         record._codec.decode_plain(bytearray(b"x" * 40), 0, 0, 1, [], Record, ())
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(
+    records=st.lists(plain_heavy, max_size=40),
+    cut=st.integers(0, 20_000),
+    flip=st.none() | st.tuples(st.integers(0, 20_000), st.integers(1, 255)),
+    max_payload=st.integers(9, 400),
+    interval=st.integers(1, 3000),
+    since=st.integers(0, 4000),
+    max_ts=timestamps,
+)
+def test_c_and_python_frame_scans_agree(records, cut, flip, max_payload, interval, since, max_ts):
+    buf = _damaged(_frames(records), cut, flip)
+    args = (buf, 32, 1000, max_payload, interval, since, max_ts)
+    c_marks: list = []
+    py_marks: list = []
+    assert record._codec.scan_frames(*args, c_marks) == scan_frames_py(*args, py_marks)
+    assert c_marks == py_marks
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(plain_heavy, max_size=40),
+    cut=st.integers(0, 20_000),
+    flip=st.none() | st.tuples(st.integers(0, 20_000), st.integers(1, 255)),
+    chunk=st.integers(8, 700),
+)
+def test_scanning_a_file_in_chunks_matches_one_scan_of_it_all(tmp_path_factory, records, cut, flip, chunk):
+    # Small read chunks make frames straddle reads and outgrow them.
+    data = _damaged(_frames(records), cut, flip)
+    path = tmp_path_factory.mktemp("scan") / "f"
+    path.write_bytes(b"h" * 32 + data)
+    marks: list = []
+    p, end_offset, since, max_ts, invalid = scan_frames_py(data, 32, 0, 1 << 20, 500, 0, -(2**63), marks)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with patch.object(segment, "_SCAN_CHUNK", chunk):
+            scanner = segment.FrameScanner(fd, str(path), 32, 0, 1 << 20)
+            assert scanner.scan(500) == (marks, since, max_ts)
+    finally:
+        os.close(fd)
+    assert (scanner.end_position, scanner.end_offset) == (32 + p, end_offset)
+    assert scanner.stop == ("invalid" if invalid else "end" if p == len(data) else "incomplete")
