@@ -49,6 +49,15 @@ def _damaged(data: bytes, cut: int, flip) -> bytes:
     return bytes(buf)
 
 
+# Frames of random records, cut short and with a byte flipped or not: whole, torn, corrupted.
+damaged_frames = st.builds(
+    lambda records, cut, flip: _damaged(_frames(records), cut, flip),
+    st.lists(plain_heavy, max_size=40),
+    st.integers(0, 20_000),
+    st.none() | st.tuples(st.integers(0, 20_000), st.integers(1, 255)),
+)
+
+
 def _decode(fn, buf, max_records):
     out: list[Record] = []
     try:
@@ -60,13 +69,10 @@ def _decode(fn, buf, max_records):
 
 @settings(max_examples=300, deadline=None)
 @given(
-    records=st.lists(plain_heavy, max_size=40),
-    cut=st.integers(0, 20_000),
-    flip=st.none() | st.tuples(st.integers(0, 20_000), st.integers(1, 255)),
+    buf=damaged_frames,
     max_records=st.integers(1, 50),
 )
-def test_c_and_python_decode_agree_on_whole_torn_and_corrupted_buffers(records, cut, flip, max_records):
-    buf = _damaged(_frames(records), cut, flip)
+def test_c_and_python_decode_agree_on_whole_torn_and_corrupted_buffers(buf, max_records):
     c, py = _decode(decode_records, buf, max_records), _decode(decode_records_py, buf, max_records)
     assert c == py
     assert all(type(r) is Record for r in c[3])
@@ -108,16 +114,13 @@ def test_c_codec_rejects_bad_input():
 @needs_c
 @settings(max_examples=300, deadline=None)
 @given(
-    records=st.lists(plain_heavy, max_size=40),
-    cut=st.integers(0, 20_000),
-    flip=st.none() | st.tuples(st.integers(0, 20_000), st.integers(1, 255)),
+    buf=damaged_frames,
     max_payload=st.integers(9, 400),
     interval=st.integers(1, 3000),
     since=st.integers(0, 4000),
     max_ts=timestamps,
 )
-def test_c_and_python_frame_scans_agree(records, cut, flip, max_payload, interval, since, max_ts):
-    buf = _damaged(_frames(records), cut, flip)
+def test_c_and_python_frame_scans_agree(buf, max_payload, interval, since, max_ts):
     args = (buf, 32, 1000, max_payload, interval, since, max_ts)
     c_marks: list = []
     py_marks: list = []
@@ -127,14 +130,11 @@ def test_c_and_python_frame_scans_agree(records, cut, flip, max_payload, interva
 
 @settings(max_examples=150, deadline=None)
 @given(
-    records=st.lists(plain_heavy, max_size=40),
-    cut=st.integers(0, 20_000),
-    flip=st.none() | st.tuples(st.integers(0, 20_000), st.integers(1, 255)),
+    data=damaged_frames,
     chunk=st.integers(8, 700),
 )
-def test_scanning_a_file_in_chunks_matches_one_scan_of_it_all(tmp_path_factory, records, cut, flip, chunk):
+def test_scanning_a_file_in_chunks_matches_one_scan_of_it_all(tmp_path_factory, data, chunk):
     # Small read chunks make frames straddle reads and outgrow them.
-    data = _damaged(_frames(records), cut, flip)
     path = tmp_path_factory.mktemp("scan") / "f"
     path.write_bytes(b"h" * 32 + data)
     marks: list = []
