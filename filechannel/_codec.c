@@ -28,11 +28,18 @@
 #define HEAD (FRAME_HEADER + PREFIX)
 
 #if FC_HAVE_SSE42
-/* crc32c(data, previous) of the crc32c package: continuing `previous` over `data`. */
-__attribute__((target("sse4.2"))) static uint32_t
-crc32c_continue(uint32_t previous, const unsigned char *p, size_t n)
+/* The CRC state runs one crc32 instruction per 8 bytes, each waiting for the last (3
+ * cycles), while the CPU can start one per cycle. So a long buffer is taken in rounds of
+ * three STRIDE-byte blocks run side by side, the first continuing the state and the other
+ * two from state 0, and joined by linearity: state' = shift(2 STRIDE, x0) ^ shift(STRIDE,
+ * x1) ^ x2, where shift(n, s) is the state s after n zero bytes (a linear map on 32 bits,
+ * tabulated per byte of s at module init). At 1 KiB this takes about half the time. */
+#define STRIDE 336
+static uint32_t shift1[4][256], shift2[4][256];
+
+__attribute__((target("sse4.2"))) static uint64_t
+crc_serial(uint64_t c, const unsigned char *p, size_t n)
 {
-    uint64_t c = (uint32_t)~previous;
     while (n >= 8) {
         uint64_t v;
         memcpy(&v, p, 8);
@@ -44,7 +51,57 @@ crc32c_continue(uint32_t previous, const unsigned char *p, size_t n)
     while (n--) {
         c32 = __builtin_ia32_crc32qi(c32, *p++);
     }
-    return ~c32;
+    return c32;
+}
+
+static uint32_t
+shift(uint32_t table[4][256], uint32_t s)
+{
+    return table[0][s & 0xff] ^ table[1][(s >> 8) & 0xff] ^ table[2][(s >> 16) & 0xff] ^ table[3][s >> 24];
+}
+
+static void
+init_shift(uint32_t table[4][256], size_t zeros)
+{
+    static const unsigned char zero[2 * STRIDE];
+    uint32_t bit[32];
+    for (int i = 0; i < 32; i++) {
+        bit[i] = (uint32_t)crc_serial((uint64_t)1 << i, zero, zeros);
+    }
+    for (int k = 0; k < 4; k++) {
+        for (int b = 0; b < 256; b++) {
+            uint32_t v = 0;
+            for (int i = 0; i < 8; i++) {
+                if (b & (1 << i)) {
+                    v ^= bit[8 * k + i];
+                }
+            }
+            table[k][b] = v;
+        }
+    }
+}
+
+/* crc32c(data, previous) of the crc32c package: continuing `previous` over `data`. */
+__attribute__((target("sse4.2"))) static uint32_t
+crc32c_continue(uint32_t previous, const unsigned char *p, size_t n)
+{
+    uint64_t c = (uint32_t)~previous;
+    while (n >= 3 * STRIDE) {
+        uint64_t c1 = 0, c2 = 0;
+        for (size_t i = 0; i < STRIDE; i += 8) {
+            uint64_t v0, v1, v2;
+            memcpy(&v0, p + i, 8);
+            memcpy(&v1, p + STRIDE + i, 8);
+            memcpy(&v2, p + 2 * STRIDE + i, 8);
+            c = __builtin_ia32_crc32di(c, v0);
+            c1 = __builtin_ia32_crc32di(c1, v1);
+            c2 = __builtin_ia32_crc32di(c2, v2);
+        }
+        c = shift(shift2, (uint32_t)c) ^ shift(shift1, (uint32_t)c1) ^ (uint32_t)c2;
+        p += 3 * STRIDE;
+        n -= 3 * STRIDE;
+    }
+    return ~(uint32_t)crc_serial(c, p, n);
 }
 #else
 static uint32_t
@@ -564,6 +621,8 @@ PyInit__codec(void)
 #if FC_HAVE_SSE42
     __builtin_cpu_init();
     if (__builtin_cpu_supports("sse4.2")) {
+        init_shift(shift1, STRIDE);
+        init_shift(shift2, 2 * STRIDE);
         if (PyType_Ready(&StateCore_Type) < 0 || PyType_Ready(&AppendCore_Type) < 0) {
             return NULL;
         }

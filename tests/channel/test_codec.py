@@ -7,6 +7,7 @@ error, including on torn and corrupted buffers.
 
 import os
 import platform
+import random
 from unittest.mock import patch
 
 import pytest
@@ -148,3 +149,13 @@ def test_scanning_a_file_in_chunks_matches_one_scan_of_it_all(tmp_path_factory, 
         os.close(fd)
     assert (scanner.end_position, scanner.end_offset) == (32 + p, end_offset)
     assert scanner.stop == ("invalid" if invalid else "end" if p == len(data) else "incomplete")
+
+
+@needs_c
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 1007, 1008, 1009, 2015, 2016, 2017, 3030, 65_539])
+def test_c_crc_of_long_values_matches_the_crc32c_package(size):
+    # The C CRC runs long values in rounds of three interleaved blocks of 336 bytes and joins
+    # them; sizes around one and two rounds, and many rounds, against the reference.
+    value = random.Random(size).randbytes(size)
+    heads, *_ = record._codec.encode_batch([value], 12345, 1 << 30, 0, 0, 32, 0)
+    assert heads == encode_batch_py([value], 12345, 1 << 30, 0, 0, 32, 0)[0]
