@@ -21,15 +21,15 @@ from crc32c import crc32c
 from filechannel.files import folder_bytes
 
 from .measure import REPEATS, Row, in_child, peak_rss_mb
+from .peers import BENCH_CONFIG, DEFAULTS, NEVER
 
-OURS = 'CRC per record, torn-tail recovery, fsync="never"'
 STAMP = struct.Struct("<Q")
 
 
 def _channel(folder: str, **config: Any) -> Any:
     from filechannel import FileChannel
 
-    return FileChannel(os.path.join(folder, "ch"), maintenance_interval=0, **config)
+    return FileChannel(os.path.join(folder, "ch"), **{**BENCH_CONFIG, **config})
 
 
 # -- produce and consume at once ---------------------------------------------------------------
@@ -59,7 +59,7 @@ def _concurrent(size: int, n: int) -> list[dict[str, Any]]:
         Row(
             "produce+consume at once",
             "filechannel send_many/recv_many",
-            OURS,
+            NEVER,
             size,
             n,
             n / secs,
@@ -78,7 +78,7 @@ def _paced_sender(path: str, size: int, rate: int, n: int, start_at: float) -> N
     from filechannel import FileChannel
 
     pad = b"x" * max(0, size - STAMP.size)
-    with FileChannel(path, maintenance_interval=0) as ch:
+    with FileChannel(path) as ch:
         send = ch.sender().send
         time.sleep(max(0.0, start_at - time.monotonic()))
         t0 = time.monotonic()
@@ -90,9 +90,10 @@ def _paced_sender(path: str, size: int, rate: int, n: int, start_at: float) -> N
 
 
 def _latency(size: int, rate: int, seconds: float, cross_process: bool) -> list[dict[str, Any]]:
+    from filechannel import FileChannel
+
     n = int(rate * seconds)
-    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder, _channel(folder) as ch:
-        path = os.path.join(folder, "ch")
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder, FileChannel(path := os.path.join(folder, "ch")) as ch:
         rx = ch.receiver("latest")
         start_at = time.monotonic() + 0.5
         if cross_process:
@@ -118,7 +119,7 @@ def _latency(size: int, rate: int, seconds: float, cross_process: bool) -> list[
         Row(
             f"latency, {where}, {rate:,}/s",
             "filechannel send/recv (defaults)",
-            OURS,
+            DEFAULTS,
             size,
             n,
             rate,
@@ -261,7 +262,7 @@ def _threads(size: int, threads: int, seconds: float, api: str) -> list[dict[str
         Row(
             f"send from {threads} thread(s)",
             backend,
-            OURS if api == "sender" else "none",
+            NEVER if api == "sender" else "none",
             size,
             n,
             n / secs,
@@ -277,7 +278,7 @@ def _threads(size: int, threads: int, seconds: float, api: str) -> list[dict[str
 def _produce_part(path: str, size: int, n: int, tag: int) -> None:
     from filechannel import FileChannel
 
-    with FileChannel(path, maintenance_interval=0) as ch:
+    with FileChannel(path, **BENCH_CONFIG) as ch:
         send = ch.sender().send
         pad = b"p" * max(0, size - 8)
         for i in range(n):
@@ -305,7 +306,7 @@ def _two_producers(size: int, n: int) -> list[dict[str, Any]]:
         Row(
             "2 producer processes, one channel",
             "filechannel send",
-            OURS,
+            NEVER,
             size,
             n // 2 * 2,
             n / secs,
@@ -372,7 +373,7 @@ def _compressed(n: int) -> list[dict[str, Any]]:
             Row(
                 f"read back sealed segments ({'zstd' if method == 'zstd' else 'uncompressed'})",
                 "filechannel recv_many",
-                OURS,
+                NEVER,
                 payload // n,
                 n,
                 n / secs,
@@ -408,7 +409,7 @@ def _group(size: int, n: int) -> list[dict[str, Any]]:
     ctx = mp.get_context("spawn")
     payload = os.urandom(size)
     with tempfile.TemporaryDirectory(prefix="fc-bench-") as root:
-        Admin(root).create_topic("g6", partitions=6)
+        Admin(root).create_topic("g6", partitions=6, fsync=BENCH_CONFIG["fsync"])
         with Producer(root) as p:
             for i in range(n):
                 p.send("g6", payload, partition=i % 6)
@@ -432,7 +433,7 @@ def _group(size: int, n: int) -> list[dict[str, Any]]:
         Row(
             "consumer group, 3 processes x 6 partitions",
             "filechannel Consumer(group_id)",
-            OURS,
+            NEVER,
             size,
             sum(per_member),
             sum(per_member) / secs,
@@ -478,7 +479,7 @@ def _rss_bound(total_bytes: int) -> list[dict[str, Any]]:
         Row(
             "consume a large channel (RSS)",
             "filechannel recv_many",
-            OURS,
+            NEVER,
             65536,
             r["n"],
             r["n"] / r["secs"],
@@ -499,7 +500,7 @@ def run(name: str, fn: Any, *args: Any) -> list[Row]:
     try:
         return [Row(**r) for r in in_child(fn, *args)]
     except Exception as exc:
-        return [Row(name, "filechannel", OURS, 0, ours=True, error=str(exc).splitlines()[0])]
+        return [Row(name, "filechannel", NEVER, 0, ours=True, error=str(exc).splitlines()[0])]
 
 
 SIZES = (100, 1024, 65536)
