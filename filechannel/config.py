@@ -39,7 +39,7 @@ class ChannelConfig:
     segment_ms: int | None = None
     max_record_bytes: int = 1024 * 1024
     index_interval_bytes: int = 4096
-    flush_interval: float = 0.001
+    flush_interval: float = 0.0005
     buffer_bytes: int = 1024 * 1024
     fsync: str = "interval"
     fsync_interval: float = 1.0
