@@ -47,6 +47,8 @@ def test_quick_run_writes_table_json_and_chart(tmp_path):
         "durable produce",
         "2 producer processes",
         "consumer group",
+        "read back sealed segments (zstd)",
+        "read back sealed segments (uncompressed)",
     ):
         assert sizes[workload] >= {100, 1024, 65536}, workload
     assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
