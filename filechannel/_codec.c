@@ -278,6 +278,56 @@ decode_plain(PyObject *self, PyObject *args)
     return Py_BuildValue("nni", pos, count, status);
 }
 
+PyDoc_STRVAR(prefixed_doc,
+             "prefixed(record_type, prefix: tuple, records: list[tuple]) -> list\n\n"
+             "record_type(*prefix, *r) for each r of records, built as tuples (record_type: a\n"
+             "tuple subclass). See record.prefixed_py.");
+
+static PyObject *
+prefixed(PyObject *self, PyObject *args)
+{
+    PyTypeObject *record_type;
+    PyObject *prefix, *records;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &record_type, &PyTuple_Type, &prefix, &PyList_Type, &records)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
+        return NULL;
+    }
+    Py_ssize_t np = PyTuple_GET_SIZE(prefix), n = PyList_GET_SIZE(records);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(records, i);
+        if (!PyTuple_Check(r)) {
+            PyErr_Format(PyExc_TypeError, "records must be tuples, not %.100s", Py_TYPE(r)->tp_name);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_ssize_t nr = PyTuple_GET_SIZE(r);
+        PyObject *t = record_type->tp_alloc(record_type, np + nr);
+        if (t == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        for (Py_ssize_t k = 0; k < np; k++) {
+            PyObject *item = PyTuple_GET_ITEM(prefix, k);
+            Py_INCREF(item);
+            PyTuple_SET_ITEM(t, k, item);
+        }
+        for (Py_ssize_t k = 0; k < nr; k++) {
+            PyObject *item = PyTuple_GET_ITEM(r, k);
+            Py_INCREF(item);
+            PyTuple_SET_ITEM(t, np + k, item);
+        }
+        PyList_SET_ITEM(out, i, t);
+    }
+    return out;
+}
+
 PyDoc_STRVAR(scan_frames_doc,
              "scan_frames(buf: bytes, pos, offset, max_payload, interval, since, max_ts, marks: list)\n"
              "    -> (p, offset, since, max_ts, invalid)\n\n"
@@ -606,6 +656,7 @@ static PyTypeObject AppendCore_Type = {
 
 static PyMethodDef codec_methods[] = {
     {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
+    {"prefixed", prefixed, METH_VARARGS, prefixed_doc},
     {"decode_plain", decode_plain, METH_VARARGS, decode_plain_doc},
     {"scan_frames", scan_frames, METH_VARARGS, scan_frames_doc},
     {NULL, NULL, 0, NULL},

@@ -26,7 +26,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, repeat
 from operator import add
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from crc32c import crc32c
 
@@ -82,6 +82,7 @@ class Record(NamedTuple):
 
 
 _new_record = tuple.__new__
+T = TypeVar("T", bound=tuple[Any, ...])
 
 
 def _as_bytes(obj: object, what: str) -> bytes:
@@ -316,6 +317,20 @@ def decode_records(
         max_records -= n
         if max_records == 0:
             return pos, offset - first
+
+
+def prefixed(record_type: type[T], prefix: tuple[Any, ...], records: list[Record]) -> list[T]:
+    """``record_type(*prefix, *r)`` for each record: a consumer's records are a receiver's
+    with their topic and partition in front. In C when it is built (the Python loop took
+    two thirds of a Kafka-like consumer's time at 100 B)."""
+    if _codec is not None:
+        return _codec.prefixed(record_type, prefix, records)  # type: ignore[no-any-return]
+    return prefixed_py(record_type, prefix, records)
+
+
+def prefixed_py(record_type: type[T], prefix: tuple[Any, ...], records: list[Record]) -> list[T]:
+    """:func:`prefixed` in Python: the reference the C version is tested against."""
+    return [_new_record(record_type, prefix + r) for r in records]
 
 
 def decode_records_py(buf: bytes, pos: int, offset: int, max_records: int, out: list[Record]) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from ..errors import (
     UnknownTopicError,
 )
 from ..receiver import Receiver
+from ..record import prefixed
 from ..wakeup import Wakeup
 from .group import GroupMember
 from .records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
@@ -304,9 +305,8 @@ class Consumer:
     def _convert(self, tp: TopicPartition, recs: list[Any]) -> list[ConsumerRecord]:
         topic, partition = tp
         kd, vd = self._key_de, self._value_de
-        new = tuple.__new__
         if kd is None and vd is None:
-            return [new(ConsumerRecord, (topic, partition, r[0], r[1], r[2], r[3], r[4])) for r in recs]
+            return prefixed(ConsumerRecord, (topic, partition), recs)
         return [
             ConsumerRecord(
                 topic,

@@ -159,3 +159,25 @@ def test_c_crc_of_long_values_matches_the_crc32c_package(size):
     value = random.Random(size).randbytes(size)
     heads, *_ = record._codec.encode_batch([value], 12345, 1 << 30, 0, 0, 32, 0)
     assert heads == encode_batch_py([value], 12345, 1 << 30, 0, 0, 32, 0)[0]
+
+
+records_of_any_shape = st.lists(st.tuples(st.integers(), st.none() | st.binary(max_size=8)) | st.tuples(st.text(max_size=5)))
+
+
+@needs_c
+@given(records_of_any_shape, st.tuples(st.text(max_size=5), st.integers(min_value=0, max_value=99)))
+def test_c_and_python_prefixed_records_agree(records, prefix):
+    class Tagged(tuple):
+        pass
+
+    c = record._codec.prefixed(Tagged, prefix, records)
+    assert c == record.prefixed_py(Tagged, prefix, records)
+    assert all(type(t) is Tagged for t in c)
+
+
+@needs_c
+def test_c_prefixed_rejects_what_is_not_a_tuple():
+    with pytest.raises(TypeError, match="tuple subclass"):
+        record._codec.prefixed(list, ("t", 0), [(1, 2)])
+    with pytest.raises(TypeError, match="records must be tuples, not list"):
+        record._codec.prefixed(tuple, ("t", 0), [(1, 2), [3, 4]])
