@@ -267,6 +267,9 @@ decode_plain(PyObject *self, PyObject *args)
         PyTuple_SET_ITEM(record, 3, value);
         Py_INCREF(no_headers);
         PyTuple_SET_ITEM(record, 4, no_headers);
+        /* Ints, None, bytes and an empty tuple cannot form a cycle: untracked, the
+         * collections that a million new records set off have nothing to walk. */
+        PyObject_GC_UnTrack(record);
         int failed = PyList_Append(out, record);
         Py_DECREF(record);
         if (failed) {
@@ -318,10 +321,19 @@ prefixed(PyObject *self, PyObject *args)
             Py_INCREF(item);
             PyTuple_SET_ITEM(t, k, item);
         }
+        int may_cycle = 0;
         for (Py_ssize_t k = 0; k < nr; k++) {
             PyObject *item = PyTuple_GET_ITEM(r, k);
             Py_INCREF(item);
             PyTuple_SET_ITEM(t, np + k, item);
+            may_cycle |= PyObject_IS_GC(item) && PyObject_GC_IsTracked(item);
+        }
+        for (Py_ssize_t k = 0; k < np && !may_cycle; k++) {
+            PyObject *item = PyTuple_GET_ITEM(prefix, k);
+            may_cycle |= PyObject_IS_GC(item) && PyObject_GC_IsTracked(item);
+        }
+        if (!may_cycle) {
+            PyObject_GC_UnTrack(t); /* the rule the collector applies to plain tuples */
         }
         PyList_SET_ITEM(out, i, t);
     }

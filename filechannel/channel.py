@@ -22,6 +22,7 @@ from .files import folder_bytes
 from .log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from .names import validate_name
 from .position import PositionStore
+from .readahead import BlockReadahead
 from .receiver import AckReceiver, Receiver
 from .record import Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, read_segment_header
@@ -217,12 +218,18 @@ class FileChannel:
     def _check_segment(self, ref: SegmentRef, sealed: bool) -> int:
         if ref.compressed:
             seg = CompressedSegment.open(ref.path)
+            blocks = BlockReadahead(seg)
             try:
                 n = 0
                 for i, block in enumerate(seg.info.blocks):
                     out: list[Record] = []
-                    data = seg.read_block(i)
-                    end, got = decode_records(data, 0, block.first_offset, len(data), out)
+                    data = blocks.block(i)
+                    try:
+                        end, got = decode_records(data, 0, block.first_offset, len(data), out)
+                    except CorruptRecordError as exc:
+                        raise CorruptRecordError(
+                            f"compressed segment {ref.path!r}: block {i} (offsets from {block.first_offset}): {exc}"
+                        ) from exc
                     if end != len(data):
                         raise CorruptRecordError(
                             f"compressed segment {ref.path!r}: block {i} ends in a partial frame "
@@ -231,6 +238,7 @@ class FileChannel:
                     n += got
                 return n
             finally:
+                blocks.close()
                 seg.close()
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)

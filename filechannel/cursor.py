@@ -19,6 +19,7 @@ import os
 from .compressed import CompressedSegment
 from .errors import CorruptRecordError, OffsetOutOfRangeError, StorageError, os_errors
 from .log import Log, SegmentRef
+from .readahead import BlockReadahead
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE
 
@@ -49,6 +50,7 @@ class _CompressedSource:
         self.ref = ref
         self.seg = CompressedSegment.open(ref.path)
         self.info = self.seg.info
+        self._blocks = BlockReadahead(self.seg)
         self._block = -1
         self._data = b""
         self._end = SEGMENT_HEADER_SIZE + self.info.raw_size
@@ -58,7 +60,7 @@ class _CompressedSource:
             return b"", 0
         i = self.info.block_for_raw_position(position - SEGMENT_HEADER_SIZE)
         if i != self._block:
-            self._data = self.seg.read_block(i)
+            self._data = self._blocks.block(i)
             self._block = i
         start = position - SEGMENT_HEADER_SIZE - self.info.blocks[i].raw_position
         return self._data, start
@@ -67,6 +69,7 @@ class _CompressedSource:
         return self._end
 
     def close(self) -> None:
+        self._blocks.close()
         self.seg.close()
 
 

@@ -1,0 +1,441 @@
+/* Blocks of compressed segments read and decompressed on threads that never take the
+ * GIL (filechannel/readahead.py says when and why; compressed.CompressedSegment.read_block
+ * is the Python reference of one job).
+ *
+ * python-zstandard releases the GIL while it decompresses, but a Python thread needs it
+ * back between blocks, and the reader holds it while it decodes: measured, Python
+ * readahead threads ran no faster than the reader alone. Here a job is a C struct: the
+ * submitting thread (holding the GIL) allocates the bytes object the block decompresses
+ * into; a worker preads the compressed block and decompresses it with no Python call; the
+ * reader's result() waits with the GIL released. A job still queued when its result is
+ * wanted is taken back and run by the caller, also without the GIL.
+ *
+ * libzstd is loaded at import with dlopen (its header is often not installed; the five
+ * functions used are its stable API since 1.0). Without it, `available` is False and
+ * readahead.py reads blocks with python-zstandard on the reader's thread.
+ *
+ * Workers start on the first job in a process and live as long as it; a forked child
+ * starts its own, and a job its parent had queued runs in the child on result().
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <unistd.h>
+
+typedef struct ZSTD_DCtx_s ZSTD_DCtx;
+static ZSTD_DCtx *(*zstd_create)(void);
+static size_t (*zstd_free)(ZSTD_DCtx *);
+static size_t (*zstd_decompress)(ZSTD_DCtx *, void *, size_t, const void *, size_t);
+static unsigned (*zstd_is_error)(size_t);
+static const char *(*zstd_error_name)(size_t);
+
+enum { QUEUED, RUNNING, DONE, CANCELLED };
+
+typedef struct Job {
+    PyObject_HEAD
+    struct Job *next; /* in the queue, while QUEUED */
+    int state;        /* guarded by lock */
+    pid_t pid;        /* the process that queued it */
+    int fd;
+    long long position;
+    Py_ssize_t length, raw_length;
+    PyObject *out;     /* bytes of raw_length, written by whoever runs the job */
+    int err;           /* errno of a failed pread */
+    int short_read;    /* the file ended inside the block */
+    const char *zerr;  /* libzstd's error name (a static string) */
+    Py_ssize_t got;    /* bytes decompressed */
+} Job;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER; /* a job was queued */
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER; /* a job finished */
+static Job *head, *tail;
+static pid_t workers_pid; /* the process whose workers are running; 0 for none */
+static int n_workers = 2;
+static pthread_key_t dctx_key; /* each thread's decompression context */
+static int usable;              /* libzstd loaded and the key made */
+
+static void
+free_dctx(void *dctx)
+{
+    zstd_free(dctx);
+}
+
+static ZSTD_DCtx *
+thread_dctx(void)
+{
+    ZSTD_DCtx *dctx = pthread_getspecific(dctx_key);
+    if (dctx == NULL && (dctx = zstd_create()) != NULL) {
+        pthread_setspecific(dctx_key, dctx);
+    }
+    return dctx;
+}
+
+/* One job, without the GIL: pread the compressed block, decompress it into out. */
+static void
+run(Job *j)
+{
+    ZSTD_DCtx *dctx = thread_dctx();
+    char *in = malloc(j->length ? (size_t)j->length : 1);
+    if (dctx == NULL || in == NULL) {
+        free(in);
+        j->err = ENOMEM;
+        return;
+    }
+    Py_ssize_t n = 0;
+    while (n < j->length) {
+        ssize_t r = pread(j->fd, in + n, (size_t)(j->length - n), (off_t)(j->position + n));
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r < 0) {
+            j->err = errno;
+            free(in);
+            return;
+        }
+        if (r == 0) {
+            j->short_read = 1;
+            free(in);
+            return;
+        }
+        n += r;
+    }
+    size_t got = zstd_decompress(dctx, PyBytes_AS_STRING(j->out), (size_t)j->raw_length, in, (size_t)j->length);
+    free(in);
+    if (zstd_is_error(got)) {
+        j->zerr = zstd_error_name(got);
+    } else {
+        j->got = (Py_ssize_t)got;
+    }
+}
+
+static void *
+worker(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        while (head == NULL) {
+            pthread_cond_wait(&work_cv, &lock);
+        }
+        Job *j = head;
+        head = j->next;
+        if (head == NULL) {
+            tail = NULL;
+        }
+        j->state = RUNNING;
+        pthread_mutex_unlock(&lock);
+        run(j);
+        pthread_mutex_lock(&lock);
+        j->state = DONE;
+        pthread_cond_broadcast(&done_cv);
+    }
+    return NULL;
+}
+
+/* Called with lock held. */
+static void
+unlink_job(Job *j)
+{
+    Job **p = &head, *prev = NULL;
+    while (*p != NULL && *p != j) {
+        prev = *p;
+        p = &(*p)->next;
+    }
+    if (*p == j) {
+        *p = j->next;
+        if (tail == j) {
+            tail = prev;
+        }
+    }
+}
+
+/* Called with lock held; 0 on success. */
+static int
+start_workers(void)
+{
+    for (int i = 0; i < n_workers; i++) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, worker, NULL);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) {
+            if (i == 0) {
+                errno = rc;
+                return -1;
+            }
+            break; /* fewer workers than asked: still correct */
+        }
+    }
+    workers_pid = getpid();
+    return 0;
+}
+
+static void
+after_fork_in_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    pthread_cond_init(&work_cv, NULL);
+    pthread_cond_init(&done_cv, NULL);
+    head = tail = NULL;
+    workers_pid = 0;
+}
+
+/* Run the job on this thread if it is still queued (or is a parent's job seen in a forked
+ * child), else wait for the worker running it. Called without the GIL. */
+static void
+finish(Job *j)
+{
+    pthread_mutex_lock(&lock);
+    if (j->pid != getpid()) {
+        if (j->state != DONE) {
+            j->state = RUNNING; /* the parent's worker does not exist here */
+            pthread_mutex_unlock(&lock);
+            run(j);
+            pthread_mutex_lock(&lock);
+            j->state = DONE;
+        }
+    } else if (j->state == QUEUED) {
+        unlink_job(j);
+        j->state = RUNNING;
+        pthread_mutex_unlock(&lock);
+        run(j);
+        pthread_mutex_lock(&lock);
+        j->state = DONE;
+    } else {
+        while (j->state == RUNNING) {
+            pthread_cond_wait(&done_cv, &lock);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static PyObject *
+Job_result(Job *j, PyObject *unused)
+{
+    (void)unused;
+    if (j->state == CANCELLED) {
+        PyErr_SetString(PyExc_RuntimeError, "the job was cancelled");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    finish(j);
+    Py_END_ALLOW_THREADS
+    if (j->err) {
+        errno = j->err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (j->short_read) {
+        PyErr_SetString(PyExc_ValueError, "the file ends inside the block");
+        return NULL;
+    }
+    if (j->zerr != NULL) {
+        PyErr_SetString(PyExc_ValueError, j->zerr);
+        return NULL;
+    }
+    if (j->got != j->raw_length) {
+        PyErr_Format(PyExc_ValueError, "decompressed to %zd bytes, expected %zd", j->got, j->raw_length);
+        return NULL;
+    }
+    Py_INCREF(j->out);
+    return j->out;
+}
+
+static PyObject *
+Job_cancel(Job *j, PyObject *unused)
+{
+    (void)unused;
+    int cancelled = 0;
+    pthread_mutex_lock(&lock);
+    if (j->state == QUEUED && j->pid == getpid()) {
+        unlink_job(j);
+        j->state = CANCELLED;
+        cancelled = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return PyBool_FromLong(cancelled);
+}
+
+static PyObject *
+Job_wait(Job *j, PyObject *unused)
+{
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&lock);
+    while (j->state == RUNNING && j->pid == getpid()) {
+        pthread_cond_wait(&done_cv, &lock);
+    }
+    pthread_mutex_unlock(&lock);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static void
+Job_dealloc(Job *j)
+{
+    /* No worker may touch it afterwards: unqueue it, or wait for the one running it (a
+     * worker never takes the GIL, so waiting while holding it cannot deadlock). */
+    pthread_mutex_lock(&lock);
+    if (j->pid == getpid()) {
+        if (j->state == QUEUED) {
+            unlink_job(j);
+        }
+        while (j->state == RUNNING) {
+            pthread_cond_wait(&done_cv, &lock);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    Py_XDECREF(j->out);
+    Py_TYPE(j)->tp_free((PyObject *)j);
+}
+
+static PyMethodDef Job_methods[] = {
+    {"result", (PyCFunction)Job_result, METH_NOARGS,
+     "The decompressed block (bytes), run here if no worker has started it. Raises OSError "
+     "for a failed read, ValueError for a block that does not decompress to its length."},
+    {"cancel", (PyCFunction)Job_cancel, METH_NOARGS, "Unqueue the job if no worker has started it; True if it was."},
+    {"wait", (PyCFunction)Job_wait, METH_NOARGS, "Wait until no worker is running the job."},
+    {NULL},
+};
+
+static PyTypeObject Job_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel._readahead.Job",
+    .tp_basicsize = sizeof(Job),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One block read and decompressed by a worker thread.",
+    .tp_dealloc = (destructor)Job_dealloc,
+    .tp_methods = Job_methods,
+};
+
+static PyObject *
+submit(PyObject *module, PyObject *args)
+{
+    (void)module;
+    int fd;
+    long long position;
+    Py_ssize_t length, raw_length;
+    if (!PyArg_ParseTuple(args, "iLnn", &fd, &position, &length, &raw_length)) {
+        return NULL;
+    }
+    if (!usable) {
+        PyErr_SetString(PyExc_RuntimeError, "readahead is unavailable: see unavailable_reason");
+        return NULL;
+    }
+    if (position < 0 || length < 0 || raw_length < 0) {
+        PyErr_SetString(PyExc_ValueError, "position and lengths must not be negative");
+        return NULL;
+    }
+    Job *j = PyObject_New(Job, &Job_Type);
+    if (j == NULL) {
+        return NULL;
+    }
+    j->next = NULL;
+    j->state = CANCELLED; /* until queued: dealloc then has nothing to wait for */
+    j->pid = getpid();
+    j->fd = fd;
+    j->position = position;
+    j->length = length;
+    j->raw_length = raw_length;
+    j->err = j->short_read = 0;
+    j->zerr = NULL;
+    j->got = 0;
+    j->out = PyBytes_FromStringAndSize(NULL, raw_length);
+    if (j->out == NULL) {
+        Py_DECREF(j);
+        return NULL;
+    }
+    pthread_mutex_lock(&lock);
+    if (workers_pid != j->pid && start_workers() != 0) {
+        pthread_mutex_unlock(&lock);
+        Py_DECREF(j);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    j->state = QUEUED;
+    if (tail != NULL) {
+        tail->next = j;
+    } else {
+        head = j;
+    }
+    tail = j;
+    pthread_cond_signal(&work_cv);
+    pthread_mutex_unlock(&lock);
+    return (PyObject *)j;
+}
+
+static PyObject *
+set_threads(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (n < 1 || n > 64) {
+        PyErr_SetString(PyExc_ValueError, "threads must be from 1 to 64");
+        return NULL;
+    }
+    n_workers = (int)n; /* takes effect in a process that has not started its workers */
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"submit", submit, METH_VARARGS,
+     "submit(fd, position, length, raw_length) -> Job: read `length` bytes of fd at `position` "
+     "(one zstd frame) and decompress them into `raw_length` bytes, on a worker thread."},
+    {"set_threads", set_threads, METH_O, "How many worker threads a process starts (default 2)."},
+    {NULL},
+};
+
+static struct PyModuleDef readahead_module = {
+    PyModuleDef_HEAD_INIT, "filechannel._readahead", "Compressed blocks decompressed on threads without the GIL.", -1,
+    module_methods,
+};
+
+static const char *
+load_libzstd(void)
+{
+    static const char *names[] = {"libzstd.so.1", "libzstd.1.dylib", "libzstd.so", "libzstd.dylib"};
+    void *lib = NULL;
+    for (size_t i = 0; lib == NULL && i < sizeof(names) / sizeof(names[0]); i++) {
+        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    }
+    if (lib == NULL) {
+        return "libzstd was not found (install the libzstd1 package)";
+    }
+    *(void **)&zstd_create = dlsym(lib, "ZSTD_createDCtx");
+    *(void **)&zstd_free = dlsym(lib, "ZSTD_freeDCtx");
+    *(void **)&zstd_decompress = dlsym(lib, "ZSTD_decompressDCtx");
+    *(void **)&zstd_is_error = dlsym(lib, "ZSTD_isError");
+    *(void **)&zstd_error_name = dlsym(lib, "ZSTD_getErrorName");
+    if (!zstd_create || !zstd_free || !zstd_decompress || !zstd_is_error || !zstd_error_name) {
+        return "libzstd lacks a function it has had since 1.0";
+    }
+    return NULL;
+}
+
+PyMODINIT_FUNC
+PyInit__readahead(void)
+{
+    if (PyType_Ready(&Job_Type) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&readahead_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    const char *why = load_libzstd();
+    if (why == NULL && (pthread_key_create(&dctx_key, free_dctx) != 0 || pthread_atfork(NULL, NULL, after_fork_in_child) != 0)) {
+        why = "could not set up its threads";
+    }
+    usable = why == NULL;
+    if (PyModule_AddObject(m, "available", PyBool_FromLong(why == NULL)) < 0 ||
+        PyModule_AddObject(m, "unavailable_reason", why ? PyUnicode_FromString(why) : Py_NewRef(Py_None)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
