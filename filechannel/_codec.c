@@ -201,7 +201,7 @@ done:
 }
 
 PyDoc_STRVAR(decode_plain_doc,
-             "decode_plain(buf: bytes, pos, offset, max_records, out: list, record_type, no_headers)"
+             "decode_plain(buf: bytes-like, pos, offset, max_records, out: list, record_type, no_headers)"
              " -> (pos, count, status)\n\n"
              "Append record_type(offset, timestamp, None, value, no_headers) to out for each whole,\n"
              "CRC-valid frame of a plain record from pos on. status 0: stopped at max_records,\n"
@@ -211,25 +211,27 @@ PyDoc_STRVAR(decode_plain_doc,
 static PyObject *
 decode_plain(PyObject *self, PyObject *args)
 {
-    PyObject *buf, *out, *no_headers;
+    Py_buffer view;
+    PyObject *out, *no_headers;
     PyTypeObject *record_type;
     Py_ssize_t pos, max_records;
     long long offset;
-    if (!PyArg_ParseTuple(args, "SnLnO!O!O", &buf, &pos, &offset, &max_records, &PyList_Type, &out, &PyType_Type,
+    if (!PyArg_ParseTuple(args, "y*nLnO!O!O", &view, &pos, &offset, &max_records, &PyList_Type, &out, &PyType_Type,
                           &record_type, &no_headers)) {
         return NULL;
     }
-    if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
-        return NULL;
-    }
-    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(buf);
-    Py_ssize_t end = PyBytes_GET_SIZE(buf);
+    PyObject *result = NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
     Py_ssize_t count = 0;
     int status = 0;
+    if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
+        goto done;
+    }
     if (pos < 0) {
         PyErr_SetString(PyExc_ValueError, "pos must be >= 0");
-        return NULL;
+        goto done;
     }
     while (count < max_records && pos <= end - HEAD) {
         uint32_t length, crc;
@@ -258,7 +260,7 @@ decode_plain(PyObject *self, PyObject *args)
             Py_XDECREF(off);
             Py_XDECREF(timestamp);
             Py_XDECREF(record);
-            return NULL;
+            goto done;
         }
         PyTuple_SET_ITEM(record, 0, off);
         PyTuple_SET_ITEM(record, 1, timestamp);
@@ -273,12 +275,15 @@ decode_plain(PyObject *self, PyObject *args)
         int failed = PyList_Append(out, record);
         Py_DECREF(record);
         if (failed) {
-            return NULL;
+            goto done;
         }
         pos = stop;
         count++;
     }
-    return Py_BuildValue("nni", pos, count, status);
+    result = Py_BuildValue("nni", pos, count, status);
+done:
+    PyBuffer_Release(&view);
+    return result;
 }
 
 PyDoc_STRVAR(prefixed_doc,

@@ -210,6 +210,9 @@ def table_length(header: bytes) -> int:
     return Z_HEADER.size + Z_BLOCK.size * count + _CRC.size
 
 
+# A decompressed block: bytes from python-zstandard, a memoryview of a readahead job.
+BlockData = bytes | memoryview
+
 _local = threading.local()
 
 
@@ -262,7 +265,7 @@ class CompressedSegment:
 
         return self.block_result(i, fetch)
 
-    def block_result(self, i: int, fetch: Callable[[], bytes]) -> bytes:
+    def block_result(self, i: int, fetch: Callable[[], BlockData]) -> BlockData:
         """Block ``i`` from ``fetch``, which raises OSError for a failed read and ValueError
         for a block that does not decompress; errors become ours, naming file and block."""
         b = self.info.blocks[i]

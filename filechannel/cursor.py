@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import os
 
-from .compressed import CompressedSegment
+from .compressed import BlockData, CompressedSegment
 from .errors import CorruptRecordError, OffsetOutOfRangeError, StorageError, os_errors
 from .log import Log, SegmentRef
 from .readahead import BlockReadahead
@@ -52,10 +52,10 @@ class _CompressedSource:
         self.info = self.seg.info
         self._blocks = BlockReadahead(self.seg)
         self._block = -1
-        self._data = b""
+        self._data: BlockData = b""
         self._end = SEGMENT_HEADER_SIZE + self.info.raw_size
 
-    def read(self, position: int, size: int) -> tuple[bytes, int]:
+    def read(self, position: int, size: int) -> tuple[BlockData, int]:
         if position >= self._end:
             return b"", 0
         i = self.info.block_for_raw_position(position - SEGMENT_HEADER_SIZE)
@@ -80,7 +80,7 @@ class Cursor:
         self._log = log
         self._source: _RawSource | _CompressedSource | None = None
         self._end: int | None = None  # end offset of the current segment once known sealed
-        self._buf = b""
+        self._buf: BlockData = b""  # a raw chunk or a decompressed block
         self._bpos = 0
         self._pos = 0  # segment position of _buf[_bpos]
         self.offset = offset  # the next offset this cursor delivers

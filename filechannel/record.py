@@ -287,7 +287,7 @@ def decode_payload(payload: bytes | memoryview, offset: int) -> Record:
 
 
 def decode_records(
-    buf: bytes,
+    buf: bytes | memoryview,
     pos: int,
     offset: int,
     max_records: int,
@@ -301,7 +301,7 @@ def decode_records(
     in ``buf``; the caller decides whether that is a torn tail or real corruption.
     With the C codec, plain records are decoded there and the others here, one at a time.
     """
-    if _codec is None or type(buf) is not bytes:
+    if _codec is None:
         return decode_records_py(buf, pos, offset, max_records, out)
     first = offset
     while True:
@@ -333,7 +333,7 @@ def prefixed_py(record_type: type[T], prefix: tuple[Any, ...], records: list[Rec
     return [_new_record(record_type, prefix + r) for r in records]
 
 
-def decode_records_py(buf: bytes, pos: int, offset: int, max_records: int, out: list[Record]) -> tuple[int, int]:
+def decode_records_py(buf: bytes | memoryview, pos: int, offset: int, max_records: int, out: list[Record]) -> tuple[int, int]:
     """:func:`decode_records` in Python only: the reference the C codec is tested against."""
     end = len(buf)
     mv = memoryview(buf)
@@ -354,6 +354,8 @@ def decode_records_py(buf: bytes, pos: int, offset: int, max_records: int, out: 
             break
         if attrs == 0 and length >= RECORD_PREFIX_SIZE:
             value = buf[pos + vstart : stop]
+            if type(value) is not bytes:  # buf is a block read ahead (a memoryview)
+                value = bytes(value)
             if ts != last_ts:
                 last_ts, prefix_crc = ts, crc32c(prefix(0, ts))
             if crc32c(value, prefix_crc) != crc:

@@ -79,6 +79,12 @@ def test_c_and_python_decode_agree_on_whole_torn_and_corrupted_buffers(buf, max_
     c, py = _decode(decode_records, buf, max_records), _decode(decode_records_py, buf, max_records)
     assert c == py
     assert all(type(r) is Record for r in c[3])
+    # Blocks of compressed segments come as memoryviews; values still come out as bytes.
+    for decode in (decode_records, decode_records_py):
+        from_view = _decode(decode, memoryview(buf), max_records)
+        assert from_view == c
+        assert all(type(r.value) is bytes and type(r.key) in (bytes, type(None)) for r in from_view[3])
+        assert all(type(v) is bytes for r in from_view[3] for _k, v in r.headers)
 
 
 # Off x86-64 there is no C codec to compare (the first test checks which case this is).
@@ -111,7 +117,9 @@ def test_c_codec_rejects_bad_input():
     with pytest.raises(OverflowError, match="over 4 GiB"):
         record._codec.encode_batch([b"x"], 0, 1, 1, 2**32, 32, 0)
     with pytest.raises(TypeError):
-        record._codec.decode_plain(bytearray(b"x" * 40), 0, 0, 1, [], Record, ())
+        record._codec.decode_plain("x" * 40, 0, 0, 1, [], Record, ())
+    with pytest.raises(ValueError, match="pos must be >= 0"):
+        record._codec.decode_plain(b"x" * 40, -1, 0, 1, [], Record, ())
 
 
 @needs_c
