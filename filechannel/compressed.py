@@ -228,8 +228,8 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 class CompressedSegment:
     """Random access to a ``.seg.z`` file through an open descriptor.
 
-    ``read_block`` may run on several threads at once (readahead); ``close`` must wait
-    until none is running.
+    ``read_block`` is safe on any thread (each has its own decompressor). Readahead jobs
+    read through ``fd`` too, so close a segment only after its ``BlockReadahead``.
     """
 
     def __init__(self, fd: int, path: str, info: CompressedInfo) -> None:
