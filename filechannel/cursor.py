@@ -7,8 +7,14 @@ frame again, so bytes of a torn frame that a writer later trims are never truste
 
 At the end of a raw segment it moves on only once the next segment exists, and reads
 the old one once more after seeing it (a writer's last frames land before the roll).
-The cursor holds its segment's file open, so a segment deleted or compressed under
-it stays readable until the cursor moves on. Not thread-safe.
+On the last blocks of a compressed segment it opens the next one, if that is compressed
+too, so that its first blocks decompress ahead (readahead.py). The cursor holds its
+segment's file open, so a segment deleted or compressed under it stays readable until
+the cursor moves on.
+
+A read that meets damage (a bad frame, a block that does not decompress, a segment that
+cannot be opened) returns the records before it, and the next read raises: nothing is
+skipped, nothing already decoded is lost. Not thread-safe.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ import errno
 import os
 
 from .compressed import BlockData, CompressedSegment
-from .errors import CorruptRecordError, OffsetOutOfRangeError, StorageError, os_errors
+from .errors import CorruptRecordError, FileChannelError, StorageError, os_errors
 from .log import Log, SegmentRef
-from .readahead import BlockReadahead
+from .readahead import READAHEAD_BLOCKS, BlockReadahead
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE
 
@@ -55,6 +61,14 @@ class _CompressedSource:
         self._data: BlockData = b""
         self._end = SEGMENT_HEADER_SIZE + self.info.raw_size
 
+    @property
+    def near_end(self) -> bool:
+        """The reader is on a block from which readahead reaches this segment's end."""
+        return self._block >= len(self.info.blocks) - READAHEAD_BLOCKS
+
+    def start_readahead(self) -> None:
+        self._blocks.start()
+
     def read(self, position: int, size: int) -> tuple[BlockData, int]:
         if position >= self._end:
             return b"", 0
@@ -79,6 +93,7 @@ class Cursor:
     def __init__(self, log: Log, offset: int) -> None:
         self._log = log
         self._source: _RawSource | _CompressedSource | None = None
+        self._next: _CompressedSource | None = None  # the next segment, read ahead (see _fill)
         self._end: int | None = None  # end offset of the current segment once known sealed
         self._buf: BlockData = b""  # a raw chunk or a decompressed block
         self._bpos = 0
@@ -98,8 +113,13 @@ class Cursor:
 
     def _open(self, offset: int) -> None:
         """Position the cursor on ``offset``: segment by listing, byte by index, then a short scan."""
+        nxt, self._next = self._next, None
         while True:
             ref, end = self._log.locate(offset)
+            if nxt is not None and nxt.ref == ref:
+                source: _RawSource | _CompressedSource = nxt
+                nxt = None
+                break
             try:
                 source = _CompressedSource(ref) if ref.compressed else _RawSource(ref)
             except FileNotFoundError:
@@ -109,6 +129,8 @@ class Cursor:
                     continue
                 raise
             break
+        if nxt is not None:
+            nxt.close()
         self._close_source()
         self._source = source
         self._end = source.info.end_offset if isinstance(source, _CompressedSource) else end
@@ -144,7 +166,12 @@ class Cursor:
                     newp, n = decode_records(self._buf, self._bpos, self.offset, max_records - len(out), out)
                 except CorruptRecordError as exc:
                     self._advance(exc.position, exc.offset - self.offset)  # type: ignore[attr-defined]
-                    self._on_bad_frame(exc)
+                    try:
+                        self._on_bad_frame(exc)
+                    except CorruptRecordError:
+                        if out:
+                            break  # deliver the records before it; the next read raises again
+                        raise
                     break
                 self._advance(newp, n)
                 if len(out) >= max_records:
@@ -152,9 +179,9 @@ class Cursor:
             try:
                 if not self._fill():
                     break
-            except OffsetOutOfRangeError:
+            except FileChannelError:
                 if out:
-                    break  # deliver what was read first; the next read raises
+                    break  # deliver what was read first; the next read raises again
                 raise
         return out
 
@@ -189,6 +216,8 @@ class Cursor:
         data, start = source.read(self._pos, need)
         if len(data) - start > left:
             self._buf, self._bpos = data, start
+            if self._next is None and isinstance(source, _CompressedSource) and source.near_end:
+                self._read_ahead_next(source)
             return True
         # Nothing new in this segment. Is it sealed?
         if self._end is None:
@@ -213,6 +242,21 @@ class Cursor:
         self._open(self.offset)
         return True
 
+    def _read_ahead_next(self, source: _CompressedSource) -> None:
+        """Open the segment after ``source`` and start its readahead, if it is compressed.
+
+        Best effort: a segment that cannot be opened now is left for :meth:`_open`, which
+        raises what is wrong with it when the cursor gets there.
+        """
+        ref = self._log.next_segment(source.info.end_offset)
+        if ref is None or not ref.compressed:
+            return
+        try:
+            self._next = _CompressedSource(ref)
+        except (OSError, FileChannelError):
+            return
+        self._next.start_readahead()
+
     def _close_source(self) -> None:
         if self._source is not None:
             self._source.close()
@@ -220,3 +264,6 @@ class Cursor:
 
     def close(self) -> None:
         self._close_source()
+        if self._next is not None:
+            self._next.close()
+            self._next = None

@@ -6,9 +6,11 @@ about half the speed a raw segment is read. The C module ``_readahead`` reads an
 decompresses blocks on worker threads that never take the GIL (Python threads would
 need it between blocks, while the reader holds it decoding; measured, they gained
 nothing). Readahead starts once a reader moves from one block to the next (a reader that
-seeks and reads one block decompresses nothing more), never crosses a segment, and holds
-at most ``READAHEAD_BLOCKS`` blocks per reader, decompressed by ``READAHEAD_THREADS``
-threads per process.
+seeks and reads one block decompresses nothing more), and holds at most
+``READAHEAD_BLOCKS`` blocks per segment, decompressed by ``READAHEAD_THREADS`` threads per
+process and by the reader itself while it waits for a block. A cursor on the last blocks
+of a segment starts reading the next compressed segment ahead (:meth:`BlockReadahead.start`),
+so the threads do not run dry at every segment's end.
 
 Without the C module, without libzstd, or with one CPU, blocks decompress with
 python-zstandard on the reader's thread (:meth:`CompressedSegment.read_block`).
@@ -35,10 +37,10 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-# Two, even with two CPUs where the reader keeps one busy: with one worker, 64 KiB records
-# read at 0.42x of raw and 1 KiB at 0.61x, with two at 0.52x and 0.56x (means of the
-# bench's compressed reads, 5 to 7 runs each). More did not help on two CPUs.
-READAHEAD_THREADS = 2
+# One CPU is the reader's, and a reader waiting for a block decompresses the next ones
+# itself: more workers than the other CPUs only make the reader wait for a CPU. Two at most:
+# two keep ahead of one reader (decompressing runs at about half the speed of decoding).
+READAHEAD_THREADS = max(1, min(2, _cpus() - 1))
 ENABLED = _readahead is not None and _readahead.available and _cpus() > 1
 if ENABLED:
     _readahead.set_threads(READAHEAD_THREADS)
@@ -71,6 +73,13 @@ class BlockReadahead:
                 if j not in self._ahead:
                     self._ahead[j] = self._submit(j)
         return self.seg.block_result(i, job.result)
+
+    def start(self) -> None:
+        """Read the first blocks ahead now, before the reader asks for block 0 (a reader
+        nearing the end of the segment before this one calls it)."""
+        if self.enabled and self._last == -1 and not self._ahead:
+            for j in range(min(READAHEAD_BLOCKS, len(self.seg.info.blocks))):
+                self._ahead[j] = self._submit(j)
 
     def _submit(self, i: int) -> _readahead.Job:
         b = self.seg.info.blocks[i]

@@ -2,6 +2,7 @@
 (CompressedSegment.read_block), errors surfacing at the block that has them, closing with
 blocks in flight, and a forked child (a real process) reading with its own threads."""
 
+import itertools
 import os
 import tempfile
 import threading
@@ -85,6 +86,18 @@ def test_blocks_read_ahead_equal_the_python_reference(sizes, block_bytes, order)
         assert blocks >= 1
 
 
+def base_offset(path):
+    seg = CompressedSegment.open(path)
+    seg.close()
+    return seg.info.base_offset
+
+
+def block_count(path):
+    seg = CompressedSegment.open(path)
+    seg.close()
+    return len(seg.info.blocks)
+
+
 def corrupt_block(path, k):
     """Garble the middle of block k's compressed bytes; return the block."""
     seg = CompressedSegment.open(path)
@@ -97,8 +110,8 @@ def corrupt_block(path, k):
     return b
 
 
-@pytest.mark.parametrize("enabled", [True, False])
-def test_a_bad_block_read_ahead_raises_only_when_the_reader_reaches_it(tmp_path, monkeypatch, enabled):
+@pytest.mark.parametrize("enabled, batch", [(True, 7), (True, 1000), (False, 7), (False, 1000)])
+def test_a_bad_block_read_ahead_raises_only_when_the_reader_reaches_it(tmp_path, monkeypatch, enabled, batch):
     monkeypatch.setattr(ra, "ENABLED", enabled)
     values = [b"record-%05d " % i + os.urandom(200).hex().encode() for i in range(2000)]
     assert fill(tmp_path, values)
@@ -108,12 +121,16 @@ def test_a_bad_block_read_ahead_raises_only_when_the_reader_reaches_it(tmp_path,
         rx = ch.receiver("earliest")
         got = []
         with pytest.raises(CorruptRecordError) as info:
-            while batch := rx.recv_many(7, timeout=0):
-                got.extend(batch)
+            while batch_ := rx.recv_many(batch, timeout=0):
+                got.extend(batch_)
         assert os.path.basename(victim) in str(info.value)
-        # Everything before the bad block came through, in order, intact.
+        # Everything before the bad block came through, in order, intact, even the records
+        # decoded in the same call that reached the damage (that call returns them, the next
+        # one raises). Frames of the bad block before the garbled bytes may pass their CRC.
         assert len(got) >= bad.first_offset
         assert [r.value for r in got] == values[: len(got)]
+        with pytest.raises(CorruptRecordError):
+            rx.recv_many(batch, timeout=0)  # raises again: nothing was skipped
         rx.close()
         with pytest.raises(CorruptRecordError, match=os.path.basename(victim)):
             ch.check()
@@ -129,6 +146,70 @@ def test_a_segment_cut_short_inside_a_block_is_corrupt_not_short(tmp_path):
     os.truncate(victim, last.file_position + last.compressed_length // 2)
     with FileChannel(tmp_path, **BLOCKY) as ch, pytest.raises(CorruptRecordError, match="file ends inside the block"):
         read_all(ch)
+
+
+def test_a_reader_near_a_segments_end_reads_the_next_segment_ahead(tmp_path, monkeypatch):
+    values = [b"%06d" % i + os.urandom(300) for i in range(3000)]
+    assert fill(tmp_path, values)
+    events = []
+    start, block = ra.BlockReadahead.start, ra.BlockReadahead.block
+
+    def spy_start(self):
+        events.append(("start", self.seg.path, None))
+        start(self)
+
+    def spy_block(self, i):
+        events.append(("block", self.seg.path, i))
+        return block(self, i)
+
+    monkeypatch.setattr(ra.BlockReadahead, "start", spy_start)
+    monkeypatch.setattr(ra.BlockReadahead, "block", spy_block)
+    with FileChannel(tmp_path, **BLOCKY) as ch:
+        assert [r.value for r in read_all(ch, batch=9)] == values
+    files = z_files(tmp_path)
+    assert len(files) >= 3
+    for before, after in itertools.pairwise(files):
+        started = events.index(("start", after, None))
+        # started while the reader was on the last blocks of the segment before, before
+        # the reader asked for the first block of this one
+        n = block_count(before)
+        assert events[started - 1][:2] == ("block", before) and events[started - 1][2] >= n - ra.READAHEAD_BLOCKS
+        assert started < events.index(("block", after, 0))
+
+
+def test_a_seek_away_from_a_segment_read_ahead_closes_it(tmp_path):
+    values = [b"%06d" % i + os.urandom(300) for i in range(3000)]
+    assert fill(tmp_path, values)
+    with FileChannel(tmp_path, **BLOCKY) as ch:
+        read_all(ch)  # the channel's own files are open from here on
+        before = open_fds()
+        first_next = base_offset(z_files(tmp_path)[1])
+        rx = ch.receiver("earliest")
+        got = rx.recv_many(first_next - 3, timeout=0)  # on the last block: the next segment is open
+        assert len(open_fds()) == len(before) + 2
+        rx.seek(10)
+        assert [r.value for r in rx.recv_many(5, timeout=0)] == values[10:15]
+        rx.seek(2500)
+        assert [r.value for r in got + read_rest(rx)] == values[: first_next - 3] + values[2500:]
+        rx.close()
+        assert open_fds() == before
+
+
+def test_a_corrupt_next_segment_raises_when_the_reader_gets_there(tmp_path):
+    values = [b"%06d" % i + os.urandom(300) for i in range(3000)]
+    assert fill(tmp_path, values)
+    victim = z_files(tmp_path)[1]
+    first_bad = base_offset(victim)
+    with open(victim, "r+b") as f:
+        f.write(b"garbage!")  # its header: it cannot be opened, so it cannot be read ahead
+    with FileChannel(tmp_path, **BLOCKY) as ch:
+        rx = ch.receiver("earliest")
+        got = []
+        with pytest.raises(CorruptRecordError, match=os.path.basename(victim)):
+            while batch := rx.recv_many(50, timeout=0):
+                got.extend(batch)
+        assert [r.value for r in got] == values[:first_bad]
+        rx.close()
 
 
 def test_readers_on_several_threads_share_the_workers(tmp_path):

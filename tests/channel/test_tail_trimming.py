@@ -98,9 +98,17 @@ def test_corruption_in_a_sealed_segment_is_never_skipped(tmp_path, compressed):
     Path(victim).write_bytes(bytes(data))
     with FileChannel(path, segment_bytes=4096, maintenance_interval=0) as ch:
         rx = ch.receiver()
+        got = []
         with pytest.raises(CorruptRecordError) as info:
-            while rx.recv_many(1000, timeout=0):
-                pass
+            while batch := rx.recv_many(1000, timeout=0):
+                got.extend(batch)
         assert first in str(info.value)
+        # The records before the damage came through (the call that reached it returned
+        # them), and the damage is not skipped: the next read raises again.
+        assert [r.value for r in got] == [b"payload-%04d" % i + b"." * 30 for i in range(len(got))]
+        if not compressed:
+            assert got
+        with pytest.raises(CorruptRecordError, match=first):
+            rx.recv_many(1000, timeout=0)
         with pytest.raises(CorruptRecordError, match=first):
             ch.check()
