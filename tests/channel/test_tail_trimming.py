@@ -1,6 +1,7 @@
 """Torn tails: the last frame cut or garbled at every byte position is trimmed on reopen;
 corruption inside a sealed segment is never skipped."""
 
+import itertools
 import logging
 import os
 from pathlib import Path
@@ -112,3 +113,34 @@ def test_corruption_in_a_sealed_segment_is_never_skipped(tmp_path, compressed):
             rx.recv_many(1000, timeout=0)
         with pytest.raises(CorruptRecordError, match=first):
             ch.check()
+
+
+@pytest.mark.parametrize("value_size", [100, 5000, 300_000])  # frames within one chunk, and one larger
+def test_a_frame_that_lands_in_pieces_is_read_whole_once_complete(tmp_path, value_size):
+    # A reader that meets part of a frame (a writer in another process mid-write) reads
+    # nothing of it, then the whole frame once the rest is there, whatever the cut: inside
+    # a header, inside a value, after a smaller frame, and read again with nothing new
+    # (the reader reads into one buffer it keeps, and such a read overwrites it too).
+    scratch = tmp_path / "scratch"
+    values = [b"small", b"a" * value_size, b"tiny", b"b" * value_size]
+    with FileChannel(scratch, **CONFIG) as ch:
+        ch.sender().send_many(values)
+    frames = Path(last_segment(scratch)).read_bytes()[SEGMENT_HEADER_SIZE:]
+    ends = list(itertools.accumulate(8 + 9 + len(v) for v in values))  # frame header, record prefix, value
+    assert ends[-1] == len(frames)
+    path = tmp_path / "ch"
+    write(path, n=3)
+    with FileChannel(path, **CONFIG) as ch:
+        rx = ch.receiver()
+        assert len(rx.recv_many(1000, timeout=0)) == 3
+        seg = last_segment(path)
+        cuts = sorted({1, 7, ends[0] - 1, ends[0] + 3, ends[0] + 60, ends[1] - 1, ends[1] + 20, ends[2] + 90, len(frames) - 1})
+        got, start = [], 0
+        for cut in [*cuts, len(frames)]:
+            with open(seg, "ab") as f:
+                f.write(frames[start:cut])
+            start = cut
+            got += rx.recv_many(1000, timeout=0)
+            got += rx.recv_many(1000, timeout=0)  # nothing new: the same partial frame is read again
+            assert [r.value for r in got] == [v for v, end in zip(values, ends, strict=True) if end <= cut], cut
+        assert [r.offset for r in got] == [3, 4, 5, 6]
