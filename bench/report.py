@@ -162,7 +162,7 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
         "reading zstd sealed segments vs uncompressed, 100 B",
         speed.get(100),
         0.7,
-        note="; ".join(f"{size} B: {ratio:.2f}x" for size, ratio in speed.items() if size != 100),
+        note="; ".join(f"{size} B: {ratio:.2f}x{_bound_note(zstd[size])}" for size, ratio in speed.items() if size != 100),
     )
     target(
         "JSON-like records compress, 100 B",
@@ -204,6 +204,12 @@ def _reach(rows: list[Row], workload: str, peer: str, size: int, goal: float) ->
     need = goal * other.msgs_per_s
     verdict = "above the floor: out of reach here" if need > floor.msgs_per_s else "below the floor"
     return f"needs {need:,.0f} msgs/s; the Python floor did {floor.msgs_per_s:,.0f} ({verdict})"
+
+
+def _bound_note(zstd_row: Row) -> str:
+    """What the machine's CPUs allow a compressed read at most (bench/cpu_bound.py)."""
+    bound = zstd_row.extra.get("cpu_bound_ratio")
+    return f" (at most {bound:.2f}x on {zstd_row.extra['cpus']} CPUs)" if bound else ""
 
 
 def targets_markdown(items: list[dict[str, Any]]) -> str:

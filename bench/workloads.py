@@ -6,6 +6,7 @@ Each runs in a fresh process (:func:`bench.measure.in_child`) and returns rows.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import multiprocessing as mp
 import os
@@ -21,6 +22,7 @@ from crc32c import crc32c
 
 from filechannel.files import folder_bytes
 
+from .cpu_bound import compressed_read_floor_s
 from .measure import REPEATS, Row, in_child, peak_rss_mb
 from .peers import BENCH_CONFIG, DEFAULTS, NEVER
 
@@ -358,9 +360,9 @@ def _compressed(size: int, n: int) -> list[dict[str, Any]]:
     segment_bytes = max(1 << 20, payload // 40)
     methods = ("none", "zstd")
     with contextlib.ExitStack() as stack:
-        channels, raw, disk = {}, {}, {}
+        channels, raw, disk, folders = {}, {}, {}, {}
         for method in methods:
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="fc-bench-"))
+            folder = folders[method] = stack.enter_context(tempfile.TemporaryDirectory(prefix="fc-bench-"))
             ch = channels[method] = stack.enter_context(_channel(folder, segment_bytes=segment_bytes, compression=method))
             s = ch.sender()
             for i in range(0, n, per_call):
@@ -378,6 +380,7 @@ def _compressed(size: int, n: int) -> list[dict[str, Any]]:
                 got, took = _read_all(channels[method], max(16, per_call))
                 assert got == n, (got, n)
                 secs[method].append(took)
+        bound = _compressed_bound(os.path.join(folders["zstd"], "ch"), per_call, min(secs["none"]))
     return [
         Row(
             f"read back sealed segments ({'zstd' if method == 'zstd' else 'uncompressed'})",
@@ -394,10 +397,28 @@ def _compressed(size: int, n: int) -> list[dict[str, Any]]:
                 "compression_ratio": raw[method] / disk[method],
                 "runs": REPEATS,
                 "alternating": True,
+                **(bound if method == "zstd" else {}),
             },
         ).to_json()
         for method in methods
     ]
+
+
+def _compressed_bound(folder: str, batch: int, raw_read_s: float) -> dict[str, Any]:
+    """The most the zstd read could reach against the raw one on this machine's CPUs
+    (bench/cpu_bound.py): its compressed segments at their floor, its active segment (never
+    compressed) at the raw read's speed."""
+    floor = compressed_read_floor_s(folder, batch, REPEATS)
+    if floor is None:
+        return {}
+    active = sum(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "*.seg")))
+    best_s = floor["floor_s"] + raw_read_s * active / (active + floor["raw_bytes"])
+    return {
+        "cpu_bound_ratio": round(raw_read_s / best_s, 3),
+        "cpus": floor["cpus"],
+        "decompress_gb_per_s_1_thread": round(floor["raw_bytes"] / floor["decompress_s"] / 1e9, 2),
+        "decode_gb_per_s_1_thread": round(floor["raw_bytes"] / floor["decode_s"] / 1e9, 2),
+    }
 
 
 # -- a consumer group of 3 processes over 6 partitions ------------------------------------------------
