@@ -38,6 +38,7 @@ def compressed_read_floor_s(folder: str, batch: int, repeats: int) -> dict[str, 
     this machine's CPUs (best of ``repeats`` per kind of work), and the raw bytes they hold;
     None without libzstd or without compressed segments."""
     from filechannel.compressed import CompressedSegment
+    from filechannel.readahead import usable_cpus
     from filechannel.record import decode_records
 
     lib = _libzstd()
@@ -50,7 +51,7 @@ def compressed_read_floor_s(folder: str, batch: int, repeats: int) -> dict[str, 
         try:
             for i, b in enumerate(seg.info.blocks):
                 bodies.append((os.pread(seg.fd, b.compressed_length, b.file_position), b.raw_length))
-                blocks.append(bytes(seg.read_block(i)))
+                blocks.append(seg.read_block(i))
         finally:
             seg.close()
     dctx = lib.ZSTD_createDCtx()
@@ -73,7 +74,7 @@ def compressed_read_floor_s(folder: str, batch: int, repeats: int) -> dict[str, 
                 recs.clear()
         decode_s = min(decode_s, time.perf_counter() - t0)
     lib.ZSTD_freeDCtx(ctypes.c_void_p(dctx))
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = usable_cpus()
     return {
         "floor_s": max(decode_s, (decompress_s + decode_s) / cpus),
         "decompress_s": decompress_s,

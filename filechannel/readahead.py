@@ -30,7 +30,8 @@ except ImportError:  # installed without a C compiler
 READAHEAD_BLOCKS = 4
 
 
-def _cpus() -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -40,8 +41,8 @@ def _cpus() -> int:
 # One CPU is the reader's, and a reader waiting for a block decompresses the next ones
 # itself: more workers than the other CPUs only make the reader wait for a CPU. Two at most:
 # two keep ahead of one reader (decompressing runs at about half the speed of decoding).
-READAHEAD_THREADS = max(1, min(2, _cpus() - 1))
-ENABLED = _readahead is not None and _readahead.available and _cpus() > 1
+READAHEAD_THREADS = max(1, min(2, usable_cpus() - 1))
+ENABLED = _readahead is not None and _readahead.available and usable_cpus() > 1
 if ENABLED:
     _readahead.set_threads(READAHEAD_THREADS)
 
