@@ -11,13 +11,26 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..channel import FileChannel
-from ..errors import ChannelClosedError, ConfigError, Timeout, UnknownTopicError
+from ..errors import ChannelClosedError, ConfigError, RecordTypeError, Timeout, UnknownTopicError
 from ..record import Headers
 from .durable import GroupSync
 from .futures import RecordFuture
 from .partitioner import DefaultPartitioner, Partitioner
 from .records import RecordMetadata
 from .topics import TopicStore
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _not_bytes(what: str, obj: Any, serializer: Callable[[Any], bytes] | None) -> RecordTypeError:
+    """The error for a record ``what`` ("key" or "value") that is not bytes after serialization."""
+    if serializer is not None:
+        return RecordTypeError(f"{what}_serializer returned {type(obj).__name__}, not bytes")
+    return RecordTypeError(
+        f"the {what} must be bytes, not {type(obj).__name__}: encode it (e.g. .encode()) or create the Producer with "
+        f"{what}_serializer=..."
+    )
+
 
 Serializer = Callable[[Any], bytes]
 
@@ -137,6 +150,10 @@ class Producer:
         vbytes = self._value_serializer(value) if self._value_serializer else value
         if vbytes is None:
             vbytes = b""
+        elif vbytes.__class__ is not bytes and not isinstance(vbytes, _BYTES_LIKE):
+            raise _not_bytes("value", vbytes, self._value_serializer)
+        if kbytes is not None and kbytes.__class__ is not bytes and not isinstance(kbytes, _BYTES_LIKE):
+            raise _not_bytes("key", kbytes, self._key_serializer)
         count = self._partition_count(topic)
         if partition is None:
             partition = self._partitioner(kbytes, count)

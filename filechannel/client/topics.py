@@ -9,11 +9,18 @@ Layout::
 
 ``topic.json`` is written atomically (temp, fsync, rename), so a topic either exists
 whole or not at all; it is written after its partition folders exist.
+
+A topic folder with partition folders but no ``topic.json`` (lost or deleted by hand) is
+an error, never an absent topic: otherwise the next auto-creating ``send`` would write a
+one-partition ``topic.json`` over it and every other partition would vanish from view.
+The fix the error names is :meth:`TopicStore.create` with at least as many partitions
+(and the topic's settings): it keeps the records in the existing partition folders.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -22,11 +29,13 @@ from typing import Any
 
 from ..channel import FileChannel
 from ..config import ChannelConfig
-from ..errors import ConfigError, TopicExistsError, UnknownTopicError, os_errors
+from ..errors import ConfigError, TopicExistsError, UnknownTopicError, os_errors, storage_error
 from ..files import read_if_exists, write_atomically
 from ..lock import FileLock
 from ..names import validate_name
 from ..wakeup import Wakeup
+
+log = logging.getLogger("filechannel")
 
 TOPIC_FILE = "topic.json"
 GROUPS_DIR = ".groups"
@@ -86,8 +95,18 @@ class TopicStore:
     def partition_path(self, topic: str, partition: int) -> str:
         return os.path.join(self.topic_path(topic), str(partition))
 
-    def read(self, topic: str) -> dict[str, Any] | None:
-        """The stored ``topic.json`` of ``topic``, or None if there is no such topic."""
+    def _partition_folders(self, topic: str) -> list[int]:
+        """The numbers of the partition folders under the topic's folder (sorted)."""
+        try:
+            names = os.listdir(self.topic_path(topic))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise storage_error(exc, "list topic folder", self.topic_path(topic)) from exc
+        folder = self.topic_path(topic)
+        return sorted(int(n) for n in names if n.isascii() and n.isdigit() and os.path.isdir(os.path.join(folder, n)))
+
+    def _read_file(self, topic: str) -> dict[str, Any] | None:
         path = os.path.join(self.topic_path(topic), TOPIC_FILE)
         data = read_if_exists(path, "topic description")
         if data is None:
@@ -97,6 +116,23 @@ class TopicStore:
             int(meta["partitions"])
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path} is not a valid topic description ({exc}); fix or delete it") from exc
+        return meta
+
+    def read(self, topic: str) -> dict[str, Any] | None:
+        """The stored ``topic.json`` of ``topic``, or None if there is no such topic.
+
+        Raises :class:`ConfigError` if the topic's folder holds partitions but no ``topic.json``.
+        """
+        meta = self._read_file(topic)
+        if meta is None:
+            parts = self._partition_folders(topic)
+            if parts:
+                n = parts[-1] + 1
+                raise ConfigError(
+                    f"topic folder {self.topic_path(topic)!r} has partition folders ({len(parts)}, up to {parts[-1]}) but "
+                    f"no {TOPIC_FILE}: restore it from a backup, or recreate it with `filechannel topics create {topic} "
+                    f"--partitions {n}` (or Admin.create_topic) and its settings, which keeps the partitions' records"
+                )
         return meta
 
     def meta(self, topic: str) -> dict[str, Any]:
@@ -124,12 +160,20 @@ class TopicStore:
         lock = FileLock(os.path.join(self.root, ".topics.lock"))
         try:
             with lock.holding():
-                existing = self.read(topic)
+                existing = self._read_file(topic)
                 if existing is not None:
                     if exist_ok:
                         return existing
                     raise TopicExistsError(f"topic {topic!r} already exists under {self.root!r}")
                 path = self.topic_path(topic)
+                orphans = self._partition_folders(topic)
+                if orphans and orphans[-1] >= partitions:
+                    raise ConfigError(
+                        f"topic folder {path!r} already holds partition folders up to {orphans[-1]} (its {TOPIC_FILE} is "
+                        f"missing): create it with at least {orphans[-1] + 1} partitions to keep their records"
+                    )
+                if orphans:
+                    log.warning("restoring the missing %s of topic %r (%d partitions)", TOPIC_FILE, topic, partitions)
                 with os_errors("create topic folder", path):
                     for p in range(partitions):
                         os.makedirs(os.path.join(path, str(p)), exist_ok=True)
