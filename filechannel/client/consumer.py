@@ -40,6 +40,17 @@ class ConsumerRebalanceListener(Protocol):
 MAX_OFFSET = 2**63 - 1
 
 
+def to_tp(obj: Any) -> TopicPartition:
+    """``obj`` (a TopicPartition or a (topic, partition) pair) as a TopicPartition, or :class:`ConfigError`."""
+    try:
+        topic, partition = obj
+    except (TypeError, ValueError):
+        raise ConfigError(f"expected a TopicPartition(topic, partition), not {obj!r}") from None
+    if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ConfigError(f"expected a TopicPartition of a topic name and a partition number >= 0, not {obj!r}")
+    return obj if type(obj) is TopicPartition else TopicPartition(topic, partition)
+
+
 def check_offset(tp: TopicPartition, offset: Any, what: str) -> int:
     """``offset`` as an int in [0, 2**63), or :class:`ConfigError` naming the partition."""
     if isinstance(offset, OffsetAndMetadata):
@@ -169,7 +180,11 @@ class Consumer:
         )
         self._joined = False
         if topics:
-            self.subscribe(list(topics))
+            try:
+                self.subscribe(list(topics))
+            except BaseException:
+                self.close(autocommit=False)  # leave the group: a failed constructor leaves no member behind
+                raise
 
     # -- subscription and assignment ------------------------------------------------------------
 
@@ -183,7 +198,13 @@ class Consumer:
             raise ConfigError("subscribe takes either a list of topics or a pattern, not both or neither")
         if self._manual and self._parts:
             raise ConfigError("subscribe cannot be mixed with assign; call unsubscribe first")
-        self._pattern = re.compile(pattern) if pattern else None
+        try:
+            compiled = re.compile(pattern) if pattern else None
+        except (re.error, TypeError) as exc:
+            raise ConfigError(f"subscribe: {pattern!r} is not a regular expression ({exc})") from None
+        for topic in topics:
+            self._topics.partitions(topic)  # an unknown or badly named topic fails here, changing nothing
+        self._pattern = compiled
         self._subscription = topics
         self._listener = listener
         self._manual = False
@@ -203,7 +224,7 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (no group rebalancing)."""
         self._check_open()
-        tps = {TopicPartition(*tp) for tp in partitions}
+        tps = {to_tp(tp) for tp in partitions}  # every one checked before anything changes
         if self._subscription or self._pattern:
             raise ConfigError("assign cannot be mixed with subscribe; call unsubscribe first")
         for tp in tps:
@@ -448,7 +469,7 @@ class Consumer:
     # -- positions and offsets ------------------------------------------------------------------
 
     def _part(self, tp: TopicPartition) -> _Partition:
-        part = self._parts.get(TopicPartition(*tp))
+        part = self._parts.get(to_tp(tp))
         if part is None:
             raise ConfigError(f"{tp} is not assigned to this consumer (assignment: {sorted(self._parts)})")
         return part
@@ -460,19 +481,21 @@ class Consumer:
         """
         offset = self._part(tp).position()
         if offset is None:
-            raise self._no_offset(TopicPartition(*tp))
+            raise self._no_offset(to_tp(tp))
         return offset
 
     def _positions(self) -> dict[TopicPartition, int]:
         """The positions of the assigned partitions that have one: what a commit covers."""
         return {tp: off for tp, part in self._parts.items() if (off := part.position()) is not None}
 
-    def _seek_part(self, tp: TopicPartition, part: _Partition, offset: int) -> None:
-        part.pending.clear()
+    @staticmethod
+    def _seek_part(part: _Partition, offset: int) -> None:
+        """Deliver ``offset`` next; the pending records go only once the seek succeeded."""
         if part.receiver is None:
             part.receiver = part.channel.receiver(offset)
         else:
             part.receiver.seek(offset)
+        part.pending.clear()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Fetch from ``offset`` next (``OffsetOutOfRangeError`` if retention deleted it).
@@ -480,30 +503,28 @@ class Consumer:
         Records fetched but not yet returned are dropped: the next one returned is ``offset``.
         """
         part = self._part(tp)
-        self._seek_part(tp, part, check_offset(TopicPartition(*tp), offset, "seek"))
+        self._seek_part(part, check_offset(to_tp(tp), offset, "seek"))
 
     def seek_to_beginning(self, *tps: TopicPartition) -> None:
-        for tp in tps or list(self._parts):
-            part = self._part(tp)
-            self._seek_part(tp, part, part.channel.first_offset)
+        for part in [self._part(tp) for tp in tps or list(self._parts)]:  # all checked first
+            self._seek_part(part, part.channel.first_offset)
 
     def seek_to_end(self, *tps: TopicPartition) -> None:
-        for tp in tps or list(self._parts):
-            part = self._part(tp)
-            self._seek_part(tp, part, part.channel.end_offset)
+        for part in [self._part(tp) for tp in tps or list(self._parts)]:
+            self._seek_part(part, part.channel.end_offset)
 
     def _with_channel(self, tp: TopicPartition, fn: Callable[[FileChannel], Any]) -> Any:
-        part = self._parts.get(TopicPartition(*tp))
+        part = self._parts.get(to_tp(tp))
         if part is not None:
             return fn(part.channel)
         with self._topics.open_partition(tp[0], tp[1], maintenance_interval=0) as ch:
             return fn(ch)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._with_channel(tp, lambda ch: ch.first_offset) for tp in partitions}
+        return {to_tp(tp): self._with_channel(tp, lambda ch: ch.first_offset) for tp in partitions}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._with_channel(tp, lambda ch: ch.end_offset) for tp in partitions}
+        return {to_tp(tp): self._with_channel(tp, lambda ch: ch.end_offset) for tp in partitions}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the first offset whose timestamp is >= the given ms, by time index."""
@@ -519,13 +540,22 @@ class Consumer:
                 rx.close()
             return OffsetAndTimestamp(offset, rec.timestamp)
 
-        return {TopicPartition(*tp): self._with_channel(tp, lambda ch, ts=ts: lookup(ch, ts)) for tp, ts in timestamps.items()}
+        checked = {}
+        for tp, ts in timestamps.items():
+            tp = to_tp(tp)
+            if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= MAX_OFFSET:
+                raise ConfigError(
+                    f"offsets_for_times {tp.topic}[{tp.partition}]: the timestamp must be an int of milliseconds "
+                    f"from 0 to 2**63-1, not {ts!r}"
+                )
+            checked[tp] = ts
+        return {tp: self._with_channel(tp, lambda ch, ts=ts: lookup(ch, ts)) for tp, ts in checked.items()}
 
     def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset of ``tp`` (the next record to consume), or None."""
         if self._group is None:
             return None
-        return self._group.committed_offset(TopicPartition(*tp), self._topics.root)
+        return self._group.committed_offset(to_tp(tp), self._topics.root)
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
         """Commit ``offsets`` (default: the positions of the assigned partitions, i.e. the
@@ -543,7 +573,7 @@ class Consumer:
         else:
             if not isinstance(offsets, dict):
                 raise ConfigError(f"commit takes a dict {{TopicPartition: offset}}, not {type(offsets).__name__}")
-            plain = {TopicPartition(*tp): check_offset(TopicPartition(*tp), o, "commit") for tp, o in offsets.items()}
+            plain = {to_tp(tp): check_offset(to_tp(tp), o, "commit") for tp, o in offsets.items()}
         self._commit_checked(plain, check_ends=offsets is not None)
 
     def _check_ends(self, offsets: dict[TopicPartition, int]) -> None:
@@ -586,12 +616,12 @@ class Consumer:
     # -- flow control and lifecycle ------------------------------------------------------------
 
     def pause(self, *tps: TopicPartition) -> None:
-        for tp in tps:
-            self._part(tp).paused = True
+        for part in [self._part(tp) for tp in tps]:  # all checked before any changes
+            part.paused = True
 
     def resume(self, *tps: TopicPartition) -> None:
-        for tp in tps:
-            self._part(tp).paused = False
+        for part in [self._part(tp) for tp in tps]:
+            part.paused = False
 
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, p in self._parts.items() if p.paused}

@@ -12,7 +12,13 @@ import anyio
 import pytest
 
 from filechannel.client import Admin, AsyncConsumer, Consumer, OffsetAndMetadata, Producer, TopicPartition
-from filechannel.errors import ChannelClosedError, ConfigError, NoOffsetForPartitionError, RecordTypeError
+from filechannel.errors import (
+    ChannelClosedError,
+    ConfigError,
+    FileChannelError,
+    NoOffsetForPartitionError,
+    RecordTypeError,
+)
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -366,3 +372,33 @@ def test_cli_non_utf8_key_separator_and_corrupt_offsets(root):
         err = proc.stderr.decode()
         assert proc.returncode == 0 and "Traceback" not in err, err
         assert "offsets.json" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_rejected_subscribe_assign_and_lookups_change_nothing(root):
+    with Consumer("t", root=root, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        with pytest.raises(FileChannelError, match="nope"):
+            c.subscribe(["t", "nope"])
+        with pytest.raises(ConfigError, match="regular expression"):
+            c.subscribe(pattern="[")
+        assert c.subscription() == {"t"} and c.assignment() == {TP0, TP1}
+        for bad in (("t",), ("t", "x"), 5, "tt", ("t", -1)):
+            with pytest.raises(ConfigError, match="TopicPartition"):
+                c.assign([bad])
+            with pytest.raises(ConfigError, match="TopicPartition"):
+                c.offsets_for_times({bad: 0})
+        for ts in (2**63, -1, "x", None, 1.5):
+            with pytest.raises(ConfigError, match="timestamp"):
+                c.offsets_for_times({TP0: ts})
+        with pytest.raises(ConfigError):
+            c.pause(TP0, ("t", 9))
+        assert c.paused() == set()
+        assert [r.offset for r in c.poll(timeout_ms=500).get(TP0, [])][:1] == [0]
+
+
+def test_a_failed_constructor_leaves_no_group_member(root):
+    with pytest.raises(FileChannelError, match="nope"):
+        Consumer("t", "nope", root=root, group_id="g")
+    members = root / ".groups" / "g" / "members"
+    assert list(members.iterdir()) == []
+    state = root / ".groups" / "g" / "state.json"
+    assert not state.exists() or json.loads(state.read_bytes())["members"] == {}
