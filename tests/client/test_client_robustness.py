@@ -402,3 +402,25 @@ def test_a_failed_constructor_leaves_no_group_member(root):
     assert list(members.iterdir()) == []
     state = root / ".groups" / "g" / "state.json"
     assert not state.exists() or json.loads(state.read_bytes())["members"] == {}
+
+
+# -- the Spark sink's staging -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_a_damaged_staging_file_is_a_sink_error_naming_it(tmp_path, damage):
+    import pyarrow as pa
+
+    from filechannel.spark.errors import SinkError
+    from filechannel.spark.sink import FileChannelWriter, SinkSpec
+
+    writer = FileChannelWriter(SinkSpec(str(tmp_path), "t", None, ["value"]))
+    batch = pa.record_batch([pa.array([b"a", b"b", b"c"], pa.binary())], names=["value"])
+    staged = writer.write(iter([batch]))  # what a task does
+    path = Path(staged.path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\0" * len(data))
+    with pytest.raises(SinkError, match=str(path)):
+        writer.commit([staged])  # what the driver does
+    assert not path.exists()  # discarded, as after any commit
+    assert "t" not in Admin(tmp_path).list_topics()  # and nothing was appended
