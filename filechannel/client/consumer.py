@@ -365,33 +365,48 @@ class Consumer:
             self._wakeup.wait(seq, wait)
 
     def _fetch(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Up to ``budget`` records, each partition's pending records before its receiver's."""
+        """Up to ``budget`` records, each partition's pending records before its receiver's.
+
+        All or nothing: if a partition raises (no position, out of range with reset "none",
+        damage, a deserializer), what was already taken from the others goes back to their
+        pending records and the failing partition's receiver back to its first record, so
+        the error costs no record.
+        """
         result: dict[TopicPartition, list[ConsumerRecord]] = {}
         tps = list(self._parts) if only is None else [tp for tp in self._parts if tp in only]
         if not tps:
             return result
         self._rotation = (self._rotation + 1) % len(tps)
-        for tp in tps[self._rotation :] + tps[: self._rotation]:
-            part = self._parts[tp]
-            if part.paused:
-                continue
-            if part.pending:
-                recs = result[tp] = _take_pending(part.pending, budget)
-            else:
-                rx = part.receiver
-                if rx is None:
-                    raise self._no_offset(tp)
-                try:
-                    raw = rx.recv_many(budget, timeout=0)
-                except OffsetOutOfRangeError:
-                    rx.seek(self._reset_offset(tp, part.channel))
-                    raw = rx.recv_many(budget, timeout=0)
-                if not raw:
+        try:
+            for tp in tps[self._rotation :] + tps[: self._rotation]:
+                part = self._parts[tp]
+                if part.paused:
                     continue
-                recs = result[tp] = self._convert(tp, raw)
-            budget -= len(recs)
-            if budget <= 0:
-                break
+                if part.pending:
+                    recs = result[tp] = _take_pending(part.pending, budget)
+                else:
+                    rx = part.receiver
+                    if rx is None:
+                        raise self._no_offset(tp)
+                    try:
+                        raw = rx.recv_many(budget, timeout=0)
+                    except OffsetOutOfRangeError:
+                        rx.seek(self._reset_offset(tp, part.channel))
+                        raw = rx.recv_many(budget, timeout=0)
+                    if not raw:
+                        continue
+                    try:
+                        recs = self._convert(tp, raw)
+                    except BaseException:
+                        rx.seek(raw[0].offset)
+                        raise
+                    result[tp] = recs
+                budget -= len(recs)
+                if budget <= 0:
+                    break
+        except BaseException:
+            self._unread(result)
+            raise
         return result
 
     def _unread(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:

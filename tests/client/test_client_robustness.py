@@ -424,3 +424,33 @@ def test_a_damaged_staging_file_is_a_sink_error_naming_it(tmp_path, damage):
         writer.commit([staged])  # what the driver does
     assert not path.exists()  # discarded, as after any commit
     assert "t" not in Admin(tmp_path).list_topics()  # and nothing was appended
+
+
+def test_a_poll_that_raises_loses_no_record(root):
+    def picky(value):
+        if value == b"v3":
+            raise ValueError("cannot read v3")
+        return value
+
+    with Consumer(root=root, value_deserializer=picky, max_poll_records=100) as c:
+        c.assign([TP0, TP1])
+        c.seek_to_beginning()
+        with pytest.raises(ValueError, match="v3"):
+            c.poll(timeout_ms=500)  # partition 1's records may have been taken first: they stay
+        assert (c.position(TP0), c.position(TP1)) == (0, 0)
+        c._value_de = None  # the user fixes the deserializer
+        got = {0: [], 1: []}
+        while batch := c.poll(timeout_ms=200):
+            for tp, recs in batch.items():
+                got[tp.partition] += [r.offset for r in recs]
+        assert got == {0: list(range(30)), 1: list(range(5))}
+    with Consumer(root=root, auto_offset_reset="none", max_poll_records=100) as c:
+        c.assign([TP0, TP1])
+        for _ in range(2):  # whichever partition the rotation takes first
+            c.seek(TP1, 2)
+            with pytest.raises(NoOffsetForPartitionError):
+                c.poll(timeout_ms=0)
+            assert c.position(TP1) == 2
+        c.seek(TP0, 29)
+        batch = c.poll(timeout_ms=500)
+        assert [r.offset for r in batch[TP1]] == [2, 3, 4] and [r.offset for r in batch[TP0]] == [29]
