@@ -372,6 +372,11 @@ def test_cli_non_utf8_key_separator_and_corrupt_offsets(root):
         err = proc.stderr.decode()
         assert proc.returncode == 0 and "Traceback" not in err, err
         assert "offsets.json" in err and len(err.strip().splitlines()) == 1, err
+    (root / ".groups" / "g" / "state.json").write_bytes(b"\x00garbage")
+    proc = cli(root, "groups", "describe", "g")
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err and "state.json" in err, err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_rejected_subscribe_assign_and_lookups_change_nothing(root):
