@@ -69,10 +69,10 @@ def _take_pending(pending: deque[ConsumerRecord], budget: int) -> list[ConsumerR
     return [pending.popleft() for _ in range(budget)]
 
 
-def check_timeout_ms(timeout_ms: Any) -> float:
-    """``timeout_ms`` if it is a number >= 0 (inf: wait forever), else :class:`ConfigError` (nan too)."""
+def check_timeout_ms(timeout_ms: Any, name: str = "timeout_ms") -> float:
+    """``timeout_ms`` if it is a number >= 0 (inf: forever), else :class:`ConfigError` (nan too: it would hang)."""
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or not timeout_ms >= 0:
-        raise ConfigError(f"timeout_ms must be a number of milliseconds >= 0, not {timeout_ms!r}")
+        raise ConfigError(f"{name} must be a number of milliseconds >= 0 (inf: forever), not {timeout_ms!r}")
     return float(timeout_ms)
 
 
@@ -145,6 +145,7 @@ class Consumer:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an int >= 1, not {value!r}")
+        check_timeout_ms(consumer_timeout_ms, "consumer_timeout_ms")
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ConfigError("heartbeat_interval_ms must be smaller than session_timeout_ms")
         for name, fn in (("key_deserializer", key_deserializer), ("value_deserializer", value_deserializer)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -72,8 +73,9 @@ class Producer:
         value_serializer: Serializer | None = None,
         auto_create_topics: bool = True,
     ) -> None:
-        if isinstance(linger_ms, bool) or not isinstance(linger_ms, (int, float)) or linger_ms < 0:
-            raise ConfigError(f"linger_ms must be a number >= 0, not {linger_ms!r}")
+        if isinstance(linger_ms, bool) or not isinstance(linger_ms, (int, float)) or not 0 <= linger_ms < math.inf:
+            # inf would keep the partitions' writer lock from other processes for good; nan is no time
+            raise ConfigError(f"linger_ms must be a finite number >= 0, not {linger_ms!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be an int >= 1, not {batch_size!r}")
         if fsync not in (None, "never", "interval", "always"):
@@ -173,6 +175,8 @@ class Producer:
 
         With ``fsync="always"``, returns once every future sent so far is complete.
         """
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0):
+            raise ConfigError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         markers = {key: sync.marker() for key, sync in list(self._syncs.items())}
         for key, sender in list(self._senders.items()):

@@ -24,13 +24,14 @@ import logging
 import os
 import shutil
 import threading
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..channel import FileChannel
 from ..config import ChannelConfig
 from ..errors import ConfigError, TopicExistsError, UnknownTopicError, os_errors, storage_error
-from ..files import read_if_exists, write_atomically
+from ..files import fsync_dir, read_if_exists, write_atomically
 from ..lock import FileLock
 from ..names import validate_name
 from ..wakeup import Wakeup
@@ -38,6 +39,7 @@ from ..wakeup import Wakeup
 log = logging.getLogger("filechannel")
 
 TOPIC_FILE = "topic.json"
+_DELETED = ".deleted."  # prefix of a topic folder being deleted (hidden: topic names cannot start with ".")
 GROUPS_DIR = ".groups"
 # Settings a topic stores; the rest (flush_interval, buffer_bytes, ...) belong to each writer.
 TOPIC_SETTINGS = (
@@ -160,6 +162,7 @@ class TopicStore:
         lock = FileLock(os.path.join(self.root, ".topics.lock"))
         try:
             with lock.holding():
+                self._purge_deleted()
                 existing = self._read_file(topic)
                 if existing is not None:
                     if exist_ok:
@@ -184,19 +187,38 @@ class TopicStore:
         return meta
 
     def delete(self, topic: str) -> None:
+        """Delete the topic, atomically: its folder is renamed away (hidden), then removed.
+
+        A crash or an error half-way through leaves a hidden ``.deleted.*`` folder, purged
+        at the next create or delete, never a topic folder without ``topic.json``. A topic
+        whose ``topic.json`` was lost can be deleted too.
+        """
         lock = FileLock(os.path.join(self.root, ".topics.lock"))
         try:
             with lock.holding():
-                if self.read(topic) is None:
+                self._purge_deleted()
+                if self._read_file(topic) is None and not self._partition_folders(topic):
                     raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}")
                 path = self.topic_path(topic)
-                os.unlink(os.path.join(path, TOPIC_FILE))
+                doomed = os.path.join(self.root, f"{_DELETED}{topic}.{uuid.uuid4().hex}")
                 with os_errors("delete topic folder", path):
-                    shutil.rmtree(path)
+                    os.rename(path, doomed)
+                fsync_dir(self.root)
+                with os_errors("delete topic folder", doomed):
+                    shutil.rmtree(doomed)
         finally:
             lock.close()
         with self._mutex:
             self._meta.pop(topic, None)
+
+    def _purge_deleted(self) -> None:
+        """Remove what deletes that died half-way left (under ``.topics.lock``: no delete is running)."""
+        with os_errors("list root folder", self.root):
+            names = os.listdir(self.root)
+        for name in names:
+            if name.startswith(_DELETED):
+                with os_errors("delete topic folder", os.path.join(self.root, name)):
+                    shutil.rmtree(os.path.join(self.root, name))
 
     def list(self) -> list[str]:
         try:

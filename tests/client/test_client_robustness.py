@@ -459,3 +459,26 @@ def test_a_poll_that_raises_loses_no_record(root):
         c.seek(TP0, 29)
         batch = c.poll(timeout_ms=500)
         assert [r.offset for r in batch[TP1]] == [2, 3, 4] and [r.offset for r in batch[TP0]] == [29]
+
+
+def test_deleting_a_topic_is_atomic_and_works_without_topic_json(tmp_path):
+    admin = Admin(tmp_path)
+    admin.create_topic("t", 2)
+    with Producer(tmp_path) as p:
+        p.send("t", b"x", partition=1)
+    (tmp_path / "t" / "topic.json").unlink()
+    left = tmp_path / ".deleted.old.0123"  # what a delete killed half-way leaves
+    (left / "0").mkdir(parents=True)
+    admin.delete_topic("t")
+    assert sorted(os.listdir(tmp_path)) == [".topics.lock"]
+    admin.create_topic("t", 1)
+    assert admin.describe_topic("t").partitions[0].end_offset == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"linger_ms": math.inf}, {"linger_ms": math.nan}, {"linger_ms": -1}, {"consumer_timeout_ms": math.nan}]
+)
+def test_nan_and_inf_durations_are_refused(root, kwargs):
+    cls = Consumer if "consumer_timeout_ms" in kwargs else Producer
+    with pytest.raises(ConfigError, match=next(iter(kwargs))):
+        cls(root=root, **kwargs) if cls is Consumer else cls(root, **kwargs)
