@@ -42,7 +42,8 @@ its durable position (logged as a warning).
 
 state.json and offsets.json are only written under ``group.lock``, each through a temp
 file named after the writer's pid and thread, so a temp file found by a member holding
-the lock was left by a writer that died (or failed) mid-write: it is deleted on join.
+the lock was left by a writer that died (or failed) mid-write: it is deleted when a member
+is created.
 """
 
 from __future__ import annotations
@@ -148,6 +149,8 @@ class GroupMember:
         self._lock = FileLock(os.path.join(self.folder, "group.lock"))
         host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
         self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        with self._lock.holding():
+            self._remove_temp_files()
         self._life = FileLock(self._life_path(self.member_id))
         self._life.acquire()
         self.session_timeout = session_timeout_ms / 1000
@@ -210,7 +213,6 @@ class GroupMember:
     def join(self, topics: list[str], partitions: dict[str, int]) -> None:
         """Enter the group subscribed to ``topics`` (or change the subscription)."""
         with self._lock.holding():
-            self._remove_temp_files()
             state = self._load()
             self._evict(state)
             state.members[self.member_id] = {"topics": sorted(topics), "pid": os.getpid()}

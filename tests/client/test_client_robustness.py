@@ -311,7 +311,7 @@ def test_damaged_group_offsets_fall_back_to_durable_positions(root, damage):
         assert (c.committed(TP0), c.committed(TP1)) == (13, 3)
 
 
-def test_group_temp_files_of_a_dead_writer_are_removed_on_join(root):
+def test_group_temp_files_of_a_dead_writer_are_removed_on_open(root):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
     pid = int(dead.stdout)  # a process that has exited: nothing of it is writing
     folder = root / ".groups" / "g"
@@ -321,7 +321,7 @@ def test_group_temp_files_of_a_dead_writer_are_removed_on_join(root):
         path.write_bytes(b"{half")
     mine = folder / f"offsets.json.{os.getpid()}.1.tmp"  # this process's: maybe being written, kept
     mine.write_bytes(b"{")
-    with Consumer("t", root=root, group_id="g"):
+    with Consumer(root=root, group_id="g"):  # no subscription: opening the group is enough
         assert not any(path.exists() for path in left)
         assert mine.exists()
     mine.unlink()
