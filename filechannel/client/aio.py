@@ -23,7 +23,7 @@ import anyio.to_thread
 
 from ..errors import ChannelClosedError, ConfigError
 from ..record import Headers
-from .consumer import Consumer, check_timeout_ms
+from .consumer import Consumer, check_timeout_ms, to_tp
 from .producer import Producer
 from .records import ConsumerRecord, RecordMetadata, TopicPartition
 
@@ -122,7 +122,7 @@ class AsyncConsumer:
         timeout = check_timeout_ms(timeout_ms) / 1000
         if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1):
             raise ConfigError(f"max_records must be an int >= 1, not {max_records!r}")
-        only = frozenset(TopicPartition(*tp) for tp in partitions) or None
+        only = frozenset(to_tp(tp) for tp in partitions) or None
         deadline = time.monotonic() + timeout
         fetched = False
         while True:
@@ -136,7 +136,7 @@ class AsyncConsumer:
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of ``partitions``, if given); waits for one."""
-        only = frozenset(TopicPartition(*tp) for tp in partitions) or None
+        only = frozenset(to_tp(tp) for tp in partitions) or None
         while True:
             if self._closed:
                 raise ChannelClosedError("this consumer is closed")
