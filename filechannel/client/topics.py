@@ -115,26 +115,38 @@ class TopicStore:
             return None
         try:
             meta = json.loads(data)
-            int(meta["partitions"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{path} is not a valid topic description ({exc}); fix or delete it") from exc
+            n = meta["partitions"]
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10_000:
+                raise ValueError(f"partitions is {n!r}, not an int from 1 to 10000")
+            if not isinstance(meta.get("config", {}), dict):
+                raise ValueError("config is not an object")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(
+                f"{path} is not a valid topic description ({exc}); fix it, or delete it and create the topic again "
+                "with its partition count and settings (the records in the partition folders are kept)"
+            ) from exc
         return meta
 
     def read(self, topic: str) -> dict[str, Any] | None:
         """The stored ``topic.json`` of ``topic``, or None if there is no such topic.
 
-        Raises :class:`ConfigError` if the topic's folder holds partitions but no ``topic.json``.
+        Raises :class:`ConfigError` if the topic's folder holds partitions but no ``topic.json``,
+        or more partition folders than ``topic.json`` says (partitions would vanish from view).
         """
         meta = self._read_file(topic)
-        if meta is None:
-            parts = self._partition_folders(topic)
-            if parts:
-                n = parts[-1] + 1
-                raise ConfigError(
-                    f"topic folder {self.topic_path(topic)!r} has partition folders ({len(parts)}, up to {parts[-1]}) but "
-                    f"no {TOPIC_FILE}: restore it from a backup, or recreate it with `filechannel topics create {topic} "
-                    f"--partitions {n}` (or Admin.create_topic) and its settings, which keeps the partitions' records"
-                )
+        parts = self._partition_folders(topic)
+        if meta is None and parts:
+            raise ConfigError(
+                f"topic folder {self.topic_path(topic)!r} has partition folders ({len(parts)}, up to {parts[-1]}) but "
+                f"no {TOPIC_FILE}: restore it from a backup, or recreate it with `filechannel topics create {topic} "
+                f"--partitions {parts[-1] + 1}` (or Admin.create_topic) and its settings, which keeps the partitions' records"
+            )
+        if meta is not None and parts and parts[-1] >= meta["partitions"]:
+            # e.g. topic.json lost and then re-created with one partition by an older version
+            raise ConfigError(
+                f"{os.path.join(self.topic_path(topic), TOPIC_FILE)!r} says {meta['partitions']} partition(s) but the "
+                f'folder holds partition folders up to {parts[-1]}: set "partitions" to {parts[-1] + 1} in it'
+            )
         return meta
 
     def meta(self, topic: str) -> dict[str, Any]:

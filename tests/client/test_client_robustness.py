@@ -482,3 +482,20 @@ def test_nan_and_inf_durations_are_refused(root, kwargs):
     cls = Consumer if "consumer_timeout_ms" in kwargs else Producer
     with pytest.raises(ConfigError, match=next(iter(kwargs))):
         cls(root=root, **kwargs) if cls is Consumer else cls(root, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"name": "t", "partitions": 1, "config": {}}', 'set "partitions" to 3'),  # an older version's re-creation
+        (b'{"name": "t", "partitions": -1}', "not an int from 1"),
+        (b'{"name": "t", "partitions": 3, "config": []}', "config is not an object"),
+        (b"[3]", "not a valid topic description"),
+    ],
+)
+def test_a_wrong_topic_json_is_an_error_naming_it(tmp_path, content, message):
+    Admin(tmp_path).create_topic("t", 3)
+    (tmp_path / "t" / "topic.json").write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as caught:
+        Producer(tmp_path).send("t", b"x")
+    assert "topic.json" in str(caught.value)
