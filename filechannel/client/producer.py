@@ -13,7 +13,7 @@ from typing import Any
 
 from ..channel import FileChannel
 from ..errors import ChannelClosedError, ConfigError, RecordTypeError, Timeout, UnknownTopicError
-from ..record import Headers
+from ..record import Headers, checked_timestamp
 from .durable import GroupSync
 from .futures import RecordFuture
 from .partitioner import DefaultPartitioner, Partitioner
@@ -127,12 +127,19 @@ class Producer:
         """The partition numbers of ``topic`` (creating it if allowed and missing)."""
         return set(range(self._partition_count(topic)))
 
-    def _partition_count(self, topic: str) -> int:
+    def _partition_count(self, topic: str, partition: int | None = None) -> int:
+        """The topic's partition count; a missing topic is created with one partition (if allowed
+        and ``partition`` is None or 0: a send to a partition it would not have creates nothing)."""
         try:
             return self._topics.partitions(topic)
         except UnknownTopicError:
             if not self._auto_create:
                 raise
+            if partition:
+                raise ConfigError(
+                    f"topic {topic!r} does not exist and would be created with one partition, so it has no partition "
+                    f"{partition}; create it first: Admin(root).create_topic({topic!r}, partitions=N)"
+                ) from None
             self._topics.create(topic, 1, {}, exist_ok=True)
             return self._topics.partitions(topic)
 
@@ -156,13 +163,15 @@ class Producer:
             raise _not_bytes("value", vbytes, self._value_serializer)
         if kbytes is not None and kbytes.__class__ is not bytes and not isinstance(kbytes, _BYTES_LIKE):
             raise _not_bytes("key", kbytes, self._key_serializer)
-        count = self._partition_count(topic)
+        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int) or partition < 0):
+            raise ConfigError(f"partition must be an int >= 0, not {partition!r}")
+        # Checked before the topic may be auto-created: a rejected send leaves nothing behind.
+        timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else checked_timestamp(timestamp_ms)
+        count = self._partition_count(topic, partition)
         if partition is None:
             partition = self._partitioner(kbytes, count)
-        elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+        elif partition >= count:
             raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {count - 1}")
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
         sender = self._sender(topic, partition)
         sync = self._syncs.get((topic, partition))
         if sync is not None:

@@ -499,3 +499,14 @@ def test_a_wrong_topic_json_is_an_error_naming_it(tmp_path, content, message):
     with pytest.raises(ConfigError, match=message) as caught:
         Producer(tmp_path).send("t", b"x")
     assert "topic.json" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"partition": 2}, {"partition": -1}, {"partition": "0"}, {"timestamp_ms": "now"}, {"value": "text"}]
+)
+def test_a_rejected_send_creates_no_topic(tmp_path, kwargs):
+    with Producer(tmp_path) as p:
+        with pytest.raises(FileChannelError):
+            p.send("fresh", **{"value": b"v", **kwargs})
+        assert Admin(tmp_path).list_topics() == [] and not (tmp_path / "fresh").exists()
+        assert p.send("fresh", b"v", partition=0).result().offset == 0
