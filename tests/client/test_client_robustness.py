@@ -510,3 +510,21 @@ def test_a_rejected_send_creates_no_topic(tmp_path, kwargs):
             p.send("fresh", **{"value": b"v", **kwargs})
         assert Admin(tmp_path).list_topics() == [] and not (tmp_path / "fresh").exists()
         assert p.send("fresh", b"v", partition=0).result().offset == 0
+
+
+@pytest.mark.anyio
+async def test_async_fetching_runs_off_the_event_loop_thread(root, anyio_backend):
+    import threading
+
+    fetch_threads = set()
+
+    def deserializer(value):  # runs where the records are read and decoded
+        fetch_threads.add(threading.get_ident())
+        return value
+
+    async with AsyncConsumer("t", root=root, group_id="g", auto_offset_reset="earliest", value_deserializer=deserializer) as ac:
+        assert (await ac.getone()).value in (b"v0", b"w0")
+        batch = await ac.getmany(timeout_ms=1000)
+        assert batch
+        await ac.commit()
+    assert fetch_threads and threading.get_ident() not in fetch_threads
