@@ -1,6 +1,6 @@
 """Async producer and consumer on anyio (asyncio or trio), aiokafka style.
 
-Nothing here blocks the event loop. A consumer's file work (reads, decompression, the
+Past construction, nothing here blocks the event loop. A consumer's file work (reads, decompression, the
 group's flocks, the fsyncs of a commit) and its waiting run in a worker thread, in steps
 of at most 1 s, and what a step fetches goes into the consumer's pending records; the
 event loop hands records out from there, with no await between taking and returning
