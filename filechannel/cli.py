@@ -138,7 +138,9 @@ def topics_delete(ctx: click.Context, name: str, yes: bool) -> None:
 @click.pass_context
 def produce(ctx: click.Context, topic: str, path: Any, key_separator: str | None, partition: int | None) -> None:
     """Send one record per line of input to TOPIC."""
-    sep = key_separator.encode() if key_separator else None
+    # os.fsencode: an argument that is not UTF-8 (e.g. -k $'\xff') arrives with surrogate escapes; these
+    # are its bytes, so the separator matches what the shell passed.
+    sep = os.fsencode(key_separator) if key_separator else None
     count = 0
     with Producer(_root(ctx)) as producer:
         for line in path:
@@ -161,17 +163,19 @@ def _start_offsets(consumer: Consumer, spec: str) -> None:
         consumer.seek_to_beginning(*tps)
     elif spec == "latest":
         consumer.seek_to_end(*tps)
-    elif spec.isdigit():
+    elif spec.isascii() and spec.isdigit():  # not str.isdigit alone: "²" is a digit to it, not to int()
         for tp in tps:
             consumer.seek(tp, int(spec))
     else:
         try:
             when = datetime.fromisoformat(spec)
-        except ValueError:
-            raise click.BadParameter(f"{spec!r} is not earliest, latest, an offset or an ISO time", param_hint="--from") from None
-        if when.tzinfo is None:
-            when = when.astimezone()
-        ts = int(when.timestamp() * 1000)
+            if when.tzinfo is None:
+                when = when.astimezone()
+            ts = int(when.timestamp() * 1000)
+        except (ValueError, OverflowError, OSError) as exc:
+            raise click.BadParameter(
+                f"{spec!r} is not earliest, latest, an offset or an ISO time that can be converted ({exc})", param_hint="--from"
+            ) from None
         found = consumer.offsets_for_times({tp: ts for tp in tps})
         ends = consumer.end_offsets(tps)
         for tp in tps:
@@ -333,8 +337,12 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         err.print("aborted")
         sys.exit(1)
+    except click.UsageError as exc:  # one line, like every other error, with where to look
+        where = exc.ctx.command_path if exc.ctx is not None else "filechannel"
+        click.echo(f"error: {exc.format_message()} (see: {where} --help)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except FileChannelError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from .errors import os_errors, storage_error
 
@@ -78,8 +79,11 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the folder."""
-    tmp = f"{path}.{os.getpid()}.tmp"
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the folder.
+
+    The temp file is named after the writer's pid and thread, so two writers never share one.
+    """
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with os_errors("write", tmp):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
         try:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, Protocol
 
 from ..channel import FileChannel
@@ -34,15 +36,68 @@ class ConsumerRebalanceListener(Protocol):
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
 
 
+# Offsets are u64 on disk but signed 64-bit in Kafka's API: anything from 2**63 on is refused.
+MAX_OFFSET = 2**63 - 1
+
+
+def to_tp(obj: Any) -> TopicPartition:
+    """``obj`` (a TopicPartition or a (topic, partition) pair) as a TopicPartition, or :class:`ConfigError`."""
+    try:
+        topic, partition = obj
+    except (TypeError, ValueError):
+        raise ConfigError(f"expected a TopicPartition(topic, partition), not {obj!r}") from None
+    if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ConfigError(f"expected a TopicPartition of a topic name and a partition number >= 0, not {obj!r}")
+    return obj if type(obj) is TopicPartition else TopicPartition(topic, partition)
+
+
+def check_offset(tp: TopicPartition, offset: Any, what: str) -> int:
+    """``offset`` as an int in [0, 2**63), or :class:`ConfigError` naming the partition."""
+    if isinstance(offset, OffsetAndMetadata):
+        offset = offset.offset
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+        raise ConfigError(f"{what} {tp.topic}[{tp.partition}]: the offset must be an int from 0 to 2**63-1, not {offset!r}")
+    return offset
+
+
+def _take_pending(pending: deque[ConsumerRecord], budget: int) -> list[ConsumerRecord]:
+    """The first ``budget`` records of ``pending``, removed from it."""
+    if len(pending) <= budget:
+        recs = list(pending)
+        pending.clear()
+        return recs
+    return [pending.popleft() for _ in range(budget)]
+
+
+def check_timeout_ms(timeout_ms: Any, name: str = "timeout_ms") -> float:
+    """``timeout_ms`` if it is a number >= 0 (inf: forever), else :class:`ConfigError` (nan too: it would hang)."""
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or not timeout_ms >= 0:
+        raise ConfigError(f"{name} must be a number of milliseconds >= 0 (inf: forever), not {timeout_ms!r}")
+    return float(timeout_ms)
+
+
 class _Partition:
-    """What a consumer keeps per assigned partition: its channel and receiver."""
+    """What a consumer keeps per assigned partition: its channel, receiver and undelivered records.
 
-    __slots__ = ("channel", "paused", "receiver")
+    ``pending`` holds records fetched from the receiver but not yet handed to the user (the
+    rest of an iterator's batch, or what a filtered async fetch left); they come first. So
+    the partition's position is the first pending record's offset, else the receiver's: it
+    never runs ahead of what was handed out. ``receiver`` is None while the partition has no
+    position (no committed offset and ``auto_offset_reset="none"``) until the user seeks.
+    """
 
-    def __init__(self, channel: FileChannel, receiver: Receiver) -> None:
+    __slots__ = ("channel", "paused", "pending", "receiver")
+
+    def __init__(self, channel: FileChannel, receiver: Receiver | None) -> None:
         self.channel = channel
         self.receiver = receiver
         self.paused = False
+        self.pending: deque[ConsumerRecord] = deque()
+
+    def position(self) -> int | None:
+        if self.pending:
+            return self.pending[0].offset
+        return None if self.receiver is None else self.receiver.position
 
 
 class Consumer:
@@ -90,6 +145,7 @@ class Consumer:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an int >= 1, not {value!r}")
+        check_timeout_ms(consumer_timeout_ms, "consumer_timeout_ms")
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ConfigError("heartbeat_interval_ms must be smaller than session_timeout_ms")
         for name, fn in (("key_deserializer", key_deserializer), ("value_deserializer", value_deserializer)):
@@ -125,7 +181,11 @@ class Consumer:
         )
         self._joined = False
         if topics:
-            self.subscribe(list(topics))
+            try:
+                self.subscribe(list(topics))
+            except BaseException:
+                self.close(autocommit=False)  # leave the group: a failed constructor leaves no member behind
+                raise
 
     # -- subscription and assignment ------------------------------------------------------------
 
@@ -139,7 +199,13 @@ class Consumer:
             raise ConfigError("subscribe takes either a list of topics or a pattern, not both or neither")
         if self._manual and self._parts:
             raise ConfigError("subscribe cannot be mixed with assign; call unsubscribe first")
-        self._pattern = re.compile(pattern) if pattern else None
+        try:
+            compiled = re.compile(pattern) if pattern else None
+        except (re.error, TypeError) as exc:
+            raise ConfigError(f"subscribe: {pattern!r} is not a regular expression ({exc})") from None
+        for topic in topics:
+            self._topics.partitions(topic)  # an unknown or badly named topic fails here, changing nothing
+        self._pattern = compiled
         self._subscription = topics
         self._listener = listener
         self._manual = False
@@ -159,7 +225,7 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (no group rebalancing)."""
         self._check_open()
-        tps = {TopicPartition(*tp) for tp in partitions}
+        tps = {to_tp(tp) for tp in partitions}  # every one checked before anything changes
         if self._subscription or self._pattern:
             raise ConfigError("assign cannot be mixed with subscribe; call unsubscribe first")
         for tp in tps:
@@ -206,7 +272,8 @@ class Consumer:
         revoked = set(self._parts) - owned
         if revoked:
             if self._auto_commit:
-                self._commit_quietly({tp: self._parts[tp].receiver.position for tp in revoked})
+                positions = self._positions()
+                self._commit_quietly({tp: positions[tp] for tp in revoked if tp in positions})
             if self._listener is not None:
                 self._listener.on_partitions_revoked(revoked)
             for tp in revoked:
@@ -230,24 +297,29 @@ class Consumer:
         ch = self._topics.open_partition(tp.topic, tp.partition, wakeup=self._wakeup)
         try:
             start = self._starting_offset(tp, ch)
-            rx = ch.receiver(start)
+            rx = None if start is None else ch.receiver(start)
         except BaseException:
             ch.close()
             raise
         self._parts[tp] = _Partition(ch, rx)
 
-    def _starting_offset(self, tp: TopicPartition, ch: FileChannel) -> int:
+    def _starting_offset(self, tp: TopicPartition, ch: FileChannel) -> int | None:
+        """The committed offset, else the reset offset; None (no position yet) for reset "none"."""
         committed = self.committed(tp) if self._group is not None else None
-        if committed is not None and committed >= ch.first_offset:
+        if committed is not None and ch.first_offset <= committed <= ch.end_offset:
             return committed
-        return self._reset_offset(tp, ch)
+        return None if self._reset == "none" else self._reset_offset(tp, ch)
 
     def _reset_offset(self, tp: TopicPartition, ch: FileChannel) -> int:
         if self._reset == "earliest":
             return ch.first_offset
         if self._reset == "latest":
             return ch.end_offset
-        raise NoOffsetForPartitionError(
+        raise self._no_offset(tp)
+
+    @staticmethod
+    def _no_offset(tp: TopicPartition) -> NoOffsetForPartitionError:
+        return NoOffsetForPartitionError(
             f"{tp.topic}[{tp.partition}] has no committed offset (or it was deleted by retention) and "
             "auto_offset_reset is 'none'; seek to an offset or use 'earliest'/'latest'"
         )
@@ -255,52 +327,121 @@ class Consumer:
     def _close_partition(self, tp: TopicPartition) -> None:
         part = self._parts.pop(tp, None)
         if part is not None:
-            part.receiver.close()
+            if part.receiver is not None:
+                part.receiver.close()
             part.channel.close()
 
     # -- reading --------------------------------------------------------------------------------
 
     def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Records from the assigned, unpaused partitions: what is there, else waits up to ``timeout_ms``."""
+        """Records from the assigned, unpaused partitions: what is there, else waits up to ``timeout_ms``.
+
+        Positions move past every record returned (the whole batch is handed out). Raises
+        :class:`NoOffsetForPartitionError` for an unpaused partition that has no position
+        (``auto_offset_reset="none"`` and nothing committed) until it is seeked.
+        """
+        return self._poll(timeout_ms, max_records, None)
+
+    def _poll(
+        self, timeout_ms: float, max_records: int | None, only: Collection[TopicPartition] | None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """``poll`` restricted to the partitions ``only`` (all if None); the others are not touched."""
         self._check_open()
+        check_timeout_ms(timeout_ms)
         budget = self._max_poll_records if max_records is None else max_records
-        if budget < 1:
-            raise ConfigError(f"max_records must be >= 1, not {budget!r}")
-        deadline = time.monotonic() + timeout_ms / 1000
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ConfigError(f"max_records must be an int >= 1, not {budget!r}")
+        deadline = time.monotonic() + timeout_ms / 1000 if math.isfinite(timeout_ms) else math.inf
         while True:
             self._refresh_assignment()
             self._maybe_auto_commit()
             seq = self._wakeup.seq
-            result = self._fetch(budget)
+            result = self._fetch(budget, only)
             remaining = deadline - time.monotonic()
             if result or remaining <= 0:
                 return result
-            wait = remaining
+            wait = min(remaining, 3600.0)
             if self._group is not None:
                 wait = min(wait, self._group.heartbeat_interval)
             self._wakeup.wait(seq, wait)
 
-    def _fetch(self, budget: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+    def _fetch(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to ``budget`` records, each partition's pending records before its receiver's.
+
+        All or nothing: if a partition raises (no position, out of range with reset "none",
+        damage, a deserializer), what was already taken from the others goes back to their
+        pending records and the failing partition's receiver back to its first record, so
+        the error costs no record.
+        """
         result: dict[TopicPartition, list[ConsumerRecord]] = {}
-        tps = list(self._parts)
+        tps = list(self._parts) if only is None else [tp for tp in self._parts if tp in only]
         if not tps:
             return result
         self._rotation = (self._rotation + 1) % len(tps)
-        for tp in tps[self._rotation :] + tps[: self._rotation]:
-            part = self._parts[tp]
-            if part.paused:
-                continue
-            try:
-                recs = part.receiver.recv_many(budget, timeout=0)
-            except OffsetOutOfRangeError:
-                part.receiver.seek(self._reset_offset(tp, part.channel))
-                recs = part.receiver.recv_many(budget, timeout=0)
-            if recs:
-                result[tp] = self._convert(tp, recs)
+        try:
+            for tp in tps[self._rotation :] + tps[: self._rotation]:
+                part = self._parts[tp]
+                if part.paused:
+                    continue
+                if part.pending:
+                    recs = result[tp] = _take_pending(part.pending, budget)
+                else:
+                    rx = part.receiver
+                    if rx is None:
+                        raise self._no_offset(tp)
+                    try:
+                        raw = rx.recv_many(budget, timeout=0)
+                    except OffsetOutOfRangeError:
+                        rx.seek(self._reset_offset(tp, part.channel))
+                        raw = rx.recv_many(budget, timeout=0)
+                    if not raw:
+                        continue
+                    try:
+                        recs = self._convert(tp, raw)
+                    except BaseException:
+                        rx.seek(raw[0].offset)
+                        raise
+                    result[tp] = recs
+                budget -= len(recs)
+                if budget <= 0:
+                    break
+        except BaseException:
+            self._unread(result)
+            raise
+        return result
+
+    def _unread(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Put records fetched but not handed out back in front: the next fetch returns them first."""
+        for tp, recs in batch.items():
+            part = self._parts.get(tp)
+            if part is not None:
+                part.pending.extendleft(reversed(recs))
+
+    def _fill(self, timeout_ms: float, only: Collection[TopicPartition] | None) -> bool:
+        """Fetch a batch (waiting up to ``timeout_ms``) into the pending records; True if any."""
+        batch = self._poll(timeout_ms, None, only)
+        self._unread(batch)
+        return bool(batch)
+
+    def _take(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to ``budget`` pending records of unpaused partitions (of ``only``). Never blocks."""
+        self._check_open()
+        result: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for tp, part in self._parts.items():
+            if part.pending and not part.paused and (only is None or tp in only):
+                recs = result[tp] = _take_pending(part.pending, budget)
                 budget -= len(recs)
                 if budget <= 0:
                     break
         return result
+
+    def _take_one(self, only: Collection[TopicPartition] | None) -> ConsumerRecord | None:
+        """The next pending record of an unpaused partition (of ``only``), or None. Never blocks."""
+        self._check_open()
+        for tp, part in self._parts.items():
+            if part.pending and not part.paused and (only is None or tp in only):
+                return part.pending.popleft()
+        return None
 
     def _convert(self, tp: TopicPartition, recs: list[Any]) -> list[ConsumerRecord]:
         topic, partition = tp
@@ -321,56 +462,85 @@ class Consumer:
         ]
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        """Yields records as they come; stops after ``consumer_timeout_ms`` without one."""
+        """Yields records one at a time; stops after ``consumer_timeout_ms`` without one, or at close.
+
+        A partition's position moves past a record only as it is yielded (kafka-python:
+        the position is the next record to be returned), so a ``break`` loses nothing and
+        a commit never covers a record the loop has not received: the rest of the fetched
+        batch stays pending, returned first by the next iteration or :meth:`poll`.
+        """
         idle_since = time.monotonic()
-        while True:
-            batch = self.poll(timeout_ms=min(1000.0, self._consumer_timeout * 1000))
-            if not batch:
+        while not self._closed:
+            if not self._fill(min(1000.0, self._consumer_timeout * 1000), None):
                 if time.monotonic() - idle_since >= self._consumer_timeout:
                     return
                 continue
-            for recs in batch.values():
-                yield from recs
+            for tp, part in list(self._parts.items()):
+                pending = part.pending
+                # Re-checked per record: the loop body may seek, pause, commit or close.
+                while pending and not part.paused and self._parts.get(tp) is part:
+                    yield pending.popleft()
             idle_since = time.monotonic()
 
     # -- positions and offsets ------------------------------------------------------------------
 
     def _part(self, tp: TopicPartition) -> _Partition:
-        part = self._parts.get(TopicPartition(*tp))
+        part = self._parts.get(to_tp(tp))
         if part is None:
             raise ConfigError(f"{tp} is not assigned to this consumer (assignment: {sorted(self._parts)})")
         return part
 
     def position(self, tp: TopicPartition) -> int:
-        """The offset of the next record to be fetched from ``tp``."""
-        return self._part(tp).receiver.position
+        """The offset of the next record to be returned from ``tp`` (not of the next fetched).
+
+        Raises :class:`NoOffsetForPartitionError` if ``tp`` has no position yet (reset "none").
+        """
+        offset = self._part(tp).position()
+        if offset is None:
+            raise self._no_offset(to_tp(tp))
+        return offset
+
+    def _positions(self) -> dict[TopicPartition, int]:
+        """The positions of the assigned partitions that have one: what a commit covers."""
+        return {tp: off for tp, part in self._parts.items() if (off := part.position()) is not None}
+
+    @staticmethod
+    def _seek_part(part: _Partition, offset: int) -> None:
+        """Deliver ``offset`` next; the pending records go only once the seek succeeded."""
+        if part.receiver is None:
+            part.receiver = part.channel.receiver(offset)
+        else:
+            part.receiver.seek(offset)
+        part.pending.clear()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Fetch from ``offset`` next (``OffsetOutOfRangeError`` if retention deleted it)."""
-        self._part(tp).receiver.seek(offset)
+        """Fetch from ``offset`` next (``OffsetOutOfRangeError`` if retention deleted it).
+
+        Records fetched but not yet returned are dropped: the next one returned is ``offset``.
+        """
+        part = self._part(tp)
+        self._seek_part(part, check_offset(to_tp(tp), offset, "seek"))
 
     def seek_to_beginning(self, *tps: TopicPartition) -> None:
-        for tp in tps or list(self._parts):
-            part = self._part(tp)
-            part.receiver.seek(part.channel.first_offset)
+        for part in [self._part(tp) for tp in tps or list(self._parts)]:  # all checked first
+            self._seek_part(part, part.channel.first_offset)
 
     def seek_to_end(self, *tps: TopicPartition) -> None:
-        for tp in tps or list(self._parts):
-            part = self._part(tp)
-            part.receiver.seek(part.channel.end_offset)
+        for part in [self._part(tp) for tp in tps or list(self._parts)]:
+            self._seek_part(part, part.channel.end_offset)
 
     def _with_channel(self, tp: TopicPartition, fn: Callable[[FileChannel], Any]) -> Any:
-        part = self._parts.get(TopicPartition(*tp))
+        part = self._parts.get(to_tp(tp))
         if part is not None:
             return fn(part.channel)
         with self._topics.open_partition(tp[0], tp[1], maintenance_interval=0) as ch:
             return fn(ch)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._with_channel(tp, lambda ch: ch.first_offset) for tp in partitions}
+        return {to_tp(tp): self._with_channel(tp, lambda ch: ch.first_offset) for tp in partitions}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._with_channel(tp, lambda ch: ch.end_offset) for tp in partitions}
+        return {to_tp(tp): self._with_channel(tp, lambda ch: ch.end_offset) for tp in partitions}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the first offset whose timestamp is >= the given ms, by time index."""
@@ -386,52 +556,88 @@ class Consumer:
                 rx.close()
             return OffsetAndTimestamp(offset, rec.timestamp)
 
-        return {TopicPartition(*tp): self._with_channel(tp, lambda ch, ts=ts: lookup(ch, ts)) for tp, ts in timestamps.items()}
+        checked = {}
+        for tp, ts in timestamps.items():
+            tp = to_tp(tp)
+            if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= MAX_OFFSET:
+                raise ConfigError(
+                    f"offsets_for_times {tp.topic}[{tp.partition}]: the timestamp must be an int of milliseconds "
+                    f"from 0 to 2**63-1, not {ts!r}"
+                )
+            checked[tp] = ts
+        return {tp: self._with_channel(tp, lambda ch, ts=ts: lookup(ch, ts)) for tp, ts in checked.items()}
 
     def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset of ``tp`` (the next record to consume), or None."""
         if self._group is None:
             return None
-        return self._group.committed().get(TopicPartition(*tp))
+        return self._group.committed_offset(to_tp(tp), self._topics.root)
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
-        """Commit ``offsets`` (default: the current positions of every assigned partition).
+        """Commit ``offsets`` (default: the positions of the assigned partitions, i.e. the
+        records handed out so far).
 
+        Every offset is checked (an int, from 0 to the partition's end offset) before
+        anything is written, so a rejected commit leaves the group's offsets as they were.
         Raises :class:`CommitFailedError` if this consumer no longer owns one of them.
         """
         self._check_open()
         if self._group is None:
             raise ConfigError("commit needs a group_id: create the Consumer with group_id=...")
         if offsets is None:
-            offsets = {tp: part.receiver.position for tp, part in self._parts.items()}
-        plain = {TopicPartition(*tp): (o.offset if isinstance(o, OffsetAndMetadata) else int(o)) for tp, o in offsets.items()}
-        if not plain:
+            plain = self._positions()
+        else:
+            if not isinstance(offsets, dict):
+                raise ConfigError(f"commit takes a dict {{TopicPartition: offset}}, not {type(offsets).__name__}")
+            plain = {to_tp(tp): check_offset(to_tp(tp), o, "commit") for tp, o in offsets.items()}
+        self._commit_checked(plain, check_ends=offsets is not None)
+
+    def _check_ends(self, offsets: dict[TopicPartition, int]) -> None:
+        """ConfigError unless each offset is at most its partition's end offset (the partition exists)."""
+        for tp, off in offsets.items():
+            end = self._with_channel(tp, lambda ch: ch.end_offset)
+            if off > end:
+                raise ConfigError(
+                    f"commit {tp.topic}[{tp.partition}]: offset {off} is past the partition's end offset {end}; "
+                    "commit the offset of the next record to read (last offset read + 1)"
+                )
+
+    def _commit_checked(self, offsets: dict[TopicPartition, int], check_ends: bool = False) -> None:
+        """Store ``offsets`` (ints in range) in the group and in the partitions' durable positions.
+
+        ``check_ends``: also check them against the partitions' end offsets, after the
+        ownership check and before anything is written (user-given offsets; positions are
+        valid by construction).
+        """
+        group = self._group
+        if group is None or not offsets:
             return
-        self._group.commit(plain, manual=self._manual)
-        key = f"group.{self._group.group_id}"
-        for tp, off in plain.items():
+        group.commit(offsets, manual=self._manual, check=self._check_ends if check_ends else None)
+        key = f"group.{group.group_id}"
+        for tp, off in offsets.items():
             self._with_channel(tp, lambda ch, off=off: ch.positions.set(key, off))
         self._next_auto_commit = time.monotonic() + self._auto_commit_interval
 
     def _commit_quietly(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit positions (valid by construction) for auto-commit, rebalance and close."""
         try:
-            self.commit(offsets)
+            self._commit_checked(offsets)
         except CommitFailedError:
             pass  # lost them already; the new owner resumes from the last good commit
 
     def _maybe_auto_commit(self) -> None:
         if self._auto_commit and self._parts and time.monotonic() >= self._next_auto_commit:
-            self._commit_quietly({tp: p.receiver.position for tp, p in self._parts.items()})
+            self._commit_quietly(self._positions())
 
     # -- flow control and lifecycle ------------------------------------------------------------
 
     def pause(self, *tps: TopicPartition) -> None:
-        for tp in tps:
-            self._part(tp).paused = True
+        for part in [self._part(tp) for tp in tps]:  # all checked before any changes
+            part.paused = True
 
     def resume(self, *tps: TopicPartition) -> None:
-        for tp in tps:
-            self._part(tp).paused = False
+        for part in [self._part(tp) for tp in tps]:
+            part.paused = False
 
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, p in self._parts.items() if p.paused}
@@ -446,7 +652,7 @@ class Consumer:
             return
         try:
             if autocommit and self._auto_commit and self._parts:
-                self._commit_quietly({tp: p.receiver.position for tp, p in self._parts.items()})
+                self._commit_quietly(self._positions())
         finally:
             self._closed = True
             for tp in list(self._parts):

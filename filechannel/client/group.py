@@ -35,27 +35,46 @@ Protocol:
   surviving member; those of a hung member within ``session_timeout_ms``.
 
 Committed offsets are also written to each partition channel's durable positions as
-``group.GROUP``, so garbage collection keeps what the group has not consumed.
+``group.GROUP``, so garbage collection keeps what the group has not consumed, and so a
+partition's committed offset survives a lost, emptied or corrupt offsets.json: a
+partition missing from offsets.json (or all of them, if it cannot be read) falls back to
+its durable position (logged as a warning).
+
+state.json and offsets.json are only written under ``group.lock``, each through a temp
+file named after the writer's pid and thread, so a temp file found by a member holding
+the lock was left by a writer that died (or failed) mid-write: it is deleted when a member
+is created.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CommitFailedError, ConfigError, os_errors
+from ..errors import CommitFailedError, ConfigError, CorruptRecordError, StorageError, os_errors
 from ..files import read_if_exists, unlink_if_exists, write_atomically
 from ..lock import FileLock
 from ..names import validate_name
+from ..position import PositionStore
 from .records import TopicPartition
 from .topics import GROUPS_DIR
+
+log = logging.getLogger("filechannel")
+
+# Temp files of write_atomically: NAME.PID.tmp or NAME.PID.THREAD.tmp.
+_TMP = re.compile(r"^(?:state|offsets)\.json\.(\d+)(?:\.\d+)?\.tmp$")
+
+
+_warned: set[tuple[str, bytes]] = set()  # unreadable offsets files already reported (once each)
 
 
 def tp_key(tp: TopicPartition) -> str:
@@ -130,6 +149,8 @@ class GroupMember:
         self._lock = FileLock(os.path.join(self.folder, "group.lock"))
         host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
         self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        with self._lock.holding():
+            self._remove_temp_files()
         self._life = FileLock(self._life_path(self.member_id))
         self._life.acquire()
         self.session_timeout = session_timeout_ms / 1000
@@ -142,6 +163,21 @@ class GroupMember:
 
     def _load(self) -> GroupState:
         return GroupState.decode(read_if_exists(self.state_path, "group state"), self.state_path)
+
+    def _remove_temp_files(self) -> None:
+        """Delete temp files of state.json / offsets.json left by a writer that died mid-write.
+
+        Called under ``group.lock``: every writer of those files holds it, so no temp file
+        here is being written, except by this process (whose own are skipped).
+        """
+        try:
+            names = os.listdir(self.folder)
+        except FileNotFoundError:
+            return
+        for name in names:
+            m = _TMP.match(name)
+            if m and int(m.group(1)) != os.getpid():
+                unlink_if_exists(os.path.join(self.folder, name))
 
     def _save(self, state: GroupState) -> None:
         write_atomically(self.state_path, state.encode())
@@ -273,20 +309,32 @@ class GroupMember:
     # -- offsets ------------------------------------------------------------------------------
 
     def committed(self) -> dict[TopicPartition, int]:
-        data = read_if_exists(self.offsets_path, "group offsets")
-        if not data:
-            return {}
-        try:
-            return {tp_from_key(k): int(v) for k, v in json.loads(data).items()}
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"group offsets {self.offsets_path} are corrupt ({exc})") from exc
+        """The offsets in offsets.json ({} if it is missing, empty or unreadable)."""
+        return read_offsets(self.offsets_path)
 
-    def commit(self, offsets: dict[TopicPartition, int], *, manual: bool = False) -> None:
+    def committed_offset(self, tp: TopicPartition, root: str) -> int | None:
+        """``tp``'s committed offset: offsets.json's, else the partition's durable position."""
+        offset = self.committed().get(tp)
+        return offset if offset is not None else durable_offset(root, self.group_id, tp)
+
+    def commit(
+        self,
+        offsets: dict[TopicPartition, int],
+        *,
+        manual: bool = False,
+        check: Callable[[dict[TopicPartition, int]], None] | None = None,
+    ) -> None:
         """Store ``offsets`` if this member owns every one of those partitions (fencing).
 
         A ``manual`` commit (a consumer that called ``assign``, or Spark's source) belongs
         to no generation: like Kafka's, it is accepted for partitions no live member owns.
+        Every offset must be an int from 0 to 2**63-1, and ``check`` (if given) is called
+        after the ownership check: both before anything is written, so a rejected commit
+        leaves the stored offsets as they were.
         """
+        for tp, off in offsets.items():
+            if isinstance(off, bool) or not isinstance(off, int) or not 0 <= off < 2**63:
+                raise ConfigError(f"commit {tp.topic}[{tp.partition}]: the offset must be an int from 0 to 2**63-1, not {off!r}")
         with self._lock.holding():
             state = self._load()
             for tp in offsets:
@@ -297,6 +345,8 @@ class GroupMember:
                         f"longer owns it (owner: {owner or 'none'}, generation {state.generation}); the group "
                         "rebalanced, poll again to get the current assignment"
                     )
+            if check is not None:
+                check(offsets)
             current = {tp_key(tp): off for tp, off in self.committed().items()}
             current.update({tp_key(tp): int(off) for tp, off in offsets.items()})
             write_atomically(self.offsets_path, json.dumps(current, sort_keys=True).encode())
@@ -310,6 +360,44 @@ def list_groups(root: str) -> list[str]:
         return []
 
 
+def read_offsets(path: str) -> dict[TopicPartition, int]:
+    """The committed offsets stored in ``path``; {} (with a warning) if it is empty or corrupt.
+
+    Never the only copy: each partition's durable position (:func:`durable_offset`) holds
+    its committed offset too, and is used for every partition missing here.
+    """
+    data = read_if_exists(path, "group offsets")
+    if data is None:
+        return {}
+    try:
+        raw = json.loads(data)
+        offsets = {tp_from_key(k): v for k, v in raw.items()}
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in offsets.values()):
+            raise ValueError("an offset is not an int from 0 to 2**63-1")
+        return offsets
+    except (ValueError, TypeError, AttributeError) as exc:
+        if (path, data) in _warned:
+            return {}
+        _warned.add((path, data))
+        log.warning(
+            "group offsets %s are unreadable (%s); using the partitions' durable positions instead (rewritten at the "
+            "next commit)",
+            path,
+            exc,
+        )
+        return {}
+
+
+def durable_offset(root: str, group_id: str, tp: TopicPartition) -> int | None:
+    """The offset group ``group_id`` last committed for ``tp``, from the partition's durable positions."""
+    store = PositionStore(os.path.join(root, tp.topic, str(tp.partition)))
+    try:
+        return store.get(f"group.{group_id}")
+    except (CorruptRecordError, StorageError) as exc:
+        log.warning("cannot read group %r's durable position of %s[%d]: %s", group_id, tp.topic, tp.partition, exc)
+        return None
+
+
 def read_group(root: str, group_id: str) -> tuple[GroupState, dict[TopicPartition, int]]:
     """A group's state and committed offsets, for describing it (no membership taken)."""
     folder = os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
@@ -317,6 +405,10 @@ def read_group(root: str, group_id: str) -> tuple[GroupState, dict[TopicPartitio
         raise ConfigError(f"there is no consumer group {group_id!r} under {root!r}")
     state_path = os.path.join(folder, "state.json")
     state = GroupState.decode(read_if_exists(state_path, "group state"), state_path)
-    data = read_if_exists(os.path.join(folder, "offsets.json"), "group offsets")
-    offsets = {tp_from_key(k): int(v) for k, v in json.loads(data).items()} if data else {}
+    offsets = read_offsets(os.path.join(folder, "offsets.json"))
+    for topic, count in state.partitions.items():
+        for p in range(count):
+            tp = TopicPartition(topic, p)
+            if tp not in offsets and (offset := durable_offset(root, group_id, tp)) is not None:
+                offsets[tp] = offset
     return state, offsets

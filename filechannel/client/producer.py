@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -11,13 +12,26 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..channel import FileChannel
-from ..errors import ChannelClosedError, ConfigError, Timeout, UnknownTopicError
-from ..record import Headers
+from ..errors import ChannelClosedError, ConfigError, RecordTypeError, Timeout, UnknownTopicError
+from ..record import Headers, checked_timestamp
 from .durable import GroupSync
 from .futures import RecordFuture
 from .partitioner import DefaultPartitioner, Partitioner
 from .records import RecordMetadata
 from .topics import TopicStore
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _not_bytes(what: str, obj: Any, serializer: Callable[[Any], bytes] | None) -> RecordTypeError:
+    """The error for a record ``what`` ("key" or "value") that is not bytes after serialization."""
+    if serializer is not None:
+        return RecordTypeError(f"{what}_serializer returned {type(obj).__name__}, not bytes")
+    return RecordTypeError(
+        f"the {what} must be bytes, not {type(obj).__name__}: encode it (e.g. .encode()) or create the Producer with "
+        f"{what}_serializer=..."
+    )
+
 
 Serializer = Callable[[Any], bytes]
 
@@ -59,8 +73,9 @@ class Producer:
         value_serializer: Serializer | None = None,
         auto_create_topics: bool = True,
     ) -> None:
-        if isinstance(linger_ms, bool) or not isinstance(linger_ms, (int, float)) or linger_ms < 0:
-            raise ConfigError(f"linger_ms must be a number >= 0, not {linger_ms!r}")
+        if isinstance(linger_ms, bool) or not isinstance(linger_ms, (int, float)) or not 0 <= linger_ms < math.inf:
+            # inf would keep the partitions' writer lock from other processes for good; nan is no time
+            raise ConfigError(f"linger_ms must be a finite number >= 0, not {linger_ms!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be an int >= 1, not {batch_size!r}")
         if fsync not in (None, "never", "interval", "always"):
@@ -112,12 +127,19 @@ class Producer:
         """The partition numbers of ``topic`` (creating it if allowed and missing)."""
         return set(range(self._partition_count(topic)))
 
-    def _partition_count(self, topic: str) -> int:
+    def _partition_count(self, topic: str, partition: int | None = None) -> int:
+        """The topic's partition count; a missing topic is created with one partition (if allowed
+        and ``partition`` is None or 0: a send to a partition it would not have creates nothing)."""
         try:
             return self._topics.partitions(topic)
         except UnknownTopicError:
             if not self._auto_create:
                 raise
+            if partition:
+                raise ConfigError(
+                    f"topic {topic!r} does not exist and would be created with one partition, so it has no partition "
+                    f"{partition}; create it first: Admin(root).create_topic({topic!r}, partitions=N)"
+                ) from None
             self._topics.create(topic, 1, {}, exist_ok=True)
             return self._topics.partitions(topic)
 
@@ -137,13 +159,19 @@ class Producer:
         vbytes = self._value_serializer(value) if self._value_serializer else value
         if vbytes is None:
             vbytes = b""
-        count = self._partition_count(topic)
+        elif vbytes.__class__ is not bytes and not isinstance(vbytes, _BYTES_LIKE):
+            raise _not_bytes("value", vbytes, self._value_serializer)
+        if kbytes is not None and kbytes.__class__ is not bytes and not isinstance(kbytes, _BYTES_LIKE):
+            raise _not_bytes("key", kbytes, self._key_serializer)
+        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int) or partition < 0):
+            raise ConfigError(f"partition must be an int >= 0, not {partition!r}")
+        # Checked before the topic may be auto-created: a rejected send leaves nothing behind.
+        timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else checked_timestamp(timestamp_ms)
+        count = self._partition_count(topic, partition)
         if partition is None:
             partition = self._partitioner(kbytes, count)
-        elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+        elif partition >= count:
             raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {count - 1}")
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
         sender = self._sender(topic, partition)
         sync = self._syncs.get((topic, partition))
         if sync is not None:
@@ -156,6 +184,8 @@ class Producer:
 
         With ``fsync="always"``, returns once every future sent so far is complete.
         """
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0):
+            raise ConfigError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         markers = {key: sync.marker() for key, sync in list(self._syncs.items())}
         for key, sender in list(self._senders.items()):

@@ -9,26 +9,37 @@ Layout::
 
 ``topic.json`` is written atomically (temp, fsync, rename), so a topic either exists
 whole or not at all; it is written after its partition folders exist.
+
+A topic folder with partition folders but no ``topic.json`` (lost or deleted by hand) is
+an error, never an absent topic: otherwise the next auto-creating ``send`` would write a
+one-partition ``topic.json`` over it and every other partition would vanish from view.
+The fix the error names is :meth:`TopicStore.create` with at least as many partitions
+(and the topic's settings): it keeps the records in the existing partition folders.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..channel import FileChannel
 from ..config import ChannelConfig
-from ..errors import ConfigError, TopicExistsError, UnknownTopicError, os_errors
-from ..files import read_if_exists, write_atomically
+from ..errors import ConfigError, TopicExistsError, UnknownTopicError, os_errors, storage_error
+from ..files import fsync_dir, read_if_exists, write_atomically
 from ..lock import FileLock
 from ..names import validate_name
 from ..wakeup import Wakeup
 
+log = logging.getLogger("filechannel")
+
 TOPIC_FILE = "topic.json"
+_DELETED = ".deleted."  # prefix of a topic folder being deleted (hidden: topic names cannot start with ".")
 GROUPS_DIR = ".groups"
 # Settings a topic stores; the rest (flush_interval, buffer_bytes, ...) belong to each writer.
 TOPIC_SETTINGS = (
@@ -86,17 +97,56 @@ class TopicStore:
     def partition_path(self, topic: str, partition: int) -> str:
         return os.path.join(self.topic_path(topic), str(partition))
 
-    def read(self, topic: str) -> dict[str, Any] | None:
-        """The stored ``topic.json`` of ``topic``, or None if there is no such topic."""
+    def _partition_folders(self, topic: str) -> list[int]:
+        """The numbers of the partition folders under the topic's folder (sorted)."""
+        try:
+            names = os.listdir(self.topic_path(topic))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise storage_error(exc, "list topic folder", self.topic_path(topic)) from exc
+        folder = self.topic_path(topic)
+        return sorted(int(n) for n in names if n.isascii() and n.isdigit() and os.path.isdir(os.path.join(folder, n)))
+
+    def _read_file(self, topic: str) -> dict[str, Any] | None:
         path = os.path.join(self.topic_path(topic), TOPIC_FILE)
         data = read_if_exists(path, "topic description")
         if data is None:
             return None
         try:
             meta = json.loads(data)
-            int(meta["partitions"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{path} is not a valid topic description ({exc}); fix or delete it") from exc
+            n = meta["partitions"]
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10_000:
+                raise ValueError(f"partitions is {n!r}, not an int from 1 to 10000")
+            if not isinstance(meta.get("config", {}), dict):
+                raise ValueError("config is not an object")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(
+                f"{path} is not a valid topic description ({exc}); fix it, or delete it and create the topic again "
+                "with its partition count and settings (the records in the partition folders are kept)"
+            ) from exc
+        return meta
+
+    def read(self, topic: str) -> dict[str, Any] | None:
+        """The stored ``topic.json`` of ``topic``, or None if there is no such topic.
+
+        Raises :class:`ConfigError` if the topic's folder holds partitions but no ``topic.json``,
+        or more partition folders than ``topic.json`` says (partitions would vanish from view).
+        """
+        meta = self._read_file(topic)
+        parts = self._partition_folders(topic)
+        if meta is None and parts:
+            raise ConfigError(
+                f"topic folder {self.topic_path(topic)!r} has partition folders ({len(parts)}, up to {parts[-1]}) but "
+                f"no {TOPIC_FILE}: restore it from a backup, or recreate it with `filechannel topics create {topic} "
+                f"--partitions {parts[-1] + 1}` (or Admin.create_topic) and its settings, which keeps the partitions' records"
+            )
+        if meta is not None and parts and parts[-1] >= meta["partitions"]:
+            # e.g. topic.json lost and then re-created with one partition by an older version
+            raise ConfigError(
+                f"{os.path.join(self.topic_path(topic), TOPIC_FILE)!r} says {meta['partitions']} partition(s) but the "
+                f'folder holds partition folders up to {parts[-1]}: set "partitions" to {parts[-1] + 1} in it'
+            )
         return meta
 
     def meta(self, topic: str) -> dict[str, Any]:
@@ -124,12 +174,21 @@ class TopicStore:
         lock = FileLock(os.path.join(self.root, ".topics.lock"))
         try:
             with lock.holding():
-                existing = self.read(topic)
+                self._purge_deleted()
+                existing = self._read_file(topic)
                 if existing is not None:
                     if exist_ok:
                         return existing
                     raise TopicExistsError(f"topic {topic!r} already exists under {self.root!r}")
                 path = self.topic_path(topic)
+                orphans = self._partition_folders(topic)
+                if orphans and orphans[-1] >= partitions:
+                    raise ConfigError(
+                        f"topic folder {path!r} already holds partition folders up to {orphans[-1]} (its {TOPIC_FILE} is "
+                        f"missing): create it with at least {orphans[-1] + 1} partitions to keep their records"
+                    )
+                if orphans:
+                    log.warning("restoring the missing %s of topic %r (%d partitions)", TOPIC_FILE, topic, partitions)
                 with os_errors("create topic folder", path):
                     for p in range(partitions):
                         os.makedirs(os.path.join(path, str(p)), exist_ok=True)
@@ -140,19 +199,38 @@ class TopicStore:
         return meta
 
     def delete(self, topic: str) -> None:
+        """Delete the topic, atomically: its folder is renamed away (hidden), then removed.
+
+        A crash or an error half-way through leaves a hidden ``.deleted.*`` folder, purged
+        at the next create or delete, never a topic folder without ``topic.json``. A topic
+        whose ``topic.json`` was lost can be deleted too.
+        """
         lock = FileLock(os.path.join(self.root, ".topics.lock"))
         try:
             with lock.holding():
-                if self.read(topic) is None:
+                self._purge_deleted()
+                if self._read_file(topic) is None and not self._partition_folders(topic):
                     raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}")
                 path = self.topic_path(topic)
-                os.unlink(os.path.join(path, TOPIC_FILE))
+                doomed = os.path.join(self.root, f"{_DELETED}{topic}.{uuid.uuid4().hex}")
                 with os_errors("delete topic folder", path):
-                    shutil.rmtree(path)
+                    os.rename(path, doomed)
+                fsync_dir(self.root)
+                with os_errors("delete topic folder", doomed):
+                    shutil.rmtree(doomed)
         finally:
             lock.close()
         with self._mutex:
             self._meta.pop(topic, None)
+
+    def _purge_deleted(self) -> None:
+        """Remove what deletes that died half-way left (under ``.topics.lock``: no delete is running)."""
+        with os_errors("list root folder", self.root):
+            names = os.listdir(self.root)
+        for name in names:
+            if name.startswith(_DELETED):
+                with os_errors("delete topic folder", os.path.join(self.root, name)):
+                    shutil.rmtree(os.path.join(self.root, name))
 
     def list(self) -> list[str]:
         try:

@@ -21,6 +21,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, Stri
 from .. import failpoints
 from ..client.partitioner import murmur2
 from ..client.topics import TopicStore
-from ..errors import ConfigError, UnknownTopicError
+from ..errors import ConfigError, UnknownTopicError, os_errors, storage_error
 from ..files import read_if_exists, unlink_if_exists, write_atomically
 from ..names import validate_name
 from .errors import SinkError
@@ -130,29 +131,46 @@ def _same_type(a: DataType, b: DataType) -> bool:
     return type(a) is type(b)
 
 
+@contextmanager
+def staging_errors(action: str, path: str) -> Iterator[None]:
+    """Re-raise pyarrow's and the OS's errors on staging file ``path`` as filechannel errors naming it."""
+    try:
+        yield
+    except OSError as exc:  # pyarrow's ArrowIOError is an OSError too
+        raise storage_error(exc, f"{action} staging file", path) from exc
+    except pa.ArrowException as exc:
+        raise SinkError(
+            f"cannot {action} staging file {path!r}: {exc}. It is not a whole Arrow IPC file (damaged or "
+            "truncated): the job's rows were not appended; run the job again"
+        ) from exc
+
+
 def stage(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> StagedFile:
     """In a task: write this task's rows to a staging file; nothing reaches the topic yet."""
     folder = os.path.join(spec.root, STAGING_DIR)
-    os.makedirs(folder, exist_ok=True)
+    with os_errors("create folder", folder):
+        os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{uuid.uuid4().hex}.arrow")
     rows = 0
     writer = None
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
+        with staging_errors("write", path):
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                if writer is None:
+                    writer = pa.ipc.new_file(path, batch.schema)
+                writer.write_batch(batch)
+                rows += batch.num_rows
             if writer is None:
-                writer = pa.ipc.new_file(path, batch.schema)
-            writer.write_batch(batch)
-            rows += batch.num_rows
+                return StagedFile(None, 0)
+            writer, open_writer = None, writer
+            open_writer.close()
     except BaseException:
         if writer is not None:
             writer.close()
         unlink_if_exists(path)
         raise
-    if writer is None:
-        return StagedFile(None, 0)
-    writer.close()
     return StagedFile(path, rows)
 
 
@@ -209,7 +227,7 @@ def staged_rows(spec: SinkSpec, messages: list[Any], router: Router) -> dict[tup
     for msg in messages:
         if not isinstance(msg, StagedFile) or msg.path is None:
             continue
-        with pa.memory_map(msg.path) as source:
+        with staging_errors("read", msg.path), pa.memory_map(msg.path) as source:
             table = pa.ipc.open_file(source).read_all()
         names = {n.lower(): n for n in table.column_names}
         n = table.num_rows
@@ -238,12 +256,19 @@ class SinkState:
 
     def __init__(self, root: str, sink_id: str) -> None:
         folder = os.path.join(root, SINKS_DIR)
-        os.makedirs(folder, exist_ok=True)
+        with os_errors("create folder", folder):
+            os.makedirs(folder, exist_ok=True)
         self.path = os.path.join(folder, f"{sink_id}.json")
         data = read_if_exists(self.path, "sink state")
-        state = json.loads(data) if data else {}
-        self.done: int = state.get("done", -1)
-        self.pending: dict[str, Any] | None = state.get("pending")
+        try:
+            state = json.loads(data) if data else {}
+            self.done: int = int(state.get("done", -1))
+            self.pending: dict[str, Any] | None = state.get("pending")
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise SinkError(
+                f"sink state {self.path!r} is corrupt ({exc}); restore it, or delete it and restart the query with "
+                "a new checkpoint (batches may then be appended twice)"
+            ) from None
 
     def save(self) -> None:
         write_atomically(self.path, json.dumps({"done": self.done, "pending": self.pending}).encode())
