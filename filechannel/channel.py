@@ -256,6 +256,7 @@ class FileChannel:
                 if not file_vanished(exc):
                     raise
                 refs, i = self._relisted(ref, exc)
+                active = refs[-1].base_offset if refs else None  # a roll may have come meanwhile
                 if i < len(refs) and refs[i].base_offset != ref.base_offset:
                     expected = None  # collected, with every segment before it: no hole there
                 continue

@@ -243,8 +243,14 @@ class Cursor:
         elif ref.base_offset == offset:
             start_offset, start_pos = offset, SEGMENT_HEADER_SIZE
         else:
-            idx = self._log.sealed_offset_index(ref) if end is not None else self._log.load_offset_index(ref.base_offset)
-            start_offset, start_pos = idx.lookup(offset)
+            try:
+                idx = self._log.sealed_offset_index(ref) if end is not None else self._log.load_offset_index(ref.base_offset)
+                start_offset, start_pos = idx.lookup(offset)
+            except (OSError, FileChannelError) as exc:
+                if not file_vanished(exc):
+                    raise
+                # Compressed meanwhile (its index went with it): scan the open file from its start.
+                start_offset, start_pos = ref.base_offset, SEGMENT_HEADER_SIZE
         self._buf, self._bpos, self._pos = b"", 0, start_pos
         self.offset = start_offset
 

@@ -74,7 +74,8 @@ class Receiver:
 
         ``timeout`` None or ``inf`` waits for ever; a negative or NaN one raises :class:`ConfigError`.
         """
-        timeout = _checked_timeout(timeout)
+        if timeout is not None:  # checked on every call; the common None costs one comparison
+            timeout = _checked_timeout(timeout)
         try:
             return next(self._rest)
         except StopIteration:
@@ -92,7 +93,8 @@ class Receiver:
         ``timeout=0`` never waits; None or ``inf`` waits for ever.
         """
         _checked_count(max_records, "max_records")
-        timeout = _checked_timeout(timeout)
+        if timeout is not None:
+            timeout = _checked_timeout(timeout)
         if length_hint(self._rest):
             return list(islice(self._rest, max_records))
         return self._wait(max_records, timeout)
