@@ -53,7 +53,7 @@ from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE, Record,
 from .segment import SEGMENT_HEADER_SIZE
 
 READ_CHUNK = 256 * 1024
-_RESYNC_CHUNK = 1 << 20
+_RESYNC_CHUNK = 256 * 1024
 
 
 def file_vanished(exc: BaseException) -> bool:
@@ -65,15 +65,36 @@ def file_vanished(exc: BaseException) -> bool:
     return isinstance(exc, FileNotFoundError) or (isinstance(exc, StorageError) and exc.errno == errno.ENOENT)
 
 
-def _valid_frame_after(fd: int, path: str, position: int, size: int) -> int | None:
-    """The file position of the first valid frame starting after ``position``, if any.
+def _whole_frame_at(fd: int, path: str, at: int, size: int) -> bool:
+    """Whether a valid frame starts at file position ``at``: its length is at least a record
+    prefix and fits before ``size``, its CRC-32C matches, and its record decodes."""
+    with os_errors("read", path):
+        head = os.pread(fd, FRAME_HEADER_SIZE, at)
+    if len(head) < FRAME_HEADER_SIZE:
+        return False
+    length, crc = FRAME_HEADER.unpack(head)
+    if not RECORD_PREFIX_SIZE <= length <= min(MAX_FRAME_PAYLOAD, size - at - FRAME_HEADER_SIZE):
+        return False
+    with os_errors("read", path):
+        payload = os.pread(fd, length, at + FRAME_HEADER_SIZE)
+    if len(payload) != length or crc32c(payload) != crc:
+        return False
+    try:
+        decode_payload(payload, 0)
+    except CorruptRecordError:
+        return False
+    return True
 
-    A valid frame: its length is at least a record prefix and fits before ``size``, its
-    CRC-32C matches, and its record decodes. Run only on the damage path (a bad or partial
-    frame at the end of the active segment), never per record: a bad frame with a valid one
-    after it is corruption, one with nothing valid after it may be a torn tail.
-    Candidates are picked out by their length field first (a C-speed unpack of each chunk
-    at the four alignments), so only a few CRCs are computed.
+
+def _valid_frame_after(fd: int, path: str, position: int, size: int) -> int | None:
+    """The file position of the first valid frame (:func:`_whole_frame_at`) starting after
+    ``position`` and ending by ``size``, if any.
+
+    Run only on the damage path (a bad or partial frame at the end of the active segment),
+    never per record: a bad frame with a valid one after it is corruption, one with nothing
+    valid after it may be a torn tail. Candidates are picked out by their length field
+    first (a C-speed unpack of each chunk at the four alignments, 256 KiB at a time), so
+    only a few are read whole and CRC-checked.
     """
     start = position + 1
     lo = RECORD_PREFIX_SIZE
@@ -91,23 +112,8 @@ def _valid_frame_after(fd: int, path: str, position: int, size: int) -> int | No
         for p in sorted(candidates):
             if p >= span:
                 break
-            length, crc = FRAME_HEADER.unpack_from(buf, p)
-            at = start + p
-            if at + FRAME_HEADER_SIZE + length > size:
-                continue
-            body = p + FRAME_HEADER_SIZE
-            if body + length <= len(buf):
-                payload: bytes = buf[body : body + length]
-            else:
-                with os_errors("read", path):
-                    payload = os.pread(fd, length, at + FRAME_HEADER_SIZE)
-            if len(payload) != length or crc32c(payload) != crc:
-                continue
-            try:
-                decode_payload(payload, 0)
-            except CorruptRecordError:
-                continue
-            return at
+            if _whole_frame_at(fd, path, start + p, size):
+                return start + p
         start += span
     return None
 
@@ -346,6 +352,8 @@ class Cursor:
         if found is None:
             self._tail_seen = (self._pos, size)
             return
+        if _whole_frame_at(source.fd, source.ref.path, self._pos, source.size()):
+            return  # a writer just completed it (its bytes were landing): the next read decodes it
         raise self._corrupt(
             source, f"the frame there is damaged and a valid frame follows at byte {found}, so it is not a torn tail"
         )
@@ -387,6 +395,11 @@ class Cursor:
                 raise CorruptRecordError(
                     f"segment {source.ref.path!r} ends with {left} bytes of a partial frame at byte {self._pos} "
                     f"(offset {self.offset}, segment end {self._end}); restore it from a copy or delete it"
+                )
+            if isinstance(source, _CompressedSource):
+                raise CorruptRecordError(
+                    f"compressed segment {source.ref.path!r} holds records up to offset {self.offset}, but its "
+                    f"table says up to {self._end}; restore it from a copy"
                 )
             raise self._hole(self.offset, self._end, source.ref)
         ref, end = self._log.locate(self.offset)
