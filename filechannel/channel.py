@@ -33,7 +33,7 @@ from .names import validate_name
 from .position import PositionStore
 from .readahead import BlockReadahead
 from .receiver import AckReceiver, Receiver
-from .record import Record, decode_records
+from .record import Record, checked_timestamp, decode_records
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, read_segment_header
 from .sender import Sender
 from .wakeup import Wakeup
@@ -141,8 +141,10 @@ class FileChannel:
         Uses the time indexes: a bisect per segment and a short scan, never a full scan.
         A segment compressed or collected while it is looked at is normal on a live
         channel: the folder is listed again and the search goes on with the ``.seg.z`` that
-        replaced it, or past what garbage collection deleted.
+        replaced it, or past what garbage collection deleted. A timestamp that is not an
+        int of 64 bits raises :class:`~filechannel.errors.RecordTypeError`.
         """
+        timestamp_ms = checked_timestamp(timestamp_ms)
         refs = self._log.list_segments()
         i = 0
         while i < len(refs):

@@ -429,6 +429,17 @@ def test_bad_counts_and_offsets_raise_our_errors(tmp_path, bad):
                 rx.seek(bad)
 
 
+@pytest.mark.parametrize("bad", ["yesterday", 1.5, None, 2**63])
+def test_offset_for_time_rejects_what_is_not_a_timestamp(tmp_path, bad):
+    with FileChannel(tmp_path, maintenance_interval=0) as ch:
+        s = ch.sender()
+        s.send(b"a", timestamp=1000)
+        s.flush()
+        with pytest.raises(FileChannelError):
+            ch.offset_for_time(bad)
+        assert ch.offset_for_time(999) == 0 and ch.offset_for_time(1001) is None
+
+
 # -- 7. quiet on a normal close ------------------------------------------------------------
 
 QUIET = """
