@@ -17,7 +17,7 @@ from collections.abc import Callable
 from .appender import Appender
 from .compressed import CompressedSegment
 from .config import ChannelConfig
-from .cursor import Cursor, _valid_frame_after, file_vanished
+from .cursor import Cursor, _valid_frame_after, _whole_frame_at, file_vanished
 from .errors import (
     ChannelClosedError,
     ConfigError,
@@ -328,10 +328,12 @@ class FileChannel:
             if scanner.stop != "end" and (sealed or scanner.stop == "invalid"):
                 raise scanner.corrupt_error(header.base_offset)
             if scanner.stop != "end":
-                # The active segment ends in a partial frame: torn, or still being written,
-                # unless a valid frame follows it (then it is damage inside the log).
+                # The active segment ends in a partial frame: torn, or still being written
+                # (then it is whole by now), unless a valid frame follows it: damage in the log.
                 found = _valid_frame_after(fd, ref.path, scanner.end_position, size)
-                if found is not None:
+                with os_errors("stat", ref.path):
+                    now = os.fstat(fd).st_size
+                if found is not None and not _whole_frame_at(fd, ref.path, scanner.end_position, now):
                     raise CorruptRecordError(
                         f"segment file {ref.path!r} has a damaged frame at byte {scanner.end_position} "
                         f"(offset {scanner.end_offset}) followed by a valid frame at byte {found}: the records "

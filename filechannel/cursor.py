@@ -35,6 +35,7 @@ import errno
 import os
 import struct
 import threading
+import time
 
 from crc32c import crc32c
 
@@ -54,6 +55,7 @@ from .segment import SEGMENT_HEADER_SIZE
 
 READ_CHUNK = 256 * 1024
 _RESYNC_CHUNK = 256 * 1024
+_RELIST_INTERVAL = 1.0  # seconds: how often a reader waiting at a segment's end lists the folder
 
 
 def file_vanished(exc: BaseException) -> bool:
@@ -190,6 +192,7 @@ class Cursor:
         self._bpos = 0
         self._pos = 0  # segment position of _buf[_bpos]
         self._tail_seen: tuple[int, int] | None = None  # (position, file size) of a bad tail found alone
+        self._listed_at = -_RELIST_INTERVAL  # when _find_seal last listed the folder (monotonic)
         self.offset = offset  # the next offset this cursor delivers
         self.seek(offset)
 
@@ -320,7 +323,7 @@ class Cursor:
         length = FRAME_HEADER.unpack_from(self._buf, self._bpos)[0]
         frame_end = self._pos + FRAME_HEADER_SIZE + length
         if isinstance(source, _RawSource) and self._end is None and frame_end >= source.size():
-            self._log_is_sealed_past(source)
+            self._find_seal(source, relist=True)
             if self._end is None:
                 self._check_tail(source)
                 self._buf, self._bpos = b"", 0  # maybe a frame a dead writer tore; recovery trims it
@@ -333,9 +336,21 @@ class Cursor:
             "Run `filechannel check` to list the damage; restore the segment or seek past it"
         )
 
-    def _log_is_sealed_past(self, source: _RawSource) -> None:
-        """Set ``_end`` if a later segment exists (then ``source`` is sealed: its records end
-        where the next segment begins). Lists the folder: only when a read found nothing new."""
+    def _find_seal(self, source: _RawSource, relist: bool) -> None:
+        """Set ``_end`` if ``source`` is sealed: its records end where the next segment begins.
+
+        Two stats find the next segment where this one's read ends (a roll). A hole after
+        this segment, or garbage collection having deleted it, shows only in a listing of
+        the folder, which costs more on a folder of many segments: it is done when
+        ``relist`` (the damage path) or at most once per ``_RELIST_INTERVAL`` of waiting.
+        """
+        if self.offset != source.ref.base_offset and self._log.next_segment(self.offset) is not None:
+            self._end = self.offset
+            return
+        now = time.monotonic()
+        if not relist and now - self._listed_at < _RELIST_INTERVAL:
+            return
+        self._listed_at = now
         for ref in self._log.list_segments():
             if ref.base_offset > source.ref.base_offset:
                 self._end = ref.base_offset
@@ -377,8 +392,8 @@ class Cursor:
         # Nothing new in this segment. Is it sealed?
         if self._end is None:
             assert isinstance(source, _RawSource)  # a compressed segment's end is known at once
-            self._log_is_sealed_past(source)
-            if self._end is None:  # the active segment: wait for more
+            self._find_seal(source, relist=False)
+            if self._end is None:  # the active segment (as far as we know): wait for more
                 if left:
                     self._check_tail(source)
                 self._buf, self._bpos = b"", 0

@@ -137,6 +137,30 @@ def test_a_reader_seeking_into_a_hole_gets_the_error(tmp_path, compression):
         ch.close()
 
 
+def test_a_reader_waiting_at_the_end_of_a_segment_finds_a_hole_after_it(tmp_path):
+    """The segment was the active one when the reader reached its end; then rolls came, and
+    the segment right after it was lost: the waiting reader raises instead of waiting for ever."""
+    with FileChannel(tmp_path, **SMALL, compression="none") as ch:
+        s = ch.sender()
+        s.send_many(values(10))
+        s.flush()
+        rx = ch.receiver()
+        assert len(rx.recv_many(100, timeout=0)) == 10
+        assert rx.recv_many(100, timeout=0) == []  # at the end of the active segment: waits
+        vals = values(400)
+        for i in range(0, len(vals), 10):
+            s.send_many(vals[i : i + 10])
+        s.flush()
+        segs = bases(tmp_path)
+        assert segs[0] == 0 and len(segs) >= 3
+        remove_segment(tmp_path, segs[1])
+        got = []
+        with pytest.raises(MissingSegmentError, match=f"offsets {segs[1]} to {segs[2] - 1} are missing"):
+            for _ in range(20):
+                got.extend(rx.recv_many(100, timeout=3))
+        assert [r.offset for r in got] == list(range(10, segs[1]))  # the rest of the segment, then the error
+
+
 def test_check_and_readers_pass_a_whole_log(tmp_path):
     ch, vals = fill(tmp_path)
     try:
