@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 import time
 from collections.abc import Iterator
 from itertools import islice
@@ -25,15 +26,24 @@ def _checked_timeout(timeout: float | None) -> float | None:
     negative, NaN or non-number timeout, which would otherwise hang or fail later."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout < 0:
-        raise ConfigError(f"timeout must be None or a number of seconds >= 0 (inf waits for ever), not {timeout!r}")
-    return None if math.isinf(timeout) else float(timeout)
+    if (type(timeout) is float or type(timeout) is int) and timeout >= 0:  # NaN fails ">= 0"
+        return None if timeout == math.inf else timeout
+    if not isinstance(timeout, bool) and isinstance(timeout, (int, float)) and timeout >= 0:
+        return None if timeout == math.inf else float(timeout)
+    raise ConfigError(f"timeout must be None or a number of seconds >= 0 (inf waits for ever), not {timeout!r}")
 
 
 def _checked_count(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """``value`` as an int >= 1 (anything with ``__index__`` but a bool), else ConfigError."""
+    if type(value) is int and value >= 1:
+        return value
+    try:
+        n = operator.index(value)  # type: ignore[call-overload]
+    except TypeError:
+        n = 0
+    if isinstance(value, bool) or n < 1:
         raise ConfigError(f"{what} must be an int >= 1, not {value!r}")
-    return value
+    return n
 
 
 class Receiver:
@@ -72,15 +82,15 @@ class Receiver:
     def recv(self, timeout: float | None = None) -> Record:
         """The next record; waits for one. Raises :class:`Timeout` if none came in ``timeout`` s.
 
-        ``timeout`` None or ``inf`` waits for ever; a negative or NaN one raises :class:`ConfigError`.
+        ``timeout`` None or ``inf`` waits for ever; a negative or NaN one raises :class:`ConfigError`
+        whenever the call reads (not when it hands out a record of the batch it already read:
+        that path costs nothing per record).
         """
-        if timeout is not None:  # checked on every call; the common None costs one comparison
-            timeout = _checked_timeout(timeout)
         try:
-            return next(self._rest)
+            return next(self._rest)  # the per-record path: nothing else on it
         except StopIteration:
             pass
-        got = self._wait(_BATCH, timeout)
+        got = self._wait(_BATCH, _checked_timeout(timeout))
         if not got:
             raise Timeout(f"no record arrived within {timeout} s at offset {self.position} of {self._channel.path!r}")
         self._batch = got
@@ -92,9 +102,8 @@ class Receiver:
 
         ``timeout=0`` never waits; None or ``inf`` waits for ever.
         """
-        _checked_count(max_records, "max_records")
-        if timeout is not None:
-            timeout = _checked_timeout(timeout)
+        max_records = _checked_count(max_records, "max_records")
+        timeout = _checked_timeout(timeout)
         if length_hint(self._rest):
             return list(islice(self._rest, max_records))
         return self._wait(max_records, timeout)
@@ -162,7 +171,7 @@ class AckReceiver(Receiver):
 
     def ack(self, n: int = 1) -> None:
         """Acknowledge the next ``n`` delivered records (durably)."""
-        _checked_count(n, "n")
+        n = _checked_count(n, "n")
         self._check_open()
         delivered = self.position
         if self._acked + n > delivered:
