@@ -7,6 +7,7 @@ processes may open the same folder at once, to send, receive, or both.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
@@ -16,15 +17,23 @@ from collections.abc import Callable
 from .appender import Appender
 from .compressed import CompressedSegment
 from .config import ChannelConfig
-from .cursor import Cursor
-from .errors import ChannelClosedError, ConfigError, CorruptRecordError, OffsetOutOfRangeError, os_errors
+from .cursor import Cursor, _valid_frame_after, _whole_frame_at, file_vanished
+from .errors import (
+    ChannelClosedError,
+    ConfigError,
+    CorruptRecordError,
+    FileChannelError,
+    MissingSegmentError,
+    OffsetOutOfRangeError,
+    os_errors,
+)
 from .files import folder_bytes
 from .log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from .names import validate_name
 from .position import PositionStore
 from .readahead import BlockReadahead
 from .receiver import AckReceiver, Receiver
-from .record import Record, decode_records
+from .record import Record, checked_timestamp, decode_records
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, read_segment_header
 from .sender import Sender
 from .wakeup import Wakeup
@@ -130,30 +139,57 @@ class FileChannel:
         """The first offset whose record has a timestamp >= ``timestamp_ms``; None if none yet.
 
         Uses the time indexes: a bisect per segment and a short scan, never a full scan.
+        A segment compressed or collected while it is looked at is normal on a live
+        channel: the folder is listed again and the search goes on with the ``.seg.z`` that
+        replaced it, or past what garbage collection deleted. A timestamp that is not an
+        int of 64 bits raises :class:`~filechannel.errors.RecordTypeError`.
         """
+        timestamp_ms = checked_timestamp(timestamp_ms)
         refs = self._log.list_segments()
-        for i, ref in enumerate(refs):
-            start = self._log.time_start(ref, timestamp_ms)
-            if start is None:
-                continue
+        i = 0
+        while i < len(refs):
+            ref = refs[i]
             segment_end = refs[i + 1].base_offset if i + 1 < len(refs) else None
             try:
-                cursor = Cursor(self._log, start)
-            except OffsetOutOfRangeError:
-                continue  # collected meanwhile: later segments may still hold it
-            try:
-                while batch := cursor.read(4096):
-                    for rec in batch:
-                        if segment_end is not None and rec.offset >= segment_end:
-                            break
-                        if rec.timestamp >= timestamp_ms:
-                            return rec.offset
-                    else:
-                        continue
-                    break
-            finally:
-                cursor.close()
+                found = self._time_in_segment(ref, segment_end, timestamp_ms)
+            except (OSError, FileChannelError) as exc:
+                if not file_vanished(exc):
+                    raise
+                refs, i = self._relisted(ref, exc)
+                continue
+            if found is not None:
+                return found
+            i += 1
         return None
+
+    def _time_in_segment(self, ref: SegmentRef, segment_end: int | None, timestamp_ms: int) -> int | None:
+        start = self._log.time_start(ref, timestamp_ms)
+        if start is None:
+            return None
+        try:
+            cursor = Cursor(self._log, start)
+        except OffsetOutOfRangeError:
+            return None  # collected meanwhile: later segments may still hold it
+        try:
+            while batch := cursor.read(4096):
+                for rec in batch:
+                    if segment_end is not None and rec.offset >= segment_end:
+                        return None
+                    if rec.timestamp >= timestamp_ms:
+                        return rec.offset
+        finally:
+            cursor.close()
+        return None
+
+    def _relisted(self, ref: SegmentRef, exc: BaseException) -> tuple[list[SegmentRef], int]:
+        """After ``ref`` vanished: the new listing, and where to go on in it (at the ``.seg.z``
+        that replaced it, or at the first segment after it if garbage collection deleted it).
+        Re-raises ``exc`` if ``ref`` is listed unchanged: then it did not vanish by maintenance."""
+        refs = self._log.list_segments()
+        i = bisect.bisect_left([r.base_offset for r in refs], ref.base_offset)
+        if i < len(refs) and refs[i] == ref:
+            raise exc
+        return refs, i
 
     @property
     def size_bytes(self) -> int:
@@ -199,29 +235,56 @@ class FileChannel:
         """Verify the CRC of every record in every segment; return how many there are.
 
         Raises :class:`CorruptRecordError` naming the file, byte and offset of the first bad
-        record. ``progress(done_bytes, total_bytes)`` is called as segments are read.
+        record (in the active segment too: a bad or partial last frame followed by a valid
+        frame is corruption, not a torn tail), and :class:`MissingSegmentError` naming the
+        missing offsets when a segment does not begin where the one before it ended.
+        Modifies no file. Segments compressed or collected while it runs are normal on a
+        live channel: it checks the ``.seg.z`` that replaced a ``.seg``, and skips what
+        garbage collection deleted. ``progress(done_bytes, total_bytes)`` is called as
+        segments are read.
         """
         self._check_open()
         refs = self._log.list_segments()
         total = sum(self._log.segment_bytes_on_disk(r) for r in refs)
         done = count = 0
-        for i, ref in enumerate(refs):
+        active = refs[-1].base_offset if refs else None
+        expected: int | None = None  # where the records of the segment checked before end
+        i = 0
+        while i < len(refs):
+            ref = refs[i]
             try:
-                count += self._check_segment(ref, sealed=i < len(refs) - 1)
-            except FileNotFoundError:
-                continue  # collected while we checked
+                n = self._check_segment(ref, sealed=ref.base_offset != active)
+            except (OSError, FileChannelError) as exc:
+                if not file_vanished(exc):
+                    raise
+                refs, i = self._relisted(ref, exc)
+                active = refs[-1].base_offset if refs else None  # a roll may have come meanwhile
+                if i < len(refs) and refs[i].base_offset != ref.base_offset:
+                    expected = None  # collected, with every segment before it: no hole there
+                continue
+            if expected is not None and ref.base_offset != expected:
+                raise MissingSegmentError(
+                    f"offsets {expected} to {ref.base_offset - 1} are missing from channel {self.path!r}: "
+                    f"no segment begins at {expected}, where the one before {os.path.basename(ref.path)!r} "
+                    "ends (a segment file was deleted or lost); restore it from a copy"
+                )
+            expected = ref.base_offset + n
+            count += n
             done += self._log.segment_bytes_on_disk(ref)
             if progress is not None:
                 progress(done, total)
+            i += 1
         return count
 
     def _check_segment(self, ref: SegmentRef, sealed: bool) -> int:
+        """Check every frame of one segment; return its number of records."""
         if ref.compressed:
             seg = CompressedSegment.open(ref.path)
             blocks = BlockReadahead(seg)
             try:
+                info = seg.info
                 n = 0
-                for i, block in enumerate(seg.info.blocks):
+                for i, block in enumerate(info.blocks):
                     out: list[Record] = []
                     data = blocks.block(i)
                     try:
@@ -235,7 +298,18 @@ class FileChannel:
                             f"compressed segment {ref.path!r}: block {i} ends in a partial frame "
                             f"at offset {block.first_offset + got}"
                         )
+                    following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
+                    if block.first_offset + got != following:
+                        raise CorruptRecordError(
+                            f"compressed segment {ref.path!r}: block {i} holds offsets {block.first_offset} to "
+                            f"{block.first_offset + got - 1}, but the next block or the segment's end is at {following}"
+                        )
                     n += got
+                if info.base_offset != ref.base_offset:
+                    raise CorruptRecordError(
+                        f"compressed segment {ref.path!r} says its base offset is {info.base_offset}, not the "
+                        f"{ref.base_offset} of its name; restore it from a copy"
+                    )
                 return n
             finally:
                 blocks.close()
@@ -243,12 +317,28 @@ class FileChannel:
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
+            with os_errors("stat", ref.path):
+                size = os.fstat(fd).st_size
+            if size < SEGMENT_HEADER_SIZE and not sealed:
+                return 0  # the active segment as a roll creates it, before its header is written
             header = read_segment_header(fd, ref.path)
             scanner = FrameScanner(fd, ref.path, SEGMENT_HEADER_SIZE, header.base_offset, MAX_FRAME_PAYLOAD)
             scanner.scan()
             n = scanner.end_offset - header.base_offset
             if scanner.stop != "end" and (sealed or scanner.stop == "invalid"):
                 raise scanner.corrupt_error(header.base_offset)
+            if scanner.stop != "end":
+                # The active segment ends in a partial frame: torn, or still being written
+                # (then it is whole by now), unless a valid frame follows it: damage in the log.
+                found = _valid_frame_after(fd, ref.path, scanner.end_position, size)
+                with os_errors("stat", ref.path):
+                    now = os.fstat(fd).st_size
+                if found is not None and not _whole_frame_at(fd, ref.path, scanner.end_position, now):
+                    raise CorruptRecordError(
+                        f"segment file {ref.path!r} has a damaged frame at byte {scanner.end_position} "
+                        f"(offset {scanner.end_offset}) followed by a valid frame at byte {found}: the records "
+                        "from that offset on cannot be read; restore the file from a copy"
+                    )
             return n
         finally:
             os.close(fd)

@@ -40,7 +40,7 @@ from functools import cached_property
 import zstandard
 from crc32c import crc32c
 
-from .errors import CorruptRecordError, os_errors
+from .errors import ChannelClosedError, CorruptRecordError, os_errors
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, read_segment_header
 
 Z_MAGIC = b"FCHZ"
@@ -187,7 +187,11 @@ def decode_table(data: bytes, path: str) -> CompressedInfo:
     """Parse the header and block table from the first bytes of a ``.seg.z`` file.
 
     ``data`` must hold at least the header; raises :class:`CorruptRecordError` if the
-    magic, version or table CRC is wrong, or if ``data`` is too short for the table.
+    magic, version or table CRC is wrong, if ``data`` is too short for the table, or if
+    the table is not one a writer makes: blocks back to back after the table, raw
+    positions back to back up to the raw size, first offsets increasing from the base
+    offset and below the end offset. (A block past the end of a truncated file is found
+    when it is read, so the blocks before it stay readable.)
     """
     if len(data) < Z_HEADER.size:
         raise CorruptRecordError(f"compressed segment {path!r} is shorter than its header")
@@ -196,12 +200,40 @@ def decode_table(data: bytes, path: str) -> CompressedInfo:
         raise CorruptRecordError(f"compressed segment {path!r} has a bad magic, version or method")
     table_end = Z_HEADER.size + Z_BLOCK.size * count
     if len(data) < table_end + _CRC.size:
-        raise CorruptRecordError(f"compressed segment {path!r} is shorter than its block table")
+        raise CorruptRecordError(f"compressed segment {path!r} is shorter than its block table ({count} blocks)")
     (crc,) = _CRC.unpack_from(data, table_end)
     if crc32c(memoryview(data)[:table_end]) != crc:
         raise CorruptRecordError(f"compressed segment {path!r}: the CRC-32C of its header and block table does not match")
     blocks = tuple(Block(*Z_BLOCK.unpack_from(data, Z_HEADER.size + i * Z_BLOCK.size)) for i in range(count))
-    return CompressedInfo(seg_id, base, end, created, max_ts, raw_size, blocks)
+    info = CompressedInfo(seg_id, base, end, created, max_ts, raw_size, blocks)
+    _check_table(info, path)
+    return info
+
+
+def _check_table(info: CompressedInfo, path: str) -> None:
+    """Raise :class:`CorruptRecordError` unless the table is consistent (see :func:`decode_table`)."""
+    file_pos, raw_pos, first = info.table_size, 0, info.base_offset
+    bad = None
+    if info.end_offset < info.base_offset:
+        bad = f"its end offset {info.end_offset} is below its base offset {info.base_offset}"
+    for i, b in enumerate(info.blocks):
+        if bad is not None:
+            break
+        if b.file_position != file_pos or b.compressed_length < 1:
+            bad = f"block {i} ({b.compressed_length} bytes at byte {b.file_position}) is not where the file's blocks go"
+        elif b.raw_position != raw_pos or b.raw_length < 1 or raw_pos + b.raw_length > info.raw_size:
+            bad = f"block {i} ({b.raw_length} raw bytes at raw byte {b.raw_position}) does not fit its raw size {info.raw_size}"
+        elif not first <= b.first_offset < info.end_offset or (i == 0 and b.first_offset != info.base_offset):
+            bad = f"block {i} starts at offset {b.first_offset}, out of order or outside {info.base_offset}-{info.end_offset}"
+        file_pos += b.compressed_length
+        raw_pos += b.raw_length
+        first = b.first_offset + 1
+    if bad is None and raw_pos != info.raw_size:
+        bad = f"its blocks hold {raw_pos} raw bytes, not the {info.raw_size} its header says"
+    if bad is None and not info.blocks and info.end_offset != info.base_offset:
+        bad = f"it has no block but offsets {info.base_offset} to {info.end_offset}"
+    if bad is not None:
+        raise CorruptRecordError(f"compressed segment {path!r} is corrupt: {bad}; restore it from a copy")
 
 
 def table_length(header: bytes) -> int:
@@ -228,36 +260,67 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 class CompressedSegment:
     """Random access to a ``.seg.z`` file through an open descriptor.
 
-    ``read_block`` is safe on any thread (each has its own decompressor). Readahead jobs
-    read through ``fd`` too, so close a segment only after its ``BlockReadahead``.
+    ``read_block`` is safe on any thread (each has its own decompressor), and against a
+    concurrent ``close`` (it then raises :class:`ChannelClosedError`; ``close`` is
+    idempotent and never closes the descriptor twice). Readahead jobs read through ``fd``
+    too, so close a segment only after its ``BlockReadahead``.
     """
 
-    def __init__(self, fd: int, path: str, info: CompressedInfo) -> None:
+    def __init__(self, fd: int, path: str, info: CompressedInfo, size: int) -> None:
         self.fd = fd
         self.path = path
         self.info = info
+        self.size = size  # a .seg.z never changes once renamed into place
+        self._lock = threading.Lock()  # read_block's pread against close
 
     @classmethod
     def open(cls, path: str) -> CompressedSegment:
+        """Open ``path`` and read its table, checked against the file's size before any
+        count or length from it sizes a read."""
         with os_errors("open compressed segment", path):
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            head = os.pread(fd, Z_HEADER.size, 0)
+            with os_errors("read", path):
+                size = os.fstat(fd).st_size
+                head = os.pread(fd, Z_HEADER.size, 0)
             if len(head) < Z_HEADER.size:
                 raise CorruptRecordError(f"compressed segment {path!r} is shorter than its header")
-            data = os.pread(fd, table_length(head), 0)
+            length = table_length(head)
+            if length > size:
+                raise CorruptRecordError(
+                    f"compressed segment {path!r}: its header's block count needs a {length}-byte table "
+                    f"but the file has {size} bytes; restore it from a copy"
+                )
+            with os_errors("read", path):
+                data = os.pread(fd, length, 0)
             info = decode_table(data, path)
         except BaseException:
             os.close(fd)
             raise
-        return cls(fd, path, info)
+        return cls(fd, path, info, size)
+
+    def fits(self, i: int) -> bool:
+        """Whether block ``i`` lies inside the file (not past the end of a truncated one):
+        checked before its compressed length sizes a read."""
+        b = self.info.blocks[i]
+        return b.file_position + b.compressed_length <= self.size
+
+    @staticmethod
+    def cut_short() -> BlockData:
+        """The fetch of a block that does not fit in the file (see :meth:`block_result`)."""
+        raise ValueError("the file ends inside the block")
 
     def read_block(self, i: int) -> bytes:
         """Decompress block ``i`` on this thread: whole frames, exactly as in the raw segment."""
         b = self.info.blocks[i]
 
         def fetch() -> bytes:
-            body = os.pread(self.fd, b.compressed_length, b.file_position)
+            if not self.fits(i):
+                self.cut_short()
+            with self._lock:
+                if self.fd < 0:
+                    raise ChannelClosedError(f"compressed segment {self.path!r} was closed by another thread")
+                body = os.pread(self.fd, b.compressed_length, b.file_position)
             try:
                 return _decompressor().decompress(body, max_output_size=b.raw_length)
             except zstandard.ZstdError as exc:
@@ -283,7 +346,10 @@ class CompressedSegment:
         return raw
 
     def close(self) -> None:
-        os.close(self.fd)
+        with self._lock:
+            fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 def header_of(info: CompressedInfo) -> SegmentHeader:

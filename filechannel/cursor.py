@@ -12,24 +12,112 @@ too, so that its first blocks decompress ahead (readahead.py). The cursor holds 
 segment's file open, so a segment deleted or compressed under it stays readable until
 the cursor moves on.
 
+Offsets are contiguous across segments: a segment's records end exactly where the next
+segment begins. A cursor that finds no segment where the previous one ended while a
+later one exists (a hole: a segment file deleted or lost) raises
+:class:`MissingSegmentError` naming the missing offsets; it never goes back.
+
 A read that meets damage (a bad frame, a block that does not decompress, a segment that
-cannot be opened) returns the records before it, and the next read raises: nothing is
-skipped, nothing already decoded is lost. Not thread-safe.
+cannot be opened, a hole) returns the records before it, and the next read raises:
+nothing is skipped, nothing already decoded is lost. A bad or partial last frame of the
+active segment may be a frame a writer is still writing or a dead writer tore, and is
+waited on, unless a valid frame follows it (a forward scan, run only then): that is
+corruption, and raises.
+
+One thread reads at a time; :meth:`Cursor.close` may be called from any thread at any
+moment: a read in progress finishes first, and later reads raise
+:class:`ChannelClosedError`.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import struct
+import threading
+import time
+
+from crc32c import crc32c
 
 from .compressed import BlockData, CompressedSegment
-from .errors import CorruptRecordError, FileChannelError, StorageError, os_errors
-from .log import Log, SegmentRef
+from .errors import (
+    ChannelClosedError,
+    CorruptRecordError,
+    FileChannelError,
+    MissingSegmentError,
+    StorageError,
+    os_errors,
+)
+from .log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from .readahead import READAHEAD_BLOCKS, BlockReadahead
-from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records
+from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE, Record, decode_payload, decode_records
 from .segment import SEGMENT_HEADER_SIZE
 
 READ_CHUNK = 256 * 1024
+_RESYNC_CHUNK = 256 * 1024
+_RELIST_INTERVAL = 1.0  # seconds: how often a reader waiting at a segment's end lists the folder
+
+
+def file_vanished(exc: BaseException) -> bool:
+    """Whether ``exc`` says a file does not exist (bare, or wrapped as a :class:`StorageError`).
+
+    Compression replaces a ``.seg`` by a ``.seg.z`` and garbage collection deletes sealed
+    segments at any moment, so code that lists and then opens segments meets this normally.
+    """
+    return isinstance(exc, FileNotFoundError) or (isinstance(exc, StorageError) and exc.errno == errno.ENOENT)
+
+
+def _whole_frame_at(fd: int, path: str, at: int, size: int) -> bool:
+    """Whether a valid frame starts at file position ``at``: its length is at least a record
+    prefix and fits before ``size``, its CRC-32C matches, and its record decodes."""
+    with os_errors("read", path):
+        head = os.pread(fd, FRAME_HEADER_SIZE, at)
+    if len(head) < FRAME_HEADER_SIZE:
+        return False
+    length, crc = FRAME_HEADER.unpack(head)
+    if not RECORD_PREFIX_SIZE <= length <= min(MAX_FRAME_PAYLOAD, size - at - FRAME_HEADER_SIZE):
+        return False
+    with os_errors("read", path):
+        payload = os.pread(fd, length, at + FRAME_HEADER_SIZE)
+    if len(payload) != length or crc32c(payload) != crc:
+        return False
+    try:
+        decode_payload(payload, 0)
+    except CorruptRecordError:
+        return False
+    return True
+
+
+def _valid_frame_after(fd: int, path: str, position: int, size: int) -> int | None:
+    """The file position of the first valid frame (:func:`_whole_frame_at`) starting after
+    ``position`` and ending by ``size``, if any.
+
+    Run only on the damage path (a bad or partial frame at the end of the active segment),
+    never per record: a bad frame with a valid one after it is corruption, one with nothing
+    valid after it may be a torn tail. Candidates are picked out by their length field
+    first (a C-speed unpack of each chunk at the four alignments, 256 KiB at a time), so
+    only a few are read whole and CRC-checked.
+    """
+    start = position + 1
+    lo = RECORD_PREFIX_SIZE
+    while start + FRAME_HEADER_SIZE + lo <= size:
+        with os_errors("read", path):
+            buf = os.pread(fd, min(_RESYNC_CHUNK + FRAME_HEADER_SIZE, size - start), start)
+        span = min(_RESYNC_CHUNK, len(buf) - FRAME_HEADER_SIZE + 1)
+        if span <= 0:
+            return None
+        hi = min(MAX_FRAME_PAYLOAD, size - start - FRAME_HEADER_SIZE)
+        candidates: list[int] = []
+        for k in range(4):
+            lengths = struct.unpack_from(f"<{(len(buf) - k) // 4}I", buf, k)
+            candidates.extend(k + 4 * i for i, length in enumerate(lengths) if lo <= length <= hi)
+        for p in sorted(candidates):
+            if p >= span:
+                break
+            if _whole_frame_at(fd, path, start + p, size):
+                return start + p
+        start += span
+    return None
 
 
 class _RawSource:
@@ -43,10 +131,13 @@ class _RawSource:
             return os.pread(self.fd, size, position), 0
 
     def size(self) -> int:
-        return os.fstat(self.fd).st_size
+        with os_errors("stat", self.ref.path):
+            return os.fstat(self.fd).st_size
 
     def close(self) -> None:
-        os.close(self.fd)
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 class _CompressedSource:
@@ -92,12 +183,16 @@ class Cursor:
 
     def __init__(self, log: Log, offset: int) -> None:
         self._log = log
+        self._lock = threading.Lock()  # held by read, seek and close: close waits for a read
+        self._closed = False
         self._source: _RawSource | _CompressedSource | None = None
         self._next: _CompressedSource | None = None  # the next segment, read ahead (see _fill)
         self._end: int | None = None  # end offset of the current segment once known sealed
         self._buf: BlockData = b""  # a raw chunk or a decompressed block
         self._bpos = 0
         self._pos = 0  # segment position of _buf[_bpos]
+        self._tail_seen: tuple[int, int] | None = None  # (position, file size) of a bad tail found alone
+        self._listed_at = -_RELIST_INTERVAL  # when _find_seal last listed the folder (monotonic)
         self.offset = offset  # the next offset this cursor delivers
         self.seek(offset)
 
@@ -107,9 +202,19 @@ class Cursor:
         return max(self.offset, self._skip_to)
 
     def seek(self, offset: int) -> None:
-        """Deliver ``offset`` next (records between the index entry and it are skipped on read)."""
-        self._open(offset)
-        self._skip_to = offset
+        """Deliver ``offset`` next (records between the index entry and it are skipped on read).
+
+        Raises :class:`MissingSegmentError` if ``offset`` lies in a hole of the log; the
+        cursor then stays where it was.
+        """
+        with self._lock:
+            self._check_open()
+            self._open(offset)
+            self._skip_to = offset
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ChannelClosedError(f"this reader of channel {self._log.path!r} is closed")
 
     def _open(self, offset: int) -> None:
         """Position the cursor on ``offset``: segment by listing, byte by index, then a short scan."""
@@ -122,41 +227,62 @@ class Cursor:
                 break
             try:
                 source = _CompressedSource(ref) if ref.compressed else _RawSource(ref)
-            except FileNotFoundError:
-                continue  # compressed or collected between listing and opening: list again
-            except StorageError as exc:
-                if exc.errno == errno.ENOENT:
-                    continue
+            except (OSError, FileChannelError) as exc:
+                if file_vanished(exc):
+                    continue  # compressed or collected between listing and opening: list again
                 raise
             break
         if nxt is not None:
             nxt.close()
+        if isinstance(source, _CompressedSource) and offset >= source.info.end_offset and end is not None:
+            source.close()
+            raise self._hole(source.info.end_offset, end, ref)
         self._close_source()
         self._source = source
         self._end = source.info.end_offset if isinstance(source, _CompressedSource) else end
+        self._tail_seen = None
         if isinstance(source, _CompressedSource):
             info = source.info
-            b = info.blocks[info.block_for_offset(offset)] if info.blocks else None
-            start_offset = b.first_offset if b else info.base_offset
-            start_pos = SEGMENT_HEADER_SIZE + (b.raw_position if b else 0)
+            if offset >= info.end_offset:  # the last segment, compressed (a lost roll): its end
+                start_offset, start_pos = info.end_offset, SEGMENT_HEADER_SIZE + info.raw_size
+            else:
+                b = info.blocks[info.block_for_offset(offset)] if info.blocks else None
+                start_offset = b.first_offset if b else info.base_offset
+                start_pos = SEGMENT_HEADER_SIZE + (b.raw_position if b else 0)
         elif ref.base_offset == offset:
             start_offset, start_pos = offset, SEGMENT_HEADER_SIZE
         else:
-            idx = self._log.sealed_offset_index(ref) if end is not None else self._log.load_offset_index(ref.base_offset)
-            start_offset, start_pos = idx.lookup(offset)
+            try:
+                idx = self._log.sealed_offset_index(ref) if end is not None else self._log.load_offset_index(ref.base_offset)
+                start_offset, start_pos = idx.lookup(offset)
+            except (OSError, FileChannelError) as exc:
+                if not file_vanished(exc):
+                    raise
+                # Compressed meanwhile (its index went with it): scan the open file from its start.
+                start_offset, start_pos = ref.base_offset, SEGMENT_HEADER_SIZE
         self._buf, self._bpos, self._pos = b"", 0, start_pos
         self.offset = start_offset
 
+    def _hole(self, first: int, next_base: int, ref: SegmentRef) -> MissingSegmentError:
+        return MissingSegmentError(
+            f"offsets {first} to {next_base - 1} are missing from channel {self._log.path!r}: segment "
+            f"{os.path.basename(ref.path)!r} ends at offset {first} but the next segment starts at {next_base} "
+            "(a segment file was deleted or lost); restore it from a copy, or seek to "
+            f"{next_base} to read on past the hole"
+        )
+
     def read(self, max_records: int) -> list[Record]:
         """Up to ``max_records`` records that are in the files now (possibly none)."""
-        while True:
-            out = self._read(max_records + max(0, self._skip_to - self.offset))
-            if self._skip_to <= (out[0].offset if out else self.offset):
-                return out
-            if out and out[-1].offset >= self._skip_to:
-                return out[self._skip_to - out[0].offset :]
-            if not out:
-                return out
+        with self._lock:
+            self._check_open()
+            while True:
+                out = self._read(max_records + max(0, self._skip_to - self.offset))
+                if self._skip_to <= (out[0].offset if out else self.offset):
+                    return out
+                if out and out[-1].offset >= self._skip_to:
+                    return out[self._skip_to - out[0].offset :]
+                if not out:
+                    return out
 
     def _read(self, max_records: int) -> list[Record]:
         out: list[Record] = []
@@ -191,28 +317,72 @@ class Cursor:
         self.offset += n
 
     def _on_bad_frame(self, exc: CorruptRecordError) -> None:
-        """A CRC mismatch: real corruption unless it is the last frame of the active segment."""
+        """A CRC mismatch: real corruption unless it may be a torn last frame of the active segment."""
         source = self._source
-        assert source is not None
+        assert source is not None  # only called from _read, on the source it read
         length = FRAME_HEADER.unpack_from(self._buf, self._bpos)[0]
         frame_end = self._pos + FRAME_HEADER_SIZE + length
-        sealed = self._end is not None or self._log.list_segments()[-1].base_offset > source.ref.base_offset
-        if isinstance(source, _RawSource) and not sealed and frame_end >= source.size():
-            self._buf, self._bpos = b"", 0  # maybe a frame a dead writer tore; recovery trims it
-            return
-        raise CorruptRecordError(
-            f"corrupt record in {source.ref.path!r} at byte {self._pos} (offset {self.offset}): {exc}. "
+        if isinstance(source, _RawSource) and self._end is None and frame_end >= source.size():
+            self._find_seal(source, relist=True)
+            if self._end is None:
+                self._check_tail(source)
+                self._buf, self._bpos = b"", 0  # maybe a frame a dead writer tore; recovery trims it
+                return
+        raise self._corrupt(source, str(exc)) from exc
+
+    def _corrupt(self, source: _RawSource | _CompressedSource, what: str) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"corrupt record in {source.ref.path!r} at byte {self._pos} (offset {self.offset}): {what}. "
             "Run `filechannel check` to list the damage; restore the segment or seek past it"
-        ) from exc
+        )
+
+    def _find_seal(self, source: _RawSource, relist: bool) -> None:
+        """Set ``_end`` if ``source`` is sealed: its records end where the next segment begins.
+
+        Two stats find the next segment where this one's read ends (a roll). A hole after
+        this segment, or garbage collection having deleted it, shows only in a listing of
+        the folder, which costs more on a folder of many segments: it is done when
+        ``relist`` (the damage path) or at most once per ``_RELIST_INTERVAL`` of waiting.
+        """
+        if self.offset != source.ref.base_offset and self._log.next_segment(self.offset) is not None:
+            self._end = self.offset
+            return
+        now = time.monotonic()
+        if not relist and now - self._listed_at < _RELIST_INTERVAL:
+            return
+        self._listed_at = now
+        for ref in self._log.list_segments():
+            if ref.base_offset > source.ref.base_offset:
+                self._end = ref.base_offset
+                return
+
+    def _check_tail(self, source: _RawSource) -> None:
+        """The active segment ends in a bad or partial frame at ``_pos``: raise if a valid frame
+        follows it (corruption); otherwise it may be torn or still being written: wait.
+        A tail found alone is not scanned again until the file grows."""
+        size = source.size()
+        if self._tail_seen == (self._pos, size) or self._pos >= size:
+            return
+        found = _valid_frame_after(source.fd, source.ref.path, self._pos, size)
+        if found is None:
+            self._tail_seen = (self._pos, size)
+            return
+        if _whole_frame_at(source.fd, source.ref.path, self._pos, source.size()):
+            return  # a writer just completed it (its bytes were landing): the next read decodes it
+        raise self._corrupt(
+            source, f"the frame there is damaged and a valid frame follows at byte {found}, so it is not a torn tail"
+        )
 
     def _fill(self) -> bool:
         """Read the next chunk; False if there is nothing more in the files right now."""
         source = self._source
-        assert source is not None
+        assert source is not None  # the lock and _check_open keep a closed cursor out
         left = len(self._buf) - self._bpos
         need = READ_CHUNK
         if left >= FRAME_HEADER_SIZE:
-            need = max(need, FRAME_HEADER_SIZE + FRAME_HEADER.unpack_from(self._buf, self._bpos)[0])
+            want = FRAME_HEADER_SIZE + FRAME_HEADER.unpack_from(self._buf, self._bpos)[0]
+            if want > need:  # a frame longer than a chunk, or a damaged length: never past the file
+                need = max(left, min(want, source.size() - self._pos))
         data, start = source.read(self._pos, need)
         if len(data) - start > left:
             self._buf, self._bpos = data, start
@@ -221,24 +391,38 @@ class Cursor:
             return True
         # Nothing new in this segment. Is it sealed?
         if self._end is None:
-            # An empty segment is never sealed: a roll needs a record in the old segment.
-            if self.offset == source.ref.base_offset or self._log.next_segment(self.offset) is None:
-                if not os.path.exists(source.ref.path):
-                    # Garbage collection deleted this segment and the ones after it while we
-                    # read through the open file: raises OffsetOutOfRangeError if offset is gone.
-                    self._log.locate(self.offset)
+            assert isinstance(source, _RawSource)  # a compressed segment's end is known at once
+            self._find_seal(source, relist=False)
+            if self._end is None:  # the active segment (as far as we know): wait for more
+                if left:
+                    self._check_tail(source)
                 self._buf, self._bpos = b"", 0
                 return False
-            self._end = self.offset
             data, start = source.read(self._pos, need)  # frames written before the roll
             if len(data) - start > left:
                 self._buf, self._bpos = data, start
                 return True
         if left or self.offset != self._end:
-            raise CorruptRecordError(
-                f"segment {source.ref.path!r} ends with {left} bytes of a partial frame at byte {self._pos} "
-                f"(offset {self.offset}, segment end {self._end}); restore it from a copy or delete it"
-            )
+            # Garbage collection deleted this segment and the ones after it while we read
+            # through the open file: OffsetOutOfRangeError if the offset is gone.
+            self._log.locate(self.offset)
+            if left:
+                raise CorruptRecordError(
+                    f"segment {source.ref.path!r} ends with {left} bytes of a partial frame at byte {self._pos} "
+                    f"(offset {self.offset}, segment end {self._end}); restore it from a copy or delete it"
+                )
+            if isinstance(source, _CompressedSource):
+                raise CorruptRecordError(
+                    f"compressed segment {source.ref.path!r} holds records up to offset {self.offset}, but its "
+                    f"table says up to {self._end}; restore it from a copy"
+                )
+            raise self._hole(self.offset, self._end, source.ref)
+        ref, end = self._log.locate(self.offset)
+        if ref.base_offset != self.offset:
+            if end is None:  # the last segment is this compressed one (a lost roll): wait for the writer
+                self._buf, self._bpos = b"", 0
+                return False
+            raise self._hole(self.offset, end, source.ref)
         self._open(self.offset)
         return True
 
@@ -263,7 +447,10 @@ class Cursor:
             self._source = None
 
     def close(self) -> None:
-        self._close_source()
-        if self._next is not None:
-            self._next.close()
-            self._next = None
+        """Release the files; idempotent, and safe while another thread reads (it waits for it)."""
+        with self._lock:
+            self._closed = True
+            self._close_source()
+            if self._next is not None:
+                self._next.close()
+                self._next = None

@@ -85,6 +85,10 @@ class DiskFullError(StorageError):
     """The disk (or the file-size limit) is full; the log stays readable up to its last whole record."""
 
 
+class MissingSegmentError(CorruptRecordError):
+    """Offsets between two segments are missing: a segment file in the middle of the log was deleted or lost."""
+
+
 _FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 

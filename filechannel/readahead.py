@@ -19,8 +19,10 @@ python-zstandard on the reader's thread (:meth:`CompressedSegment.read_block`).
 from __future__ import annotations
 
 import os
+import threading
 
 from .compressed import BlockData, CompressedSegment
+from .errors import ChannelClosedError
 
 try:
     from . import _readahead
@@ -50,8 +52,10 @@ if ENABLED:
 class BlockReadahead:
     """Decompressed blocks of one open compressed segment, the next ones read ahead.
 
-    Used by one reader thread. ``close`` waits for blocks still being read, so the
-    segment's descriptor can be closed after it.
+    Used by one reader thread; ``close`` may come from any thread at any moment: it waits
+    for the block being read and for the blocks in flight (so the segment's descriptor can
+    be closed after it, and no job ever reads a closed or reused descriptor), and a
+    ``block`` after it raises :class:`ChannelClosedError`.
     """
 
     def __init__(self, seg: CompressedSegment, enabled: bool | None = None) -> None:
@@ -59,28 +63,37 @@ class BlockReadahead:
         self.enabled = ENABLED if enabled is None else enabled
         self._ahead: dict[int, _readahead.Job] = {}
         self._last = -1
+        self._lock = threading.Lock()  # block, start and close: jobs are submitted and cancelled under it
+        self._closed = False
 
     def block(self, i: int) -> BlockData:
         """Block ``i`` decompressed; raises as :meth:`CompressedSegment.read_block` does."""
         if not self.enabled:
             return self.seg.read_block(i)
-        sequential = i == self._last + 1
-        if not sequential:
-            self._drop()
-        self._last = i
-        job = self._ahead.pop(i, None) or self._submit(i)
-        if sequential:
-            for j in range(i + 1, min(i + 1 + READAHEAD_BLOCKS, len(self.seg.info.blocks))):
-                if j not in self._ahead:
-                    self._ahead[j] = self._submit(j)
-        return self.seg.block_result(i, job.result)
+        with self._lock:
+            if self._closed:
+                raise ChannelClosedError(f"the reader of compressed segment {self.seg.path!r} was closed")
+            sequential = i == self._last + 1
+            if not sequential:
+                self._drop()
+            self._last = i
+            if not self.seg.fits(i):
+                return self.seg.block_result(i, self.seg.cut_short)
+            job = self._ahead.pop(i, None) or self._submit(i)
+            if sequential:
+                for j in range(i + 1, min(i + 1 + READAHEAD_BLOCKS, len(self.seg.info.blocks))):
+                    if j not in self._ahead and self.seg.fits(j):
+                        self._ahead[j] = self._submit(j)
+            return self.seg.block_result(i, job.result)
 
     def start(self) -> None:
         """Read the first blocks ahead now, before the reader asks for block 0 (a reader
         nearing the end of the segment before this one calls it)."""
-        if self.enabled and self._last == -1 and not self._ahead:
-            for j in range(min(READAHEAD_BLOCKS, len(self.seg.info.blocks))):
-                self._ahead[j] = self._submit(j)
+        with self._lock:
+            if self.enabled and not self._closed and self._last == -1 and not self._ahead:
+                for j in range(min(READAHEAD_BLOCKS, len(self.seg.info.blocks))):
+                    if self.seg.fits(j):
+                        self._ahead[j] = self._submit(j)
 
     def _submit(self, i: int) -> _readahead.Job:
         b = self.seg.info.blocks[i]
@@ -93,4 +106,6 @@ class BlockReadahead:
         self._ahead.clear()
 
     def close(self) -> None:
-        self._drop()
+        with self._lock:
+            self._closed = True
+            self._drop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import operator
 import time
 from collections.abc import Iterator
 from itertools import islice
@@ -9,7 +11,7 @@ from operator import length_hint
 from typing import TYPE_CHECKING
 
 from .cursor import Cursor
-from .errors import AckError, ChannelClosedError, Timeout
+from .errors import AckError, ChannelClosedError, ConfigError, Timeout
 from .names import validate_name
 from .record import Record
 
@@ -19,11 +21,38 @@ if TYPE_CHECKING:
 _BATCH = 512
 
 
+def _checked_timeout(timeout: float | None) -> float | None:
+    """``timeout`` as seconds to wait, None for ever (None or ``inf``); ConfigError for a
+    negative, NaN or non-number timeout, which would otherwise hang or fail later."""
+    if timeout is None:
+        return None
+    if (type(timeout) is float or type(timeout) is int) and timeout >= 0:  # NaN fails ">= 0"
+        return None if timeout == math.inf else timeout
+    if not isinstance(timeout, bool) and isinstance(timeout, (int, float)) and timeout >= 0:
+        return None if timeout == math.inf else float(timeout)
+    raise ConfigError(f"timeout must be None or a number of seconds >= 0 (inf waits for ever), not {timeout!r}")
+
+
+def _checked_count(value: object, what: str) -> int:
+    """``value`` as an int >= 1 (anything with ``__index__`` but a bool), else ConfigError."""
+    if type(value) is int and value >= 1:
+        return value
+    try:
+        n = operator.index(value)  # type: ignore[call-overload]
+    except TypeError:
+        n = 0
+    if isinstance(value, bool) or n < 1:
+        raise ConfigError(f"{what} must be an int >= 1, not {value!r}")
+    return n
+
+
 class Receiver:
     """Reads records from an offset onward; fan-out: each receiver has its own position.
 
     ``recv`` blocks until a record has been flushed by any sender, in this process or
-    another. Not thread-safe: use one receiver per thread.
+    another. Not thread-safe: use one receiver per thread; but ``close`` (of the receiver
+    or its channel) may come from any thread at any moment: a read in progress then
+    returns what it had or raises :class:`ChannelClosedError`.
     """
 
     def __init__(self, channel: FileChannel, offset: int) -> None:
@@ -45,18 +74,23 @@ class Receiver:
     def seek(self, offset: int) -> None:
         """Deliver from ``offset`` next (OffsetOutOfRangeError if retention deleted it)."""
         self._check_open()
-        if not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"offset must be an int >= 0, not {offset!r}")
         self._cursor.seek(offset)
         self._batch, self._rest = [], iter(())
 
     def recv(self, timeout: float | None = None) -> Record:
-        """The next record; waits for one. Raises :class:`Timeout` if none came in ``timeout`` s."""
+        """The next record; waits for one. Raises :class:`Timeout` if none came in ``timeout`` s.
+
+        ``timeout`` None or ``inf`` waits for ever; a negative or NaN one raises :class:`ConfigError`
+        whenever the call reads (not when it hands out a record of the batch it already read:
+        that path costs nothing per record).
+        """
         try:
-            return next(self._rest)
+            return next(self._rest)  # the per-record path: nothing else on it
         except StopIteration:
             pass
-        got = self._wait(_BATCH, timeout)
+        got = self._wait(_BATCH, _checked_timeout(timeout))
         if not got:
             raise Timeout(f"no record arrived within {timeout} s at offset {self.position} of {self._channel.path!r}")
         self._batch = got
@@ -66,10 +100,10 @@ class Receiver:
     def recv_many(self, max_records: int, timeout: float | None = None) -> list[Record]:
         """Up to ``max_records`` records: what is there now, else waits for some (``[]`` on timeout).
 
-        ``timeout=0`` never waits.
+        ``timeout=0`` never waits; None or ``inf`` waits for ever.
         """
-        if max_records < 1:
-            raise ValueError(f"max_records must be >= 1, not {max_records!r}")
+        max_records = _checked_count(max_records, "max_records")
+        timeout = _checked_timeout(timeout)
         if length_hint(self._rest):
             return list(islice(self._rest, max_records))
         return self._wait(max_records, timeout)
@@ -100,9 +134,9 @@ class Receiver:
             raise ChannelClosedError(f"the channel {self._channel.path!r} is closed")
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._cursor.close()
+        """Release the receiver's files; idempotent, safe from any thread (see the class)."""
+        self._closed = True
+        self._cursor.close()
 
     def __enter__(self) -> Receiver:
         return self
@@ -137,8 +171,7 @@ class AckReceiver(Receiver):
 
     def ack(self, n: int = 1) -> None:
         """Acknowledge the next ``n`` delivered records (durably)."""
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be an int >= 1, not {n!r}")
+        n = _checked_count(n, "n")
         self._check_open()
         delivered = self.position
         if self._acked + n > delivered:

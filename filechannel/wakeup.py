@@ -10,6 +10,13 @@ If the observer cannot start (e.g. the inotify watch limit is reached), waits fa
 to polling every ``POLL_INTERVAL`` seconds, and that is logged once. Even with the
 observer, no single wait is longer than ``SAFETY_INTERVAL``: a cheap re-check in case
 an event was lost (an inotify queue overflow), not a poll.
+
+A library prints nothing on a normal close. watchdog's inotify emitter logs an ERROR
+("queue_events() called when the thread is inactive") when its thread reads once more
+after ``stop()``: a race inside watchdog's own shutdown (its loop checks "keep running"
+before ``stop`` sets the flag, then finds the watch already gone), whatever order the
+observer is stopped in. With no logging configured, Python prints such a record on
+stderr; so that one message is routed to the ``filechannel`` logger at DEBUG.
 """
 
 from __future__ import annotations
@@ -21,6 +28,23 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 log = logging.getLogger("filechannel")
+
+_SHUTDOWN_RACE = "called when the thread is inactive"
+
+
+class _ShutdownRaceFilter(logging.Filter):
+    """Routes watchdog's shutdown-race message to our logger at DEBUG (see the module docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _SHUTDOWN_RACE in str(record.msg):
+            log.debug("watchdog, while its observer stopped: %s", record.getMessage())
+            return False
+        return True
+
+
+_watchdog_log = logging.getLogger("watchdog.observers.inotify")
+if not any(isinstance(f, _ShutdownRaceFilter) for f in _watchdog_log.filters):
+    _watchdog_log.addFilter(_ShutdownRaceFilter())
 
 POLL_INTERVAL = 0.05
 SAFETY_INTERVAL = 1.0
