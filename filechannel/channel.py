@@ -1,8 +1,12 @@
 """FileChannel: a durable, segmented log of byte records in one folder.
 
-Opening a channel recovers it (under the writer lock: a torn tail is trimmed; under the
-maintenance lock: interrupted compressions are finished or rolled back). Any number of
-processes may open the same folder at once, to send, receive, or both.
+Opening a channel reads it: it takes no writer lock and changes no segment, so a reader
+never waits behind a busy writer nor repairs what it only wanted to read. A writer
+recovers the log (checks it, trims a torn tail) when it first takes ``writer.lock``,
+before its first append. Opening only creates the first segment of an empty folder, and,
+under the maintenance lock if it is free, finishes or rolls back interrupted
+compressions. Any number of processes may open the same folder at once, to send,
+receive, or both.
 """
 
 from __future__ import annotations
@@ -65,11 +69,10 @@ class FileChannel:
         self._mutex = threading.Lock()
         self._appender: Appender | None = None
         self._receivers: weakref.WeakSet[Receiver] = weakref.WeakSet()
-        self._log.writer_lock.acquire()
-        try:
-            self._log.recover()
-        finally:
-            self._log.writer_lock.release()
+        if not self._log.list_segments():
+            with self._log.writer_lock.holding():
+                self._log.create_first_segment()
+        self.positions.remove_stale_temp_files()
         if self._log.maintenance_lock.acquire(blocking=False):
             try:
                 self._log.finish_interrupted_compressions()
@@ -173,6 +176,26 @@ class FileChannel:
         self._check_open()
         with self._log.maintenance_lock.holding():
             return self._log.collect_garbage(self.positions.minimum())
+
+    def repair(self, after_offset: int) -> None:
+        """Cut the log after ``after_offset``: keep every record up to it, delete every later one.
+
+        The answer to :class:`~filechannel.errors.LogCorruptedError` (damage in the middle
+        of the log, which recovery never cuts by itself): the operator picks the last offset
+        to keep, usually the one before the damage. Takes ``writer.lock`` (waits for other
+        writers); this channel's senders are closed first (make new ones). Raises
+        :class:`OffsetOutOfRangeError` for an offset the valid frames do not reach.
+        """
+        self._check_open()
+        if isinstance(after_offset, bool) or not isinstance(after_offset, int):
+            raise ConfigError(f"after_offset must be an int, not {after_offset!r}")
+        with self._mutex:
+            appender, self._appender = self._appender, None
+        if appender is not None:
+            appender.close()
+        with self._log.writer_lock.holding():
+            self._log.repair(after_offset)
+        self._wakeup.bump()
 
     def _poke_maintenance(self) -> None:
         self._maintenance_wake.set()

@@ -85,6 +85,10 @@ class DiskFullError(StorageError):
     """The disk (or the file-size limit) is full; the log stays readable up to its last whole record."""
 
 
+class LogCorruptedError(CorruptRecordError):
+    """Damage in the middle of the log (not a torn tail): nothing was cut; appends are refused until a repair."""
+
+
 _FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 
