@@ -29,7 +29,7 @@ from .position import PositionStore
 from .readahead import BlockReadahead
 from .receiver import AckReceiver, Receiver
 from .record import Record, decode_records
-from .segment import SEGMENT_HEADER_SIZE, FrameScanner, read_segment_header
+from .segment import SEGMENT_HEADER_SIZE, FrameScanner, find_valid_frame, read_segment_header
 from .sender import Sender
 from .wakeup import Wakeup
 
@@ -266,11 +266,16 @@ class FileChannel:
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
+            if not sealed and os.fstat(fd).st_size < SEGMENT_HEADER_SIZE:
+                return 0  # a torn header: the tail a writer's recovery trims (opening changes nothing)
             header = read_segment_header(fd, ref.path)
             scanner = FrameScanner(fd, ref.path, SEGMENT_HEADER_SIZE, header.base_offset, MAX_FRAME_PAYLOAD)
             scanner.scan()
             n = scanner.end_offset - header.base_offset
-            if scanner.stop != "end" and (sealed or scanner.stop == "invalid"):
+            # In the active segment a bad frame with nothing valid after it is a torn tail,
+            # which a writer trims; one with valid frames after it is damage.
+            damaged = scanner.stop == "invalid" and find_valid_frame(fd, ref.path, scanner.end_position + 1) is not None
+            if scanner.stop != "end" and (sealed or damaged):
                 raise scanner.corrupt_error(header.base_offset)
             return n
         finally:

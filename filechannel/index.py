@@ -97,6 +97,20 @@ def entry_agrees(
     return len(frame) == FRAME_HEADER_SIZE + length and frame_is_valid(frame)
 
 
+def index_agrees(fd: int, path: str, idx: OffsetIndex, tix: TimeIndex) -> bool:
+    """Whether every entry of both index files agrees with the frames (checked in a chain
+    from the segment start, each entry from the one before it: one read of the segment up
+    to the last entry), and the files held nothing else."""
+    if idx.damaged or tix.damaged or idx.offsets != tix.offsets:
+        return False
+    start = idx.start
+    for offset, position, max_before in zip(idx.offsets, idx.positions, tix.max_before, strict=True):
+        if not entry_agrees(fd, path, start, offset, position, max_before):
+            return False
+        start = (offset, position, max_before)
+    return True
+
+
 class OffsetIndex:
     """The sparse offset index of one raw segment (see the module docstring).
 

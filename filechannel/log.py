@@ -24,6 +24,7 @@ is shared by the channel's senders and receivers and is thread-safe.
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import threading
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from . import names
 from .compressed import Z_HEADER, CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length
 from .config import ChannelConfig
-from .errors import CorruptRecordError, LogCorruptedError, OffsetOutOfRangeError, os_errors, storage_error
+from .errors import CorruptRecordError, LogCorruptedError, OffsetOutOfRangeError, StorageError, os_errors, storage_error
 from .files import fsync_dir, fsync_if_exists, unlink_if_exists
 from .index import (
     MIN_TIMESTAMP,
@@ -41,6 +42,7 @@ from .index import (
     OffsetIndex,
     TimeIndex,
     entry_agrees,
+    index_agrees,
     index_bytes_match,
     rewrite_index_files,
     write_index_files,
@@ -83,7 +85,7 @@ class Log:
         self._mutex = threading.Lock()
         self._refs: list[SegmentRef] = []
         self._bases: list[int] = []
-        self._sealed_index: dict[int, OffsetIndex] = {}
+        self._sealed_index: dict[int, tuple[OffsetIndex, TimeIndex]] = {}
         self._z_info: dict[int, CompressedInfo] = {}
         self._recovery_point_path = os.path.join(path, RECOVERY_POINT_FILE)
         self._recovered = False  # this process's writer has not checked the log yet
@@ -196,49 +198,59 @@ class Log:
         )
 
     def sealed_offset_index(self, ref: SegmentRef) -> OffsetIndex:
-        """The offset index of a sealed raw segment, cached. Rebuilt from the segment's frames
-        if either index file is missing or the index was found damaged (a dropped entry at
-        load, or an entry a lookup found not to agree with the frames)."""
+        """The offset index of a sealed raw segment (see :meth:`_sealed_indexes`)."""
+        return self._sealed_indexes(ref)[0]
+
+    def _sealed_indexes(self, ref: SegmentRef) -> tuple[OffsetIndex, TimeIndex]:
+        """Both indexes of a sealed raw segment, checked whole against its frames on first
+        use in this process and cached. A sealed segment no longer changes, so one check
+        serves every later lookup; it costs a read of the segment in index-interval steps.
+        Index files that are missing, torn, or hold an entry that disagrees with the frames
+        are rebuilt from the frames."""
         with self._mutex:
-            idx = self._sealed_index.get(ref.base_offset)
-        if idx is not None and not idx.damaged:
-            return idx
+            cached = self._sealed_index.get(ref.base_offset)
+        if cached is not None:
+            return cached
         idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
         tix_path = self.file(ref.base_offset, names.TIME_INDEX_SUFFIX)
-        if idx is None and os.path.exists(idx_path) and os.path.exists(tix_path):
-            idx = self.load_offset_index(ref.base_offset)
-            if TimeIndex.load(tix_path, ref.base_offset).damaged:
-                idx.damaged = True
-        if idx is None or idx.damaged:
-            idx = self.rebuild_index(ref)
+        idx = OffsetIndex.load(idx_path, ref.base_offset)
+        tix = TimeIndex.load(tix_path, ref.base_offset)
+        with os_errors("open segment", ref.path):
+            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            good = os.path.exists(idx_path) and os.path.exists(tix_path) and index_agrees(fd, ref.path, idx, tix)
+        finally:
+            os.close(fd)
+        if not good:
+            log.warning("channel %s: the index of %s did not match its frames; rebuilding it", self.path, ref.path)
+            marks = self.rebuild_index(ref)
+            offsets = [m.offset for m in marks]
+            idx = OffsetIndex(ref.base_offset, offsets, [m.position for m in marks])
+            tix = TimeIndex(ref.base_offset, [m.max_timestamp_before for m in marks], offsets)
         with self._mutex:
-            self._sealed_index[ref.base_offset] = idx
-        return idx
+            self._sealed_index[ref.base_offset] = (idx, tix)
+        return idx, tix
 
-    def rebuild_index(self, ref: SegmentRef) -> OffsetIndex:
+    def rebuild_index(self, ref: SegmentRef) -> list[IndexMark]:
         """Write a sealed raw segment's index files anew from its frames (they are derived
-        data); return the index. A segment with a bad frame gets the entries before it."""
+        data; a segment with a bad frame gets the entries before it); return the entries.
+
+        Needs no lock: compression and GC delete the segment file before its index files,
+        so if the segment is still there after our renames, they delete ours too; if it is
+        gone, we delete what we wrote."""
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             marks, _since, _max, _scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
         finally:
             os.close(fd)
-        self._write_sealed_index(ref, marks)
-        return OffsetIndex(ref.base_offset, [m.offset for m in marks], [m.position for m in marks])
-
-    def _write_sealed_index(self, ref: SegmentRef, marks: list[IndexMark]) -> None:
-        """Replace a sealed segment's index files. Needs no lock: compression and GC delete
-        the segment file before its index files, so if the segment is still there after our
-        renames, they delete ours too; if it is gone, we delete what we wrote."""
         idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
         tix_path = self.file(ref.base_offset, names.TIME_INDEX_SUFFIX)
         write_index_files(idx_path, tix_path, ref.base_offset, marks)
         if not os.path.exists(ref.path):
             unlink_if_exists(idx_path)
             unlink_if_exists(tix_path)
-            return
-        log.info("rebuilt the index of segment %s (%d entries)", ref.path, len(marks))
+        return marks
 
     def _scan_marks(
         self, fd: int, path: str, position: int, offset: int, since_index: int, max_ts: int
@@ -248,29 +260,30 @@ class Log:
         marks, since_index, max_ts = scanner.scan(self.config.index_interval_bytes, since_index, max_ts)
         return [IndexMark(*mark) for mark in marks], since_index, max_ts, scanner
 
-    def _time_entry(self, ref: SegmentRef, fd: int, i: int, idx: OffsetIndex, tix: TimeIndex) -> tuple[int, int, int]:
-        """``(offset, position, max timestamp before)`` of time entry ``i`` of raw segment
-        ``ref`` (open as ``fd``) if it agrees with the frames, else of the last one before it
-        that does, else of the segment start. An entry that disagrees marks the index of a
-        sealed segment for a rebuild."""
-        while i >= 0:
-            if i < len(idx) and idx.offsets[i] == tix.offsets[i]:
-                start = (idx.offsets[i - 1], idx.positions[i - 1], tix.max_before[i - 1]) if i else idx.start
-                if entry_agrees(fd, ref.path, start, tix.offsets[i], idx.positions[i], tix.max_before[i]):
-                    return tix.offsets[i], idx.positions[i], tix.max_before[i]
-            idx.damaged = True
-            i -= 1
-        return idx.start
+    def _is_sealed(self, ref: SegmentRef) -> bool:
+        with self._mutex:
+            return bool(self._bases) and self._bases[-1] > ref.base_offset
 
     def time_start(self, ref: SegmentRef, timestamp: int) -> int | None:
         """Where to start scanning ``ref`` for the first record with timestamp >= ``timestamp``.
 
-        None when the segment certainly holds no such record.
+        None when the segment certainly holds no such record. In the active segment the
+        time entry used is checked against the frames first (a damaged one falls back to
+        the entry before it, or the segment start: a later start could skip the answer).
         """
         if ref.compressed:
             info = self.compressed_info(ref)
             i = info.block_for_time(timestamp)
             return None if i is None else info.blocks[i].first_offset
+        if self._is_sealed(ref):
+            try:
+                idx, tix = self._sealed_indexes(ref)
+            except StorageError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
+                return ref.base_offset  # compressed or collected meanwhile: the caller's cursor finds it
+            i = bisect.bisect_left(tix.max_before, timestamp) - 1
+            return tix.offsets[i] if i >= 0 else ref.base_offset
         tix = TimeIndex.load(self.file(ref.base_offset, names.TIME_INDEX_SUFFIX), ref.base_offset)
         i = bisect.bisect_left(tix.max_before, timestamp) - 1
         if i < 0:
@@ -279,18 +292,19 @@ class Log:
         try:
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            return ref.base_offset  # compressed or collected meanwhile: the caller's cursor finds it
+            return ref.base_offset
         except OSError as exc:
             raise storage_error(exc, "open segment", ref.path) from exc
         try:
-            offset = self._time_entry(ref, fd, i, idx, tix)[0]
+            while i >= 0:
+                if i < len(idx) and idx.offsets[i] == tix.offsets[i]:
+                    start = (idx.offsets[i - 1], idx.positions[i - 1], tix.max_before[i - 1]) if i else idx.start
+                    if entry_agrees(fd, ref.path, start, tix.offsets[i], idx.positions[i], tix.max_before[i]):
+                        return tix.offsets[i]
+                i -= 1
         finally:
             os.close(fd)
-        if idx.damaged and ref.base_offset != self.segments()[-1].base_offset:
-            with self._mutex:
-                self._sealed_index.pop(ref.base_offset, None)
-            self.rebuild_index(ref)
-        return offset
+        return ref.base_offset
 
     def compressed_info(self, ref: SegmentRef) -> CompressedInfo:
         with self._mutex:
@@ -611,7 +625,8 @@ class Log:
                 if after is not None:
                     raise LogCorruptedError(f"{exc} (frames follow it: nothing was cut and appends are refused)") from exc
                 return 0
-            marks, _since, _max, scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
+            scanner = FrameScanner(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, MAX_FRAME_PAYLOAD)
+            scanner.scan()
             if scanner.stop != "end":
                 after = find_valid_frame(fd, ref.path, scanner.end_position + 1, size)
                 if after is not None:
@@ -626,10 +641,9 @@ class Log:
             )
         if scanner.stop != "end" or scanner.end_offset != end_offset or scanner.end_position != size:
             return scanner.end_position
-        idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
-        if not index_bytes_match(idx_path, self.file(ref.base_offset, names.TIME_INDEX_SUFFIX), ref.base_offset, marks):
-            log.warning("channel %s: the index of %s did not match its frames after a restart; rebuilding", self.path, ref.path)
-            self._write_sealed_index(ref, marks)
+        with self._mutex:
+            self._sealed_index.pop(ref.base_offset, None)
+        self._sealed_indexes(ref)  # checks the index files, rebuilds them if they disagree
         return None
 
     def _first_with_records(self, refs: list[SegmentRef]) -> SegmentRef | None:
@@ -744,16 +758,15 @@ class Log:
             return 0
 
     def segment_max_timestamp(self, ref: SegmentRef, end_offset: int) -> int:
-        """The largest timestamp in a sealed segment (from its last time entry that agrees
-        with the frames: a damaged entry must not make retention delete a segment early)."""
+        """The largest timestamp in a sealed segment (from its checked time index and a
+        scan of the frames after its last entry)."""
         if ref.compressed:
             return self.compressed_info(ref).max_timestamp
-        tix = TimeIndex.load(self.file(ref.base_offset, names.TIME_INDEX_SUFFIX), ref.base_offset)
-        idx = self.sealed_offset_index(ref)
+        idx, tix = self._sealed_indexes(ref)
+        offset, position, max_ts = (idx.offsets[-1], idx.positions[-1], tix.max_before[-1]) if len(idx) else idx.start
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            offset, position, max_ts = self._time_entry(ref, fd, min(len(tix), len(idx)) - 1, idx, tix)
             _marks, _since, max_ts = FrameScanner(fd, ref.path, position, offset, MAX_FRAME_PAYLOAD).scan(max_ts=max_ts)
         finally:
             os.close(fd)
