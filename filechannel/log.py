@@ -382,9 +382,9 @@ class Log:
             size = os.fstat(fd).st_size
             try:
                 header = read_segment_header(fd, path, last.base_offset)
-            except CorruptRecordError:
+            except CorruptRecordError as exc:
                 if size >= SEGMENT_HEADER_SIZE and find_valid_frame(fd, path, SEGMENT_HEADER_SIZE, size) is not None:
-                    raise
+                    raise LogCorruptedError(f"{exc} (frames follow it: nothing was cut and appends are refused)") from exc
                 # A crash between creating the file and writing its header (or a header block
                 # the machine lost), and no record after it: a torn tail. Start it again.
                 prev_id = self._segment_id(refs[-2]) if len(refs) > 1 else -1
