@@ -24,7 +24,6 @@ is shared by the channel's senders and receivers and is thread-safe.
 from __future__ import annotations
 
 import bisect
-import errno
 import logging
 import os
 import threading
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from . import names
 from .compressed import Z_HEADER, CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length
 from .config import ChannelConfig
-from .errors import CorruptRecordError, LogCorruptedError, OffsetOutOfRangeError, StorageError, os_errors, storage_error
+from .errors import CorruptRecordError, LogCorruptedError, OffsetOutOfRangeError, os_errors, storage_error
 from .files import fsync_dir, fsync_if_exists, unlink_if_exists
 from .index import (
     MIN_TIMESTAMP,
@@ -85,7 +84,7 @@ class Log:
         self._mutex = threading.Lock()
         self._refs: list[SegmentRef] = []
         self._bases: list[int] = []
-        self._sealed_index: dict[int, tuple[OffsetIndex, TimeIndex]] = {}
+        self._sealed_index: dict[int, tuple[tuple[int, int, int], OffsetIndex, TimeIndex]] = {}
         self._z_info: dict[int, CompressedInfo] = {}
         self._recovery_point_path = os.path.join(path, RECOVERY_POINT_FILE)
         self._recovered = False  # this process's writer has not checked the log yet
@@ -207,43 +206,58 @@ class Log:
         serves every later lookup; it costs a read of the segment in index-interval steps.
         Index files that are missing, torn, or hold an entry that disagrees with the frames
         are rebuilt from the frames."""
+        try:
+            st = os.stat(ref.path)
+        except FileNotFoundError:  # compressed or collected meanwhile: a caller holding it open reads from its start
+            return OffsetIndex(ref.base_offset, [], []), TimeIndex(ref.base_offset, [], [])
+        except OSError as exc:
+            raise storage_error(exc, "stat", ref.path) from exc
+        # A repair may cut a sealed segment, which then grows again as the active one and is
+        # sealed anew: the file's identity, size and mtime tell a cached index it is stale.
+        signature = (st.st_ino, st.st_size, st.st_mtime_ns)
         with self._mutex:
             cached = self._sealed_index.get(ref.base_offset)
-        if cached is not None:
-            return cached
+        if cached is not None and cached[0] == signature:
+            return cached[1], cached[2]
         idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
         tix_path = self.file(ref.base_offset, names.TIME_INDEX_SUFFIX)
         idx = OffsetIndex.load(idx_path, ref.base_offset)
         tix = TimeIndex.load(tix_path, ref.base_offset)
-        with os_errors("open segment", ref.path):
+        try:
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return OffsetIndex(ref.base_offset, [], []), TimeIndex(ref.base_offset, [], [])
+        except OSError as exc:
+            raise storage_error(exc, "open segment", ref.path) from exc
         try:
             good = os.path.exists(idx_path) and os.path.exists(tix_path) and index_agrees(fd, ref.path, idx, tix)
+            if not good:
+                log.warning("channel %s: the index of %s did not match its frames; rebuilding it", self.path, ref.path)
+                marks = self._rebuild_index(ref, fd)
+                offsets = [m.offset for m in marks]
+                idx = OffsetIndex(ref.base_offset, offsets, [m.position for m in marks])
+                tix = TimeIndex(ref.base_offset, [m.max_timestamp_before for m in marks], offsets)
         finally:
             os.close(fd)
-        if not good:
-            log.warning("channel %s: the index of %s did not match its frames; rebuilding it", self.path, ref.path)
-            marks = self.rebuild_index(ref)
-            offsets = [m.offset for m in marks]
-            idx = OffsetIndex(ref.base_offset, offsets, [m.position for m in marks])
-            tix = TimeIndex(ref.base_offset, [m.max_timestamp_before for m in marks], offsets)
         with self._mutex:
-            self._sealed_index[ref.base_offset] = (idx, tix)
+            self._sealed_index[ref.base_offset] = (signature, idx, tix)
         return idx, tix
 
     def rebuild_index(self, ref: SegmentRef) -> list[IndexMark]:
         """Write a sealed raw segment's index files anew from its frames (they are derived
-        data; a segment with a bad frame gets the entries before it); return the entries.
-
-        Needs no lock: compression and GC delete the segment file before its index files,
-        so if the segment is still there after our renames, they delete ours too; if it is
-        gone, we delete what we wrote."""
+        data; a segment with a bad frame gets the entries before it); return the entries."""
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            marks, _since, _max, _scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
+            return self._rebuild_index(ref, fd)
         finally:
             os.close(fd)
+
+    def _rebuild_index(self, ref: SegmentRef, fd: int) -> list[IndexMark]:
+        """:meth:`rebuild_index` of the segment open as ``fd``. Needs no lock: compression
+        and GC delete the segment file before its index files, so if the segment is still
+        there after our renames, they delete ours too; if it is gone, we delete ours."""
+        marks, _since, _max, _scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
         idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
         tix_path = self.file(ref.base_offset, names.TIME_INDEX_SUFFIX)
         write_index_files(idx_path, tix_path, ref.base_offset, marks)
@@ -276,12 +290,7 @@ class Log:
             i = info.block_for_time(timestamp)
             return None if i is None else info.blocks[i].first_offset
         if self._is_sealed(ref):
-            try:
-                idx, tix = self._sealed_indexes(ref)
-            except StorageError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise
-                return ref.base_offset  # compressed or collected meanwhile: the caller's cursor finds it
+            tix = self._sealed_indexes(ref)[1]
             i = bisect.bisect_left(tix.max_before, timestamp) - 1
             return tix.offsets[i] if i >= 0 else ref.base_offset
         tix = TimeIndex.load(self.file(ref.base_offset, names.TIME_INDEX_SUFFIX), ref.base_offset)

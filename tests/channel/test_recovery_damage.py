@@ -24,8 +24,9 @@ import pytest
 
 from filechannel import CorruptRecordError, FileChannel, recovery_point
 from filechannel.errors import LogCorruptedError
+from filechannel.record import encode_frame, encode_payload
 from filechannel.recovery_point import FILE_NAME, read_recovery_point, write_recovery_point
-from filechannel.segment import SEGMENT_HEADER_SIZE
+from filechannel.segment import SEGMENT_HEADER_SIZE, find_valid_frame
 
 CONFIG = dict(maintenance_interval=0, compression="none")
 
@@ -427,3 +428,37 @@ def test_temp_files_of_positions_left_by_a_killed_process_are_removed_on_open(tm
             proc.wait(timeout=30)
     with FileChannel(path, **CONFIG):
         assert not os.path.exists(live_tmp), "removed once its process is gone"
+
+
+# -- the resync scan -----------------------------------------------------------------------
+
+
+def resync(tmp_path, data, start=0):
+    f = tmp_path / "seg"
+    f.write_bytes(data)
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        return find_valid_frame(fd, str(f), start)
+    finally:
+        os.close(fd)
+
+
+def test_the_resync_scan_finds_the_first_valid_frame_after_damage_and_nothing_in_a_torn_tail(tmp_path):
+    frame = encode_frame(encode_payload(b"payload", b"key", [("h", b"v")], 1234))
+    plain = encode_frame(encode_payload(b"x" * 100, None, None, 5))
+    assert resync(tmp_path, frame) == 0
+    assert resync(tmp_path, bytes(1000) + frame) == 1000  # a run of zeros, as a lost block leaves
+    garbage = bytes(range(256)) * 8
+    assert resync(tmp_path, garbage + plain + frame) == len(garbage)
+    assert resync(tmp_path, plain[:-1]) is None  # a torn frame: nothing valid after it
+    assert resync(tmp_path, bytes(5000)) is None
+    bad = bytearray(plain)
+    bad[20] ^= 1
+    assert resync(tmp_path, bytes(bad) + bytes(3)) is None
+    assert resync(tmp_path, bytes(bad) + frame, start=1) == len(bad)
+    # across the 1 MiB read chunks: a frame that starts a few bytes before a chunk's end
+    for lead in (1 << 20) - 20, (1 << 20) - 3, (1 << 20) + 1:
+        assert resync(tmp_path, bytes(lead) + frame) == lead, lead
+    # a frame whose record does not decode is not a frame a writer made
+    undecodable = encode_frame(b"\x04" + bytes(8))
+    assert resync(tmp_path, undecodable) is None
