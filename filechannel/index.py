@@ -28,10 +28,9 @@ from __future__ import annotations
 import bisect
 import os
 import struct
-import threading
 
 from .errors import os_errors, storage_error
-from .files import read_if_exists, unlink_if_exists
+from .files import read_if_exists, write_atomically
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, OFFSET_ENTRY, RECORD_PREFIX_SIZE, TIME_ENTRY
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, frame_is_valid
 
@@ -117,7 +116,8 @@ class OffsetIndex:
     With ``segment_path``, :meth:`lookup` and :meth:`last` return only entries that agree
     with the segment's frames (checked once each, then remembered); without it (an index
     just built from the frames) every entry is trusted. Thread-safe: a check that fails
-    only lowers ``_usable``, an int, so concurrent lookups never see the lists change.
+    only lowers ``_usable``, an int, and one that passes adds to a set, so concurrent
+    lookups never see the lists change.
     """
 
     def __init__(
@@ -129,7 +129,7 @@ class OffsetIndex:
         self.segment_path = segment_path
         self.damaged = damaged  # the file held entries that were dropped: rebuild it
         self._usable = len(offsets)  # entries from here on disagree with the frames
-        self._checked = 0 if segment_path is not None else len(offsets)  # entries below agree
+        self._agreeing: set[int] = set()  # entries found to agree with the frames
 
     @classmethod
     def load(cls, path: str, base_offset: int, valid_end: int | None = None, segment_path: str | None = None) -> OffsetIndex:
@@ -156,12 +156,12 @@ class OffsetIndex:
 
     def _good(self, i: int) -> tuple[int, int]:
         """Entry ``i`` if it agrees with the frames, else the last one before it that does."""
-        while i >= self._checked:
+        while i >= 0 and self.segment_path is not None and i not in self._agreeing:
             agrees = self._agrees(i)
             if agrees is None:  # the segment is gone (compressed or collected)
                 return self.base_offset, SEGMENT_HEADER_SIZE  # the caller's open file, read from its start
             if agrees:
-                self._checked = max(self._checked, i + 1)
+                self._agreeing.add(i)
                 break
             self.damaged = True
             self._usable = min(self._usable, i)
@@ -241,20 +241,12 @@ def index_bytes_match(idx_path: str, tix_path: str, base_offset: int, marks: lis
 
 
 def write_index_files(idx_path: str, tix_path: str, base_offset: int, marks: list[IndexMark]) -> None:
-    """Write both index files of a sealed segment whole: a temp file of this writer's own
-    (pid and thread: readers of several processes may rebuild the same index at once),
-    then a rename, so a reader never sees a half-written file."""
+    """Write both index files of a sealed segment whole (:func:`files.write_atomically`: a
+    temp file of this writer's own, as readers of several processes may rebuild the same
+    index at once, then a rename), so a reader never sees a half-written file."""
     idx, tix = encode_marks(base_offset, marks)
     for path, data in ((idx_path, idx), (tix_path, tix)):
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with os_errors("write index", tmp):
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                unlink_if_exists(tmp)
-                raise
+        write_atomically(path, data)
 
 
 def rewrite_index_files(idx_path: str, tix_path: str, base_offset: int, marks: list[IndexMark]) -> None:

@@ -5,10 +5,10 @@ Each position is a file ``positions/<name>.pos`` holding ``[4s magic b"FCHP"][u6
 fsynced, renamed over the old one, and the folder fsynced, so after a crash a position is
 either the old or the new value, never a torn one.
 
-The temp file is ``<name>.pos.<pid>.<thread id>.tmp``: no two writers share one, so a
-writer never renames another's half-written file, and one left by a process that died
-(a kill, a full disk) can be told from one being written: opening a channel deletes those
-whose process is gone.
+The temp file is ``<name>.pos.<pid>.<thread id>.tmp`` (:func:`files.write_atomically`):
+no two writers share one, so a writer never renames another's half-written file, and one
+left by a process that died can be told from one being written: opening a channel
+deletes those whose process is gone (a failed write removes its own).
 
 Garbage collection keeps every segment holding an offset at or past the smallest
 position, so a reader that stores its position here never loses what it has not passed.
@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 
 from crc32c import crc32c
 
 from .errors import CorruptRecordError, os_errors, storage_error
-from .files import fsync_dir, read_if_exists, unlink_if_exists
+from .files import fsync_dir, read_if_exists, unlink_if_exists, write_atomically
 from .names import validate_name
 
 _MAGIC = b"FCHP"
@@ -65,21 +64,7 @@ class PositionStore:
         with os_errors("create folder", self.folder):
             os.makedirs(self.folder, exist_ok=True)
         body = _BODY.pack(_MAGIC, offset)
-        data = body + _CRC.pack(crc32c(body))
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}{_TEMP}"
-        with os_errors("write", tmp):
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-                try:
-                    os.write(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, path)
-            except BaseException:
-                unlink_if_exists(tmp)
-                raise
-        fsync_dir(self.folder)
+        write_atomically(path, body + _CRC.pack(crc32c(body)))
 
     def remove_stale_temp_files(self) -> list[str]:
         """Delete the temp files of positions whose writing process is gone (killed, or
