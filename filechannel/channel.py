@@ -182,17 +182,16 @@ class FileChannel:
 
         The answer to :class:`~filechannel.errors.LogCorruptedError` (damage in the middle
         of the log, which recovery never cuts by itself): the operator picks the last offset
-        to keep, usually the one before the damage. Takes ``writer.lock`` (waits for other
-        writers); this channel's senders are closed first (make new ones). Raises
+        to keep, usually the one before the damage. What this channel's senders buffered is
+        written first; call it while no thread is sending. Takes ``writer.lock`` (waits for
+        writers in other processes); senders go on after it from the new end. Raises
         :class:`OffsetOutOfRangeError` for an offset the valid frames do not reach.
         """
         self._check_open()
         if isinstance(after_offset, bool) or not isinstance(after_offset, int):
             raise ConfigError(f"after_offset must be an int, not {after_offset!r}")
-        with self._mutex:
-            appender, self._appender = self._appender, None
-        if appender is not None:
-            appender.close()
+        if self._appender is not None:
+            self._appender.drain(sync=False)  # releases writer.lock once nothing is buffered
         with self._log.writer_lock.holding():
             self._log.repair(after_offset)
         self._wakeup.bump()

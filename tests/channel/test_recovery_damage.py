@@ -193,7 +193,7 @@ def test_a_bad_frame_in_the_middle_of_the_active_segment_is_kept_and_blocks_appe
             s.send(b"next")
         assert seg.read_bytes() == bytes(data), "not a byte cut"
         ch.repair(49)
-        assert ch.sender().send(b"next") == 50
+        assert s.send(b"next") == 50
     assert seg.stat().st_size == pos + 8 + 9 + 4
     with FileChannel(path, **CONFIG) as ch:
         got = ch.receiver().recv_many(1000, timeout=0)
@@ -279,6 +279,20 @@ def test_repair_refuses_an_offset_past_the_damage_and_one_inside_a_compressed_se
         assert s.send(b"next") == z_end
         s.flush()
         assert [r.offset for r in ch.receiver().recv_many(10_000, timeout=0)] == list(range(z_end + 1))
+
+
+def test_repair_of_a_live_channel_writes_what_its_sender_buffered_then_cuts_and_the_sender_goes_on(tmp_path):
+    path = tmp_path / "ch"
+    with FileChannel(path, segment_bytes=4096, **CONFIG) as ch:
+        s = ch.sender()
+        for i in range(150):  # two segments; the last records still buffered, writer.lock held
+            s.send(value(i))
+        ch.repair(119)
+        assert s.send(b"next") == 120
+        s.flush()
+        got = ch.receiver().recv_many(1000, timeout=0)
+        assert [(r.offset, r.value) for r in got] == [(i, value(i)) for i in range(120)] + [(120, b"next")]
+        assert ch.check() == 121
 
 
 # -- item 3: opening to read takes no lock and writes nothing ------------------------------
