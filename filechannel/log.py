@@ -203,9 +203,9 @@ class Log:
     def _sealed_indexes(self, ref: SegmentRef) -> tuple[OffsetIndex, TimeIndex]:
         """Both indexes of a sealed raw segment, checked whole against its frames on first
         use in this process and cached. A sealed segment no longer changes, so one check
-        serves every later lookup; it costs a read of the segment in index-interval steps.
-        Index files that are missing, torn, or hold an entry that disagrees with the frames
-        are rebuilt from the frames."""
+        serves every later lookup; it costs one scan of the segment (in C), and a check of
+        each entry if the files were made with another index interval. Index files that are
+        missing, torn, or hold an entry that disagrees with the frames are rebuilt."""
         try:
             st = os.stat(ref.path)
         except FileNotFoundError:  # compressed or collected meanwhile: a caller holding it open reads from its start
@@ -221,8 +221,6 @@ class Log:
             return cached[1], cached[2]
         idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
         tix_path = self.file(ref.base_offset, names.TIME_INDEX_SUFFIX)
-        idx = OffsetIndex.load(idx_path, ref.base_offset)
-        tix = TimeIndex.load(tix_path, ref.base_offset)
         try:
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -230,13 +228,20 @@ class Log:
         except OSError as exc:
             raise storage_error(exc, "open segment", ref.path) from exc
         try:
-            good = os.path.exists(idx_path) and os.path.exists(tix_path) and index_agrees(fd, ref.path, idx, tix)
-            if not good:
-                log.warning("channel %s: the index of %s did not match its frames; rebuilding it", self.path, ref.path)
-                marks = self._rebuild_index(ref, fd)
-                offsets = [m.offset for m in marks]
-                idx = OffsetIndex(ref.base_offset, offsets, [m.position for m in marks])
-                tix = TimeIndex(ref.base_offset, [m.max_timestamp_before for m in marks], offsets)
+            # One scan of the frames (in C) gives the entries a writer with our interval makes:
+            # files that hold exactly those agree. Files made with another interval are checked
+            # entry by entry; files that disagree are rebuilt.
+            marks, _since, _max, _scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
+            offsets = [m.offset for m in marks]
+            idx = OffsetIndex(ref.base_offset, offsets, [m.position for m in marks])
+            tix = TimeIndex(ref.base_offset, [m.max_timestamp_before for m in marks], offsets)
+            if not index_bytes_match(idx_path, tix_path, ref.base_offset, marks):
+                in_files = OffsetIndex.load(idx_path, ref.base_offset), TimeIndex.load(tix_path, ref.base_offset)
+                if os.path.exists(idx_path) and os.path.exists(tix_path) and index_agrees(fd, ref.path, *in_files):
+                    idx, tix = in_files
+                else:
+                    log.warning("channel %s: the index of %s did not match its frames; rebuilding it", self.path, ref.path)
+                    self._write_index(ref, marks)
         finally:
             os.close(fd)
         with self._mutex:
@@ -249,22 +254,22 @@ class Log:
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return self._rebuild_index(ref, fd)
+            marks, _since, _max, _scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
         finally:
             os.close(fd)
+        self._write_index(ref, marks)
+        return marks
 
-    def _rebuild_index(self, ref: SegmentRef, fd: int) -> list[IndexMark]:
-        """:meth:`rebuild_index` of the segment open as ``fd``. Needs no lock: compression
+    def _write_index(self, ref: SegmentRef, marks: list[IndexMark]) -> None:
+        """Replace a sealed segment's index files with ``marks``. Needs no lock: compression
         and GC delete the segment file before its index files, so if the segment is still
         there after our renames, they delete ours too; if it is gone, we delete ours."""
-        marks, _since, _max, _scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
         idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
         tix_path = self.file(ref.base_offset, names.TIME_INDEX_SUFFIX)
         write_index_files(idx_path, tix_path, ref.base_offset, marks)
         if not os.path.exists(ref.path):
             unlink_if_exists(idx_path)
             unlink_if_exists(tix_path)
-        return marks
 
     def _scan_marks(
         self, fd: int, path: str, position: int, offset: int, since_index: int, max_ts: int

@@ -162,6 +162,22 @@ def test_damage_to_any_byte_of_a_sealed_index_loses_nothing_and_is_rebuilt(tmp_p
         shutil.rmtree(path)
 
 
+def test_a_sealed_index_made_with_another_interval_is_checked_entry_by_entry(tmp_path, sealed_template):
+    template, stem, offsets, pristine = sealed_template
+    path = tmp_path / "ch"
+    shutil.copytree(template, path)
+    with FileChannel(path, segment_bytes=4096, index_interval_bytes=4096, **CONFIG) as ch:
+        read_at_every_offset(ch, offsets)
+    assert {s: (path / (stem + s)).read_bytes() for s in pristine} == pristine, "good files are kept as they are"
+    idx = bytearray(pristine[".idx"])
+    idx[8 * 3] ^= 0x01  # the offset of the fourth entry
+    (path / (stem + ".idx")).write_bytes(bytes(idx))
+    with FileChannel(path, segment_bytes=4096, index_interval_bytes=4096, **CONFIG) as ch:
+        read_at_every_offset(ch, offsets)
+        assert [ch.offset_for_time(1000 + i) for i in offsets] == list(offsets)
+    assert (path / (stem + ".idx")).read_bytes() != bytes(idx), "a damaged one is rebuilt"
+
+
 # -- item 2: damage in the middle is not a torn tail ---------------------------------------
 
 
