@@ -242,7 +242,7 @@ def find_valid_frame(fd: int, path: str, start: int, size: int | None = None, ma
     while chunk_start + FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE <= size:
         with os_errors("read", path):
             buf = os.pread(fd, min(_SCAN_CHUNK, size - chunk_start), chunk_start)
-        if not buf:
+        if len(buf) < FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE:  # the file shrank since its size was taken
             return None
         last = len(buf) - FRAME_HEADER_SIZE - RECORD_PREFIX_SIZE  # candidates whose prefix is in buf
         p = 0
