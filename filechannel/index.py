@@ -205,30 +205,26 @@ class TimeIndex:
         self.damaged = False  # the file held entries that were dropped: rebuild it
 
     @classmethod
-    def load(cls, path: str, base_offset: int, count: int | None = None) -> TimeIndex:
-        """Read ``path``, keeping the non-decreasing prefix (at most ``count`` entries).
+    def load(cls, path: str, base_offset: int) -> TimeIndex:
+        """Read ``path``, keeping the non-decreasing prefix of entries.
 
-        Entries are not checked against the frames here: :meth:`filechannel.log.Log.time_start`
-        checks the one it uses with :func:`entry_agrees`.
+        Entries are not checked against the frames here: a sealed segment's are checked
+        whole on first use, and an active segment's one by one as a lookup uses them
+        (:meth:`filechannel.log.Log.time_start`, with :func:`entry_agrees`).
         """
         max_before: list[int] = []
         offsets: list[int] = []
         last_ts, last_off = MIN_TIMESTAMP, -1
         entries, partial = _read_entries(path, TIME_ENTRY)
         for ts, rel in entries:
-            if ts < last_ts or rel <= last_off or (count is not None and len(offsets) >= count):
+            if ts < last_ts or rel <= last_off:
                 break
             max_before.append(ts)
             offsets.append(base_offset + rel)
             last_ts, last_off = ts, rel
         index = cls(base_offset, max_before, offsets)
-        index.damaged = partial or (len(offsets) != len(entries) and count is None)
+        index.damaged = partial or len(offsets) != len(entries)
         return index
-
-    def lookup(self, timestamp: int) -> int:
-        """The offset to scan from for the first record with timestamp >= ``timestamp``."""
-        i = bisect.bisect_left(self.max_before, timestamp) - 1
-        return self.base_offset if i < 0 else self.offsets[i]
 
     def __len__(self) -> int:
         return len(self.offsets)
