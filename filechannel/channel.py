@@ -1,8 +1,12 @@
 """FileChannel: a durable, segmented log of byte records in one folder.
 
-Opening a channel recovers it (under the writer lock: a torn tail is trimmed; under the
-maintenance lock: interrupted compressions are finished or rolled back). Any number of
-processes may open the same folder at once, to send, receive, or both.
+Opening a channel reads it: it takes no writer lock and changes no segment, so a reader
+never waits behind a busy writer nor repairs what it only wanted to read. A writer
+recovers the log (checks it, trims a torn tail) when it first takes ``writer.lock``,
+before its first append. Opening only creates the first segment of an empty folder, and,
+under the maintenance lock if it is free, finishes or rolls back interrupted
+compressions. Any number of processes may open the same folder at once, to send,
+receive, or both.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Callable
 from .appender import Appender
 from .compressed import CompressedSegment
 from .config import ChannelConfig
-from .cursor import Cursor, _valid_frame_after, _whole_frame_at, file_vanished
+from .cursor import Cursor, file_vanished
 from .errors import (
     ChannelClosedError,
     ConfigError,
@@ -34,7 +38,7 @@ from .position import PositionStore
 from .readahead import BlockReadahead
 from .receiver import AckReceiver, Receiver
 from .record import Record, checked_timestamp, decode_records
-from .segment import SEGMENT_HEADER_SIZE, FrameScanner, read_segment_header
+from .segment import SEGMENT_HEADER_SIZE, FrameScanner, find_valid_frame, read_segment_header, valid_frame_at
 from .sender import Sender
 from .wakeup import Wakeup
 
@@ -74,11 +78,10 @@ class FileChannel:
         self._mutex = threading.Lock()
         self._appender: Appender | None = None
         self._receivers: weakref.WeakSet[Receiver] = weakref.WeakSet()
-        self._log.writer_lock.acquire()
-        try:
-            self._log.recover()
-        finally:
-            self._log.writer_lock.release()
+        if not self._log.list_segments():
+            with self._log.writer_lock.holding():
+                self._log.create_first_segment()
+        self.positions.remove_stale_temp_files()
         if self._log.maintenance_lock.acquire(blocking=False):
             try:
                 self._log.finish_interrupted_compressions()
@@ -210,6 +213,25 @@ class FileChannel:
         with self._log.maintenance_lock.holding():
             return self._log.collect_garbage(self.positions.minimum())
 
+    def repair(self, after_offset: int) -> None:
+        """Cut the log after ``after_offset``: keep every record up to it, delete every later one.
+
+        The answer to :class:`~filechannel.errors.LogCorruptedError` (damage in the middle
+        of the log, which recovery never cuts by itself): the operator picks the last offset
+        to keep, usually the one before the damage. What this channel's senders buffered is
+        written first; call it while no thread is sending. Takes ``writer.lock`` (waits for
+        writers in other processes); senders go on after it from the new end. Raises
+        :class:`OffsetOutOfRangeError` for an offset the valid frames do not reach.
+        """
+        self._check_open()
+        if isinstance(after_offset, bool) or not isinstance(after_offset, int):
+            raise ConfigError(f"after_offset must be an int, not {after_offset!r}")
+        if self._appender is not None:
+            self._appender.drain(sync=False)  # releases writer.lock once nothing is buffered
+        with self._log.writer_lock.holding():
+            self._log.repair(after_offset)
+        self._wakeup.bump()
+
     def _poke_maintenance(self) -> None:
         self._maintenance_wake.set()
 
@@ -320,25 +342,26 @@ class FileChannel:
             with os_errors("stat", ref.path):
                 size = os.fstat(fd).st_size
             if size < SEGMENT_HEADER_SIZE and not sealed:
-                return 0  # the active segment as a roll creates it, before its header is written
+                return 0  # a torn header, or a roll's new segment before its header: the tail a writer trims
             header = read_segment_header(fd, ref.path)
             scanner = FrameScanner(fd, ref.path, SEGMENT_HEADER_SIZE, header.base_offset, MAX_FRAME_PAYLOAD)
             scanner.scan()
             n = scanner.end_offset - header.base_offset
-            if scanner.stop != "end" and (sealed or scanner.stop == "invalid"):
+            if scanner.stop == "end":
+                return n
+            if sealed:
                 raise scanner.corrupt_error(header.base_offset)
-            if scanner.stop != "end":
-                # The active segment ends in a partial frame: torn, or still being written
-                # (then it is whole by now), unless a valid frame follows it: damage in the log.
-                found = _valid_frame_after(fd, ref.path, scanner.end_position, size)
-                with os_errors("stat", ref.path):
-                    now = os.fstat(fd).st_size
-                if found is not None and not _whole_frame_at(fd, ref.path, scanner.end_position, now):
-                    raise CorruptRecordError(
-                        f"segment file {ref.path!r} has a damaged frame at byte {scanner.end_position} "
-                        f"(offset {scanner.end_offset}) followed by a valid frame at byte {found}: the records "
-                        "from that offset on cannot be read; restore the file from a copy"
-                    )
+            # The active segment ends in a bad or partial frame: torn, or still being written (then
+            # it is whole by now), unless a valid frame follows it: damage in the middle of the log.
+            found = find_valid_frame(fd, ref.path, scanner.end_position + 1, size)
+            with os_errors("stat", ref.path):
+                now = os.fstat(fd).st_size
+            if found is not None and not valid_frame_at(fd, ref.path, scanner.end_position, now):
+                raise CorruptRecordError(
+                    f"segment file {ref.path!r} has a damaged frame at byte {scanner.end_position} "
+                    f"(offset {scanner.end_offset}) followed by a valid frame at byte {found}: the records "
+                    f"from that offset on cannot be read; see `filechannel repair {self.path} --after OFFSET`"
+                )
             return n
         finally:
             os.close(fd)

@@ -330,6 +330,33 @@ def bench(ctx: click.Context) -> None:
     sys.exit(bench_main(ctx.args))
 
 
+# -- repair ------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option("--after", "after", type=int, required=True, help="The last offset to keep; every later record is deleted.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def repair(path: str, after: int, yes: bool) -> None:
+    """Cut the channel (a partition folder) at PATH after offset --after.
+
+    The answer to damage in the middle of a log, which recovery never cuts by itself:
+    appends are refused until the operator chooses what to keep, usually every record
+    before the damage (the error names the offset). Keeps every record up to --after and
+    deletes every later one.
+    """
+    from .channel import FileChannel
+    from .names import parse_segment_file
+
+    if not os.path.isdir(path) or not any(parse_segment_file(f) for f in os.listdir(path)):
+        raise click.ClickException(f"{path!r} is not a channel folder (no segment files in it)")
+    with FileChannel(path, maintenance_interval=0) as ch:
+        if not yes:
+            click.confirm(f"keep the records of {ch.path} up to offset {after} and delete every later one?", abort=True, err=True)
+        ch.repair(after)
+        out.print(f"repaired: {ch.path} now ends after offset {ch.end_offset - 1}; sends go on from {ch.end_offset}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script: our errors become one line on stderr, exit 1."""
     try:

@@ -33,11 +33,8 @@ from __future__ import annotations
 
 import errno
 import os
-import struct
 import threading
 import time
-
-from crc32c import crc32c
 
 from .compressed import BlockData, CompressedSegment
 from .errors import (
@@ -48,13 +45,12 @@ from .errors import (
     StorageError,
     os_errors,
 )
-from .log import MAX_FRAME_PAYLOAD, Log, SegmentRef
+from .log import Log, SegmentRef
 from .readahead import READAHEAD_BLOCKS, BlockReadahead
-from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE, Record, decode_payload, decode_records
-from .segment import SEGMENT_HEADER_SIZE
+from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records
+from .segment import SEGMENT_HEADER_SIZE, find_valid_frame, valid_frame_at
 
 READ_CHUNK = 256 * 1024
-_RESYNC_CHUNK = 256 * 1024
 _RELIST_INTERVAL = 1.0  # seconds: how often a reader waiting at a segment's end lists the folder
 
 
@@ -65,59 +61,6 @@ def file_vanished(exc: BaseException) -> bool:
     segments at any moment, so code that lists and then opens segments meets this normally.
     """
     return isinstance(exc, FileNotFoundError) or (isinstance(exc, StorageError) and exc.errno == errno.ENOENT)
-
-
-def _whole_frame_at(fd: int, path: str, at: int, size: int) -> bool:
-    """Whether a valid frame starts at file position ``at``: its length is at least a record
-    prefix and fits before ``size``, its CRC-32C matches, and its record decodes."""
-    with os_errors("read", path):
-        head = os.pread(fd, FRAME_HEADER_SIZE, at)
-    if len(head) < FRAME_HEADER_SIZE:
-        return False
-    length, crc = FRAME_HEADER.unpack(head)
-    if not RECORD_PREFIX_SIZE <= length <= min(MAX_FRAME_PAYLOAD, size - at - FRAME_HEADER_SIZE):
-        return False
-    with os_errors("read", path):
-        payload = os.pread(fd, length, at + FRAME_HEADER_SIZE)
-    if len(payload) != length or crc32c(payload) != crc:
-        return False
-    try:
-        decode_payload(payload, 0)
-    except CorruptRecordError:
-        return False
-    return True
-
-
-def _valid_frame_after(fd: int, path: str, position: int, size: int) -> int | None:
-    """The file position of the first valid frame (:func:`_whole_frame_at`) starting after
-    ``position`` and ending by ``size``, if any.
-
-    Run only on the damage path (a bad or partial frame at the end of the active segment),
-    never per record: a bad frame with a valid one after it is corruption, one with nothing
-    valid after it may be a torn tail. Candidates are picked out by their length field
-    first (a C-speed unpack of each chunk at the four alignments, 256 KiB at a time), so
-    only a few are read whole and CRC-checked.
-    """
-    start = position + 1
-    lo = RECORD_PREFIX_SIZE
-    while start + FRAME_HEADER_SIZE + lo <= size:
-        with os_errors("read", path):
-            buf = os.pread(fd, min(_RESYNC_CHUNK + FRAME_HEADER_SIZE, size - start), start)
-        span = min(_RESYNC_CHUNK, len(buf) - FRAME_HEADER_SIZE + 1)
-        if span <= 0:
-            return None
-        hi = min(MAX_FRAME_PAYLOAD, size - start - FRAME_HEADER_SIZE)
-        candidates: list[int] = []
-        for k in range(4):
-            lengths = struct.unpack_from(f"<{(len(buf) - k) // 4}I", buf, k)
-            candidates.extend(k + 4 * i for i, length in enumerate(lengths) if lo <= length <= hi)
-        for p in sorted(candidates):
-            if p >= span:
-                break
-            if _whole_frame_at(fd, path, start + p, size):
-                return start + p
-        start += span
-    return None
 
 
 class _RawSource:
@@ -363,11 +306,11 @@ class Cursor:
         size = source.size()
         if self._tail_seen == (self._pos, size) or self._pos >= size:
             return
-        found = _valid_frame_after(source.fd, source.ref.path, self._pos, size)
+        found = find_valid_frame(source.fd, source.ref.path, self._pos + 1, size)
         if found is None:
             self._tail_seen = (self._pos, size)
             return
-        if _whole_frame_at(source.fd, source.ref.path, self._pos, source.size()):
+        if valid_frame_at(source.fd, source.ref.path, self._pos, source.size()):
             return  # a writer just completed it (its bytes were landing): the next read decodes it
         raise self._corrupt(
             source, f"the frame there is damaged and a valid frame follows at byte {found}, so it is not a torn tail"

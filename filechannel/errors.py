@@ -89,6 +89,10 @@ class MissingSegmentError(CorruptRecordError):
     """Offsets between two segments are missing: a segment file in the middle of the log was deleted or lost."""
 
 
+class LogCorruptedError(CorruptRecordError):
+    """Damage in the middle of the log (not a torn tail): nothing was cut; appends are refused until a repair."""
+
+
 _FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 

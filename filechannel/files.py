@@ -81,17 +81,22 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 def write_atomically(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the folder.
 
-    The temp file is named after the writer's pid and thread, so two writers never share one.
-    """
+    The temp file is ``PATH.PID.TID.tmp``: no two writers (processes or threads) share
+    one, and one whose process died can be told from one being written. It is removed
+    if the write fails (a full disk)."""
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with os_errors("write", tmp):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
         try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            unlink_if_exists(tmp)
+            raise
     fsync_dir(os.path.dirname(path) or ".")
 
 

@@ -7,8 +7,13 @@ Invariants (every process that opens the folder keeps them):
 - The segment with the largest base offset is the *active* one, always raw (``.seg``);
   only it is appended to, and only by a holder of ``writer.lock``. Every other segment is
   sealed, raw or compressed (``.seg.z``, preferred when both exist).
-- Tail recovery (trimming a torn last frame) runs only under ``writer.lock``, so it never
-  cuts a frame another process is still writing.
+- Recovery runs only in a writer, under ``writer.lock``, before its first append: it never
+  cuts a frame another process is still writing, and opening a channel to read writes
+  nothing. It cuts only a torn tail (a partial or bad last frame with nothing valid after
+  it); damage followed by valid data is kept, reported, and blocks appends until
+  :meth:`Log.repair`.
+- No index entry is trusted because it is in a file: entries are checked against the
+  frames before a reader or recovery starts from them.
 - Compression and garbage collection run only under ``maintenance.lock``; they touch
   sealed segments only, and delete a prefix of them, never a hole.
 
@@ -28,21 +33,30 @@ from dataclasses import dataclass
 from . import names
 from .compressed import Z_HEADER, CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length
 from .config import ChannelConfig
-from .errors import CorruptRecordError, OffsetOutOfRangeError, os_errors
+from .errors import CorruptRecordError, LogCorruptedError, OffsetOutOfRangeError, os_errors, storage_error
 from .files import fsync_dir, fsync_if_exists, unlink_if_exists
 from .index import (
     MIN_TIMESTAMP,
     IndexMark,
     OffsetIndex,
     TimeIndex,
-    encode_marks,
-    truncate_index_files,
+    entry_agrees,
+    index_agrees,
+    index_bytes_match,
+    rewrite_index_files,
     write_index_files,
 )
 from .lock import FileLock
 from .recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from .recovery_point import read_recovery_point, write_recovery_point
-from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, create_segment, read_segment_header
+from .segment import (
+    SEGMENT_HEADER_SIZE,
+    FrameScanner,
+    SegmentHeader,
+    create_segment,
+    find_valid_frame,
+    read_segment_header,
+)
 from .writer_state import WriterState, read_state, write_state
 
 log = logging.getLogger("filechannel")
@@ -70,9 +84,10 @@ class Log:
         self._mutex = threading.Lock()
         self._refs: list[SegmentRef] = []
         self._bases: list[int] = []
-        self._sealed_index: dict[int, OffsetIndex] = {}
+        self._sealed_index: dict[int, tuple[tuple[int, int, int], OffsetIndex, TimeIndex]] = {}
         self._z_info: dict[int, CompressedInfo] = {}
         self._recovery_point_path = os.path.join(path, RECOVERY_POINT_FILE)
+        self._recovered = False  # this process's writer has not checked the log yet
 
     # -- names -----------------------------------------------------------------------------
 
@@ -175,37 +190,86 @@ class Log:
     # -- indexes ---------------------------------------------------------------------------
 
     def load_offset_index(self, base_offset: int, valid_end: int | None = None) -> OffsetIndex:
-        return OffsetIndex.load(self.file(base_offset, names.OFFSET_INDEX_SUFFIX), base_offset, valid_end)
+        """The offset index of a raw segment as its file holds it; lookups check the entries
+        they use against the frames (see :mod:`filechannel.index`)."""
+        return OffsetIndex.load(
+            self.file(base_offset, names.OFFSET_INDEX_SUFFIX), base_offset, valid_end, segment_path=self.segment_path(base_offset)
+        )
 
     def sealed_offset_index(self, ref: SegmentRef) -> OffsetIndex:
-        """The offset index of a sealed raw segment, cached; rebuilt from the segment if missing."""
-        with self._mutex:
-            idx = self._sealed_index.get(ref.base_offset)
-        if idx is not None:
-            return idx
-        idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
-        if not os.path.exists(idx_path):
-            self.rebuild_index(ref)
-        idx = self.load_offset_index(ref.base_offset)
-        with self._mutex:
-            self._sealed_index[ref.base_offset] = idx
-        return idx
+        """The offset index of a sealed raw segment (see :meth:`_sealed_indexes`)."""
+        return self._sealed_indexes(ref)[0]
 
-    def rebuild_index(self, ref: SegmentRef) -> None:
-        """Write a raw segment's index files anew from its frames (they are derived data)."""
+    def _sealed_indexes(self, ref: SegmentRef) -> tuple[OffsetIndex, TimeIndex]:
+        """Both indexes of a sealed raw segment, checked whole against its frames on first
+        use in this process and cached. A sealed segment no longer changes, so one check
+        serves every later lookup; it costs one scan of the segment (in C), and a check of
+        each entry if the files were made with another index interval. Index files that are
+        missing, torn, or hold an entry that disagrees with the frames are rebuilt."""
+        try:
+            st = os.stat(ref.path)
+        except FileNotFoundError:  # compressed or collected meanwhile: a caller holding it open reads from its start
+            return OffsetIndex(ref.base_offset, [], []), TimeIndex(ref.base_offset, [], [])
+        except OSError as exc:
+            raise storage_error(exc, "stat", ref.path) from exc
+        # A repair may cut a sealed segment, which then grows again as the active one and is
+        # sealed anew: the file's identity, size and mtime tell a cached index it is stale.
+        signature = (st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._mutex:
+            cached = self._sealed_index.get(ref.base_offset)
+        if cached is not None and cached[0] == signature:
+            return cached[1], cached[2]
+        idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
+        tix_path = self.file(ref.base_offset, names.TIME_INDEX_SUFFIX)
+        try:
+            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return OffsetIndex(ref.base_offset, [], []), TimeIndex(ref.base_offset, [], [])
+        except OSError as exc:
+            raise storage_error(exc, "open segment", ref.path) from exc
+        try:
+            # One scan of the frames (in C) gives the entries a writer with our interval makes:
+            # files that hold exactly those agree. Files made with another interval are checked
+            # entry by entry; files that disagree are rebuilt.
+            marks, _since, _max, _scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
+            offsets = [m.offset for m in marks]
+            idx = OffsetIndex(ref.base_offset, offsets, [m.position for m in marks])
+            tix = TimeIndex(ref.base_offset, [m.max_timestamp_before for m in marks], offsets)
+            if not index_bytes_match(idx_path, tix_path, ref.base_offset, marks):
+                in_files = OffsetIndex.load(idx_path, ref.base_offset), TimeIndex.load(tix_path, ref.base_offset)
+                if os.path.exists(idx_path) and os.path.exists(tix_path) and index_agrees(fd, ref.path, *in_files):
+                    idx, tix = in_files
+                else:
+                    log.warning("channel %s: the index of %s did not match its frames; rebuilding it", self.path, ref.path)
+                    self._write_index(ref, marks)
+        finally:
+            os.close(fd)
+        with self._mutex:
+            self._sealed_index[ref.base_offset] = (signature, idx, tix)
+        return idx, tix
+
+    def rebuild_index(self, ref: SegmentRef) -> list[IndexMark]:
+        """Write a sealed raw segment's index files anew from its frames (they are derived
+        data; a segment with a bad frame gets the entries before it); return the entries."""
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             marks, _since, _max, _scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
         finally:
             os.close(fd)
-        write_index_files(
-            self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX),
-            self.file(ref.base_offset, names.TIME_INDEX_SUFFIX),
-            ref.base_offset,
-            marks,
-        )
-        log.info("rebuilt the index of segment %s (%d entries)", ref.path, len(marks))
+        self._write_index(ref, marks)
+        return marks
+
+    def _write_index(self, ref: SegmentRef, marks: list[IndexMark]) -> None:
+        """Replace a sealed segment's index files with ``marks``. Needs no lock: compression
+        and GC delete the segment file before its index files, so if the segment is still
+        there after our renames, they delete ours too; if it is gone, we delete ours."""
+        idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
+        tix_path = self.file(ref.base_offset, names.TIME_INDEX_SUFFIX)
+        write_index_files(idx_path, tix_path, ref.base_offset, marks)
+        if not os.path.exists(ref.path):
+            unlink_if_exists(idx_path)
+            unlink_if_exists(tix_path)
 
     def _scan_marks(
         self, fd: int, path: str, position: int, offset: int, since_index: int, max_ts: int
@@ -214,6 +278,47 @@ class Log:
         scanner = FrameScanner(fd, path, position, offset, MAX_FRAME_PAYLOAD)
         marks, since_index, max_ts = scanner.scan(self.config.index_interval_bytes, since_index, max_ts)
         return [IndexMark(*mark) for mark in marks], since_index, max_ts, scanner
+
+    def _is_sealed(self, ref: SegmentRef) -> bool:
+        with self._mutex:
+            return bool(self._bases) and self._bases[-1] > ref.base_offset
+
+    def time_start(self, ref: SegmentRef, timestamp: int) -> int | None:
+        """Where to start scanning ``ref`` for the first record with timestamp >= ``timestamp``.
+
+        None when the segment certainly holds no such record. In the active segment the
+        time entry used is checked against the frames first (a damaged one falls back to
+        the entry before it, or the segment start: a later start could skip the answer).
+        """
+        if ref.compressed:
+            info = self.compressed_info(ref)
+            i = info.block_for_time(timestamp)
+            return None if i is None else info.blocks[i].first_offset
+        if self._is_sealed(ref):
+            tix = self._sealed_indexes(ref)[1]
+            i = bisect.bisect_left(tix.max_before, timestamp) - 1
+            return tix.offsets[i] if i >= 0 else ref.base_offset
+        tix = TimeIndex.load(self.file(ref.base_offset, names.TIME_INDEX_SUFFIX), ref.base_offset)
+        i = bisect.bisect_left(tix.max_before, timestamp) - 1
+        if i < 0:
+            return ref.base_offset
+        idx = self.load_offset_index(ref.base_offset)
+        try:
+            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return ref.base_offset
+        except OSError as exc:
+            raise storage_error(exc, "open segment", ref.path) from exc
+        try:
+            while i >= 0:
+                if i < len(idx) and idx.offsets[i] == tix.offsets[i]:
+                    start = (idx.offsets[i - 1], idx.positions[i - 1], tix.max_before[i - 1]) if i else idx.start
+                    if entry_agrees(fd, ref.path, start, tix.offsets[i], idx.positions[i], tix.max_before[i]):
+                        return tix.offsets[i]
+                i -= 1
+        finally:
+            os.close(fd)
+        return ref.base_offset
 
     def compressed_info(self, ref: SegmentRef) -> CompressedInfo:
         with self._mutex:
@@ -226,29 +331,22 @@ class Log:
                 self._z_info[ref.base_offset] = info
         return info
 
-    def time_start(self, ref: SegmentRef, timestamp: int) -> int | None:
-        """Where to start scanning ``ref`` for the first record with timestamp >= ``timestamp``.
-
-        None when the segment certainly holds no such record.
-        """
-        if ref.compressed:
-            info = self.compressed_info(ref)
-            i = info.block_for_time(timestamp)
-            return None if i is None else info.blocks[i].first_offset
-        tix = TimeIndex.load(self.file(ref.base_offset, names.TIME_INDEX_SUFFIX), ref.base_offset)
-        return tix.lookup(timestamp)
-
     # -- recovery (under writer.lock) ------------------------------------------------------
 
     def recover(self) -> WriterState:
         """Find where the log ends, trimming a torn tail; the caller holds ``writer.lock``.
 
-        After a restart of the machine (see :mod:`filechannel.recovery_point`) it first
-        checks every frame of the segments that were not known to be on disk, from the
-        recovery point on, and cuts the log at the first torn one.
+        Only a writer recovers, the first time it takes the lock (see :meth:`current_state`):
+        opening a channel to read changes nothing. Every frame of the active segment is
+        checked from its first one, whatever its index says. After a restart of the
+        machine (see :mod:`filechannel.recovery_point`) the sealed raw segments from the
+        recovery point on are checked too. Only a *torn tail* is cut: a partial or bad
+        last frame with nothing valid after it anywhere in the log. Damage followed by
+        valid data raises :class:`LogCorruptedError` and nothing is cut (see :meth:`repair`).
         """
         refs = self.list_segments()
         never = self.config.fsync == "never"
+        rebooted = True
         if not refs:
             state = self._create_active(0, 0, sync_dir=not never)
             self.list_segments()
@@ -264,11 +362,19 @@ class Log:
                 state = self._create_active(info.end_offset, info.segment_id + 1, sync_dir=not never)
                 self.list_segments()
             else:
-                state = self._recover_active(last, refs, from_start=rebooted)
-            if not rebooted:
-                return state
-        write_recovery_point(self._recovery_point_path, state.segment_base)
+                state = self._recover_active(last, refs)
+        self._recovered = True
+        if rebooted:
+            write_recovery_point(self._recovery_point_path, state.segment_base)
         return state
+
+    def create_first_segment(self) -> None:
+        """Create segment 0 of an empty folder, so readers have a segment to wait on; the
+        caller holds ``writer.lock``. Does nothing if a writer made one meanwhile."""
+        if not self.list_segments():
+            self._create_active(0, 0, sync_dir=self.config.fsync != "never")
+            write_recovery_point(self._recovery_point_path, 0)
+            self.list_segments()
 
     def _create_active(self, base_offset: int, segment_id: int, sync_dir: bool) -> WriterState:
         now = int(time.time() * 1000)
@@ -280,40 +386,37 @@ class Log:
         write_state(self.writer_lock.fd, self.writer_lock.path, state)
         return state
 
-    def _recover_active(self, last: SegmentRef, refs: list[SegmentRef], from_start: bool) -> WriterState:
-        """Trim a torn tail off the active segment, scanning from its last index entry, or
-        from its first frame when the machine restarted (any page may not have reached disk)."""
+    def _recover_active(self, last: SegmentRef, refs: list[SegmentRef]) -> WriterState:
+        """Check every frame of the active segment; trim a torn tail, refuse corruption;
+        rewrite its index files if they do not hold exactly the entries of its frames."""
         path = last.path
         with os_errors("open segment", path):
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
-            if size < SEGMENT_HEADER_SIZE:
-                # A crash between creating the file and writing its header: start it again.
+            try:
+                header = read_segment_header(fd, path, last.base_offset)
+            except CorruptRecordError as exc:
+                if size >= SEGMENT_HEADER_SIZE and find_valid_frame(fd, path, SEGMENT_HEADER_SIZE, size) is not None:
+                    raise LogCorruptedError(f"{exc} (frames follow it: nothing was cut and appends are refused)") from exc
+                # A crash between creating the file and writing its header (or a header block
+                # the machine lost), and no record after it: a torn tail. Start it again.
                 prev_id = self._segment_id(refs[-2]) if len(refs) > 1 else -1
-                log.warning("segment %s has a torn header (%d bytes); rewriting it", path, size)
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, SegmentHeader(prev_id + 1, last.base_offset, int(time.time() * 1000)).encode(), 0)
+                log.warning("segment %s has a torn header and no record (%d bytes); rewriting it", path, size)
+                header = SegmentHeader(prev_id + 1, last.base_offset, int(time.time() * 1000))
+                with os_errors("rewrite the header of", path):
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, header.encode(), 0)
                 size = SEGMENT_HEADER_SIZE
-            header = read_segment_header(fd, path)
-            idx_path = self.file(last.base_offset, names.OFFSET_INDEX_SUFFIX)
-            tix_path = self.file(last.base_offset, names.TIME_INDEX_SUFFIX)
-            idx = OffsetIndex.load(idx_path, last.base_offset, valid_end=size)
-            tix = TimeIndex.load(tix_path, last.base_offset, count=len(idx))
-            count = 0 if from_start else min(len(idx), len(tix))
-            truncate_index_files(idx_path, tix_path, count)
-            if count:
-                offset, position = idx.offsets[count - 1], idx.positions[count - 1]
-                max_before = tix.max_before[count - 1]
-            else:
-                offset, position, max_before = last.base_offset, SEGMENT_HEADER_SIZE, MIN_TIMESTAMP
-            marks, since, max_ts, scanner = self._scan_marks(fd, path, position, offset, 0, max_before)
+            marks, since, max_ts, scanner = self._scan_marks(fd, path, SEGMENT_HEADER_SIZE, last.base_offset, 0, MIN_TIMESTAMP)
             if scanner.stop != "end":
-                torn = size - scanner.end_position
+                after = find_valid_frame(fd, path, scanner.end_position + 1, size)
+                if after is not None:
+                    raise self._corruption(path, scanner.end_position, scanner.end_offset, after)
                 log.warning(
                     "channel %s: trimmed a torn tail of %d bytes at byte %d of %s (offset %d); records before it are intact",
                     self.path,
-                    torn,
+                    size - scanner.end_position,
                     scanner.end_position,
                     path,
                     scanner.end_offset,
@@ -322,13 +425,13 @@ class Log:
                     os.ftruncate(fd, scanner.end_position)
                     if self.config.fsync != "never":
                         os.fsync(fd)
-            if marks:
-                idx_bytes, tix_bytes = encode_marks(last.base_offset, marks)
-                for p, data in ((idx_path, idx_bytes), (tix_path, tix_bytes)):
-                    with os_errors("write index", p), open(p, "ab") as f:
-                        f.write(data)
         finally:
             os.close(fd)
+        idx_path = self.file(last.base_offset, names.OFFSET_INDEX_SUFFIX)
+        tix_path = self.file(last.base_offset, names.TIME_INDEX_SUFFIX)
+        if not index_bytes_match(idx_path, tix_path, last.base_offset, marks):
+            rewrite_index_files(idx_path, tix_path, last.base_offset, marks)
+            log.info("channel %s: rebuilt the index of the active segment %s (%d entries)", self.path, path, len(marks))
         state = WriterState(
             last.base_offset,
             header.segment_id,
@@ -341,21 +444,35 @@ class Log:
         write_state(self.writer_lock.fd, self.writer_lock.path, state)
         return state
 
+    def _corruption(self, path: str, position: int, offset: int, after: int) -> LogCorruptedError:
+        """The error for a bad frame that valid data follows: damage, not a torn tail."""
+        keep = offset - 1
+        return LogCorruptedError(
+            f"channel {self.path!r}: segment file {path!r} has a damaged frame at byte {position} (offset {offset}) "
+            f"followed by valid data (a frame at byte {after}): not a torn tail, so nothing was cut and appends are "
+            f"refused. Read or copy what you need, then run `filechannel repair {self.path} --after {keep}` "
+            f"(or FileChannel.repair({keep})) to keep the records up to offset {keep} and delete every later one"
+        )
+
     def _segment_id(self, ref: SegmentRef) -> int:
         if ref.compressed:
             return self.compressed_info(ref).segment_id
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return read_segment_header(fd, ref.path).segment_id
+            return read_segment_header(fd, ref.path, ref.base_offset).segment_id
         finally:
             os.close(fd)
 
     def current_state(self) -> WriterState:
         """The writer state, checked against the files; the caller holds ``writer.lock``.
 
-        Costs a read of the state and two stats when nothing changed behind our back.
+        The first call of this process recovers (:meth:`recover`): that is where a writer
+        checks the log before its first append. After it, it costs a read of the state and
+        two stats when nothing changed behind our back.
         """
+        if not self._recovered:
+            return self.recover()
         state = read_state(self.writer_lock.fd, self.writer_lock.path)
         if state is not None:
             try:
@@ -366,6 +483,86 @@ class Log:
             if size == state.segment_size and not rolled:
                 return state
         return self.recover()
+
+    def repair(self, after_offset: int) -> WriterState:
+        """Cut the log after ``after_offset``: keep every record up to it, delete every later
+        one (the later segments, newest first, then the tail of the segment holding it);
+        the caller holds ``writer.lock``. The operator's answer to :class:`LogCorruptedError`.
+
+        Raises :class:`OffsetOutOfRangeError` if ``after_offset`` is below ``first_offset - 1``
+        or at or past the end the frames allow (damage before it: nothing is cut), and
+        :class:`CorruptRecordError` if it lies inside a compressed segment (cut at one of its ends).
+        """
+        refs = self.list_segments()
+        end = after_offset + 1  # the next offset once repaired
+        if not refs or end < refs[0].base_offset:
+            first = refs[0].base_offset if refs else 0
+            raise OffsetOutOfRangeError(
+                f"cannot repair channel {self.path!r} after offset {after_offset}: its first offset is {first}"
+            )
+        i = bisect.bisect_right([r.base_offset for r in refs], end) - 1
+        ref = refs[i]
+        if ref.base_offset == end and i > 0:
+            i, ref = i - 1, refs[i - 1]  # cut at the end of the segment before: no bytes to cut
+        cut_at: int | None = None  # where to truncate refs[i]; None: it ends where it should
+        if ref.compressed:
+            info = self.compressed_info(ref)
+            if end != info.end_offset:
+                raise CorruptRecordError(
+                    f"cannot repair channel {self.path!r} after offset {after_offset}: it lies inside the compressed "
+                    f"segment {ref.path!r}; choose {ref.base_offset - 1} or {info.end_offset - 1}"
+                )
+        else:
+            cut_at = self._position_of(ref, end, after_offset)
+        later = refs[i + 1 :]
+        log.warning(
+            "channel %s: repair: keeping the records up to offset %d, deleting %d later segment(s)%s",
+            self.path,
+            after_offset,
+            len(later),
+            f" and cutting {ref.path} at byte {cut_at}" if cut_at is not None else "",
+        )
+        self._delete_segments(later)
+        if cut_at is not None:
+            with os_errors("truncate", ref.path):
+                os.truncate(ref.path, cut_at)
+            fsync_if_exists(ref.path)
+        fsync_dir(self.path)
+        point = read_recovery_point(self._recovery_point_path)
+        if point is not None and point.this_boot and point.offset > ref.base_offset:
+            write_recovery_point(self._recovery_point_path, ref.base_offset)  # its index files change
+        self._recovered = False
+        return self.recover()
+
+    def _position_of(self, ref: SegmentRef, end: int, after_offset: int) -> int:
+        """The byte where the frame of offset ``end`` starts in raw segment ``ref`` (its end
+        if ``end`` is one past its last record); every frame before it must be valid."""
+        with os_errors("open segment", ref.path):
+            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            read_segment_header(fd, ref.path, ref.base_offset)
+            marks, _since, _max, scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
+            if end > scanner.end_offset:
+                raise OffsetOutOfRangeError(
+                    f"cannot repair channel {self.path!r} after offset {after_offset}: the valid frames of {ref.path!r} "
+                    f"end at offset {scanner.end_offset} (byte {scanner.end_position}); records from there on cannot be "
+                    f"numbered: choose an offset below {scanner.end_offset}"
+                )
+            k = bisect.bisect_right([m.offset for m in marks], end)
+            offset, position = (marks[k - 1].offset, marks[k - 1].position) if k else (ref.base_offset, SEGMENT_HEADER_SIZE)
+            limit = marks[k].position if k < len(marks) else scanner.end_position
+            step = FrameScanner(fd, ref.path, position, offset, MAX_FRAME_PAYLOAD, limit=limit)
+            frames, _s, _m = step.scan(1)  # a mark at every frame after the first
+            starts = {offset: position, **{o: p for o, p, _t in frames}, step.end_offset: step.end_position}
+            return starts[end]
+        finally:
+            os.close(fd)
+
+    def _delete_segments(self, refs: list[SegmentRef]) -> None:
+        """Delete these segments' files, newest first, so a crash midway leaves a shorter log."""
+        for ref in reversed(refs):
+            for suffix in (names.COMPRESSED_SUFFIX, names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
+                unlink_if_exists(self.file(ref.base_offset, suffix))
 
     def roll(self, state: WriterState) -> WriterState:
         """Seal the active segment and start a new one at ``state.end_offset`` (under writer.lock).
@@ -398,57 +595,107 @@ class Log:
             write_recovery_point(self._recovery_point_path, upto)
 
     def _check_sealed(self, refs: list[SegmentRef], start: int) -> list[SegmentRef]:
-        """Check every frame of the sealed raw segments from ``start`` on; cut the log at the
-        first torn one. Returns the segments that remain."""
+        """After a restart of the machine: check every frame of the sealed raw segments from
+        ``start`` on. Returns the segments that remain.
+
+        A power loss can lose any page written since the last fsync, in any file: a
+        segment's last pages (it ends early, or in zeros), while a later segment's pages
+        reached the disk. So a sealed segment that ends early is cut only if no later
+        segment holds a record (then it is the log's torn tail); if one does, the lost
+        records are a hole in the middle of the log, and a bad frame with valid frames after
+        it is damage: both raise :class:`LogCorruptedError`, and nothing is cut.
+        """
         for i, ref in enumerate(refs[:-1]):
             if ref.compressed or ref.base_offset < start:  # compressed files are fsynced when made
                 continue
             torn_at = self._torn_at(ref, refs[i + 1].base_offset)
-            if torn_at is not None:
-                return self._cut_after(refs, i, torn_at)
+            if torn_at is None:
+                continue
+            holder = self._first_with_records(refs[i + 1 :])
+            if holder is not None:
+                raise LogCorruptedError(
+                    f"channel {self.path!r}: sealed segment {ref.path!r} ends early, at byte {torn_at} (pages the machine "
+                    f"lost?), but {holder.path!r} after it holds records: the records between are missing, so nothing was "
+                    f"cut and appends are refused. Restore the segment from a copy, or run `filechannel repair {self.path} "
+                    f"--after OFFSET` to keep the records up to OFFSET and delete every later one"
+                )
+            return self._cut_after(refs, i, torn_at)
         return refs
 
     def _torn_at(self, ref: SegmentRef, end_offset: int) -> int | None:
         """Where the valid frames of a sealed raw segment end if it does not hold exactly its
-        records (0: not even its header); None if it is whole. Rebuilds index files that do
-        not match a whole segment's frames."""
+        records (0: not even its header); None if it is whole. Raises
+        :class:`LogCorruptedError` if valid frames follow a bad one. Rebuilds index files
+        that do not match a whole segment's frames."""
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            try:
-                read_segment_header(fd, ref.path)
-            except CorruptRecordError:
-                return 0
-            marks, _since, _max, scanner = self._scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
             with os_errors("stat", ref.path):
                 size = os.fstat(fd).st_size
+            try:
+                read_segment_header(fd, ref.path, ref.base_offset)
+            except CorruptRecordError as exc:
+                after = find_valid_frame(fd, ref.path, SEGMENT_HEADER_SIZE, size) if size > SEGMENT_HEADER_SIZE else None
+                if after is not None:
+                    raise LogCorruptedError(f"{exc} (frames follow it: nothing was cut and appends are refused)") from exc
+                return 0
+            scanner = FrameScanner(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, MAX_FRAME_PAYLOAD)
+            scanner.scan()
+            if scanner.stop != "end":
+                after = find_valid_frame(fd, ref.path, scanner.end_position + 1, size)
+                if after is not None:
+                    raise self._corruption(ref.path, scanner.end_position, scanner.end_offset, after)
         finally:
             os.close(fd)
+        if scanner.end_offset > end_offset:
+            raise LogCorruptedError(
+                f"channel {self.path!r}: sealed segment {ref.path!r} holds records up to offset {scanner.end_offset - 1}, "
+                f"past the next segment's base offset {end_offset}: nothing was cut and appends are refused; restore it "
+                "from a copy, or cut the log with `filechannel repair`"
+            )
         if scanner.stop != "end" or scanner.end_offset != end_offset or scanner.end_position != size:
             return scanner.end_position
-        idx = self.load_offset_index(ref.base_offset)
-        if idx.offsets != [m.offset for m in marks] or idx.positions != [m.position for m in marks]:
-            log.warning("channel %s: the index of %s did not match its frames after a restart; rebuilding", self.path, ref.path)
-            self.rebuild_index(ref)
+        with self._mutex:
+            self._sealed_index.pop(ref.base_offset, None)
+        self._sealed_indexes(ref)  # checks the index files, rebuilds them if they disagree
+        return None
+
+    def _first_with_records(self, refs: list[SegmentRef]) -> SegmentRef | None:
+        """The first of these segments that holds a valid record (a compressed one that
+        cannot be read counts as holding some: nothing is cut on a doubt)."""
+        for ref in refs:
+            if ref.compressed:
+                try:
+                    info = self.compressed_info(ref)
+                except CorruptRecordError:
+                    return ref
+                if info.end_offset > info.base_offset:
+                    return ref
+                continue
+            with os_errors("open segment", ref.path):
+                fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if find_valid_frame(fd, ref.path, SEGMENT_HEADER_SIZE) is not None:
+                    return ref
+            finally:
+                os.close(fd)
         return None
 
     def _cut_after(self, refs: list[SegmentRef], i: int, torn_at: int) -> list[SegmentRef]:
-        """Make ``refs[i]``, torn at byte ``torn_at``, the last segment: cut it there and delete
-        every later segment, newest first (a crash midway leaves a shorter log, which the
-        next open cuts again: the recovery point has not moved)."""
+        """Make ``refs[i]``, torn at byte ``torn_at`` with no record in any later segment, the
+        last segment: delete every later segment, newest first, then cut it there (a crash
+        midway leaves a shorter log, which the next open cuts again: the point has not moved)."""
         torn, later = refs[i], refs[i + 1 :]
         log.warning(
-            "channel %s: sealed segment %s was torn by a crash of the machine at byte %d; cutting the log there "
-            "and deleting the %d later segment(s), from offset %d on, written after the torn records",
+            "channel %s: sealed segment %s was torn by a crash of the machine at byte %d and no record follows it: "
+            "cutting its torn tail and deleting the %d later segment(s) from offset %d on, which hold no record",
             self.path,
             torn.path,
             torn_at,
             len(later),
             later[0].base_offset,
         )
-        for ref in reversed(later):
-            for suffix in (names.COMPRESSED_SUFFIX, names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
-                unlink_if_exists(self.file(ref.base_offset, suffix))
+        self._delete_segments(later)
         with os_errors("truncate", torn.path):
             os.truncate(torn.path, torn_at)
         fsync_if_exists(torn.path)
@@ -525,14 +772,12 @@ class Log:
             return 0
 
     def segment_max_timestamp(self, ref: SegmentRef, end_offset: int) -> int:
-        """The largest timestamp in a sealed segment."""
+        """The largest timestamp in a sealed segment (from its checked time index and a
+        scan of the frames after its last entry)."""
         if ref.compressed:
             return self.compressed_info(ref).max_timestamp
-        tix = TimeIndex.load(self.file(ref.base_offset, names.TIME_INDEX_SUFFIX), ref.base_offset)
-        idx = self.sealed_offset_index(ref)
-        n = min(len(tix.offsets), len(idx.offsets))
-        max_ts = tix.max_before[n - 1] if n else MIN_TIMESTAMP
-        offset, position = (idx.offsets[n - 1], idx.positions[n - 1]) if n else (ref.base_offset, SEGMENT_HEADER_SIZE)
+        idx, tix = self._sealed_indexes(ref)
+        offset, position, max_ts = (idx.offsets[-1], idx.positions[-1], tix.max_before[-1]) if len(idx) else idx.start
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:

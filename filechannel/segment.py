@@ -6,30 +6,44 @@ Layout of ``B.seg`` (little-endian)::
            4   u16  format version (1)
            6   u16  flags (0)
            8   u32  segment id (0 for the first segment, +1 per roll)
-          12   u32  reserved (0)
+          12   u32  CRC-32C of bytes 0-11 and 16-31 (0 in files written before it existed)
           16   u64  base offset: the offset of the first record in this segment
           24   i64  created, milliseconds since the epoch (drives ``segment_ms``)
           32        frames: [u32 length][u32 CRC-32C of payload][payload], back to back
 
 A segment is append-only. It is *sealed* once a segment with a larger base offset
 exists; the offset of its last record plus one is then that segment's base offset.
+
+The base offset is also in the file name. Every read of a header checks the two agree
+and checks the header's CRC, so a damaged header is refused (``CorruptRecordError``
+naming the file) rather than copied into a compressed segment's table, where it would
+renumber records. A CRC field of 0 is a header written before the CRC existed: its base
+offset is still checked against the name.
+
+A *torn tail* is a partial or bad last frame with nothing valid after it: a writer died
+in the middle of a write, or the machine lost pages that were never written back. A bad
+frame followed by a valid one is *corruption*. :func:`find_valid_frame` tells them apart.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import struct
 from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from . import names
 from .errors import CorruptRecordError, os_errors
-from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE, _codec
+from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE, _codec, decode_payload
 
 SEGMENT_MAGIC = b"FCHS"
 FORMAT_VERSION = 1
 SEGMENT_HEADER = struct.Struct("<4sHHIIQq")
 SEGMENT_HEADER_SIZE = SEGMENT_HEADER.size
+_HEADER_CRC = struct.Struct("<I")
+_HEADER_CRC_AT = 12
 _SCAN_CHUNK = 1 << 20
 
 
@@ -40,7 +54,12 @@ class SegmentHeader:
     created_ms: int
 
     def encode(self) -> bytes:
-        return SEGMENT_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, self.segment_id, 0, self.base_offset, self.created_ms)
+        raw = SEGMENT_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, self.segment_id, 0, self.base_offset, self.created_ms)
+        return raw[:_HEADER_CRC_AT] + _HEADER_CRC.pack(_header_crc(raw)) + raw[_HEADER_CRC_AT + 4 :]
+
+
+def _header_crc(raw: bytes) -> int:
+    return crc32c(raw[_HEADER_CRC_AT + 4 :], crc32c(raw[:_HEADER_CRC_AT]))
 
 
 def create_segment(path: str, header: SegmentHeader) -> int:
@@ -60,17 +79,35 @@ def create_segment(path: str, header: SegmentHeader) -> int:
     return fd
 
 
-def read_segment_header(fd: int, path: str) -> SegmentHeader:
-    """Read and check a raw segment's header."""
+def read_segment_header(fd: int, path: str, base_offset: int | None = None) -> SegmentHeader:
+    """Read and check a raw segment's header: magic, version, CRC, and base offset.
+
+    The base offset must be ``base_offset`` or, if None, the one in the file's name (a
+    file whose name is not a segment's is checked on its CRC alone). Raises
+    :class:`CorruptRecordError` naming the file on any mismatch.
+    """
     with os_errors("read segment header of", path):
         raw = os.pread(fd, SEGMENT_HEADER_SIZE, 0)
     if len(raw) < SEGMENT_HEADER_SIZE:
         raise CorruptRecordError(f"segment file {path!r} is shorter than its {SEGMENT_HEADER_SIZE}-byte header")
-    magic, version, _flags, segment_id, _res, base, created = SEGMENT_HEADER.unpack(raw)
+    magic, version, _flags, segment_id, crc, base, created = SEGMENT_HEADER.unpack(raw)
     if magic != SEGMENT_MAGIC:
         raise CorruptRecordError(f"segment file {path!r} does not start with the segment magic {SEGMENT_MAGIC!r}")
     if version != FORMAT_VERSION:
         raise CorruptRecordError(f"segment file {path!r} has format version {version}; this filechannel reads {FORMAT_VERSION}")
+    if crc != 0 and crc != _header_crc(raw):
+        raise CorruptRecordError(
+            f"segment file {path!r} has a damaged header (its CRC-32C does not match); "
+            "restore the file from a copy, or cut the log before it with `filechannel repair`"
+        )
+    if base_offset is None:
+        parsed = names.parse_segment_file(os.path.basename(path))
+        base_offset = parsed[0] if parsed is not None else base
+    if base != base_offset:
+        raise CorruptRecordError(
+            f"segment file {path!r} says its base offset is {base}, its name says {base_offset}: the header is damaged; "
+            "restore the file from a copy, or cut the log before it with `filechannel repair`"
+        )
     return SegmentHeader(segment_id, base, created)
 
 
@@ -167,3 +204,83 @@ class FrameScanner:
             f"frame at byte {self.end_position} (offset {self.end_offset}; segment base offset {base_offset}); "
             "the data past it cannot be trusted: restore the file from a copy or delete the segment"
         )
+
+
+def frame_is_valid(frame: bytes | memoryview) -> bool:
+    """Whether ``frame`` (a frame header and exactly its payload) is a frame a writer made:
+    its CRC matches and its record decodes."""
+    crc = FRAME_HEADER.unpack_from(frame, 0)[1]
+    payload = memoryview(frame)[FRAME_HEADER_SIZE:]
+    if crc32c(payload) != crc:
+        return False
+    try:
+        decode_payload(payload, 0)
+    except CorruptRecordError:
+        return False
+    return True
+
+
+def valid_frame_at(fd: int, path: str, at: int, size: int, max_payload: int = 0x7FFFFFFF) -> bool:
+    """Whether a valid frame (:func:`frame_is_valid`) starts at file position ``at`` and ends by ``size``."""
+    with os_errors("read", path):
+        head = os.pread(fd, FRAME_HEADER_SIZE, at)
+    if len(head) < FRAME_HEADER_SIZE:
+        return False
+    length = FRAME_HEADER.unpack(head)[0]
+    if not RECORD_PREFIX_SIZE <= length <= min(max_payload, size - at - FRAME_HEADER_SIZE):
+        return False
+    with os_errors("read", path):
+        frame = os.pread(fd, FRAME_HEADER_SIZE + length, at)
+    return len(frame) == FRAME_HEADER_SIZE + length and frame_is_valid(frame)
+
+
+def find_valid_frame(fd: int, path: str, start: int, size: int | None = None, max_payload: int = 0x7FFFFFFF) -> int | None:
+    """The first position at or after ``start`` where a valid frame begins; None if none does.
+
+    The resync scan that tells a torn tail (nothing valid after a bad frame) from
+    corruption (valid frames after it). A candidate position needs a length that is sane
+    (a record prefix at least, at most ``max_payload``) and fits in the file, known
+    attribute bits, a matching CRC and a record that decodes. Candidates are found by a
+    regular expression over each chunk (C speed); a run of zero bytes, which is what a
+    filesystem leaves in blocks it lost, is skipped in one step. Reads the file from
+    ``start`` to ``size`` (its size if None) once, in chunks.
+    """
+    if size is None:
+        with os_errors("stat", path):
+            size = os.fstat(fd).st_size
+    top = min(0xFF, min(size, max_payload) >> 24)
+    # [4-byte length, top byte small][4-byte CRC][attributes: bits 0-1 only]
+    candidate = re.compile(b"(?=[\\x00-\\xff]{3}[\\x00-\\x%02x][\\x00-\\xff]{4}[\\x00-\\x03])" % top)
+    nonzero = re.compile(b"[^\\x00]")
+    chunk_start = start
+    while chunk_start + FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE <= size:
+        with os_errors("read", path):
+            buf = os.pread(fd, min(_SCAN_CHUNK, size - chunk_start), chunk_start)
+        if len(buf) < FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE:  # the file shrank since its size was taken
+            return None
+        last = len(buf) - FRAME_HEADER_SIZE - RECORD_PREFIX_SIZE  # candidates whose prefix is in buf
+        p = 0
+        while p <= last:
+            m = candidate.search(buf, p, last + FRAME_HEADER_SIZE + 1)
+            if m is None:
+                break
+            p = m.start()
+            pos = chunk_start + p
+            length = FRAME_HEADER.unpack_from(buf, p)[0]
+            if length < RECORD_PREFIX_SIZE:
+                z = nonzero.search(buf, p)
+                # a frame's length has a nonzero byte among its first four
+                p = min(max(p + 1, z.start() - 3), last + 1) if z is not None else last + 1
+                continue
+            stop = pos + FRAME_HEADER_SIZE + length
+            if length <= max_payload and stop <= size:
+                if p + FRAME_HEADER_SIZE + length <= len(buf):
+                    frame: bytes | memoryview = memoryview(buf)[p : p + FRAME_HEADER_SIZE + length]
+                else:
+                    with os_errors("read", path):
+                        frame = os.pread(fd, FRAME_HEADER_SIZE + length, pos)
+                if len(frame) == FRAME_HEADER_SIZE + length and frame_is_valid(frame):
+                    return pos
+            p += 1
+        chunk_start += max(p, last + 1)
+    return None

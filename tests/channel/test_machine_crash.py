@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from filechannel import CorruptRecordError, FileChannel, recovery_point
+from filechannel.errors import LogCorruptedError
 from filechannel.recovery_point import FILE_NAME, read_recovery_point, write_recovery_point
 
 CONFIG = dict(maintenance_interval=0, compression="none", segment_bytes=4096, index_interval_bytes=256)
@@ -59,28 +60,61 @@ def test_rolls_fsync_in_the_background_and_close_leaves_the_recovery_point_at_th
     assert [o for o, _ in read_all(path)] == list(range(400))
 
 
-def test_after_a_restart_a_torn_sealed_segment_cuts_the_log_there(tmp_path, monkeypatch, caplog):
+def test_after_a_restart_a_torn_sealed_segment_with_records_after_it_is_kept_and_blocks_appends(tmp_path, monkeypatch):
+    # The third segment's last pages never reached the disk, but later segments' did: the
+    # lost records are a hole in the middle of the log, not a torn tail. Cutting there
+    # would delete every intact later record (it did): nothing is cut, appends are refused.
     path = tmp_path / "ch"
     fill(path, 400)
     segs = segments(path)
-    torn = os.path.join(path, segs[2])  # pretend the last pages of the third segment never reached the disk
-    torn_base = int(segs[2].split(".")[0])
+    torn = os.path.join(path, segs[2])
+    torn_base, next_base = int(segs[2].split(".")[0]), int(segs[3].split(".")[0])
     size = os.path.getsize(torn)
     with open(torn, "r+b") as f:
         f.seek(size - 700)
         f.write(bytes(700))
     restart_machine(path, monkeypatch, offset=int(segs[1].split(".")[0]))
-    with caplog.at_level(logging.WARNING, logger="filechannel"):
-        got = read_all(path)
-    assert "was torn by a crash of the machine" in caplog.text
-    offsets = [o for o, _ in got]
-    assert offsets == list(range(len(offsets))) and torn_base < len(offsets) < int(segs[3].split(".")[0])
-    assert all(v == VALUE + b"%05d" % o for o, v in got), "every record kept is the one written"
-    assert segments(path)[-1] == segs[2], "the later segments are gone"
-    with FileChannel(path, **CONFIG) as ch:  # the log goes on from the cut
-        assert ch.sender().send(b"next") == len(offsets)
-    assert read_all(path)[-1] == (len(offsets), b"next")
+    before = {f: (path / f).read_bytes() for f in segs}
+    with FileChannel(path, **CONFIG) as ch:
+        with pytest.raises(LogCorruptedError, match=f"{segs[2]}.*ends early.*filechannel repair"):
+            ch.sender().send(b"next")
+        assert {f: (path / f).read_bytes() for f in segs} == before, "not a byte cut"
+        rx = ch.receiver(next_base)  # every record after the hole is still there
+        got = rx.recv_many(100_000, timeout=0)
+        assert [r.offset for r in got] == list(range(next_base, 400))
+        assert all(r.value == VALUE + b"%05d" % r.offset for r in got)
+        kept = torn_base + (size - 700 - 32) // FRAME
+        ch.repair(kept - 1)  # the operator gives up the hole and what follows it
+        assert ch.sender().send(b"next") == kept
+    assert segments(path)[-1] == segs[2]
+    assert read_all(path)[-1] == (kept, b"next")
     assert read_recovery_point(os.path.join(path, FILE_NAME)).this_boot
+
+
+def test_after_a_restart_a_torn_sealed_segment_with_no_record_after_it_is_the_torn_tail(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "ch"
+    fill(path, 400)
+    segs = segments(path)
+    torn = os.path.join(path, segs[-2])  # the last sealed segment lost its last pages...
+    torn_base = int(segs[-2].split(".")[0])
+    size = os.path.getsize(torn)
+    with open(torn, "r+b") as f:
+        f.seek(size - 700)
+        f.write(bytes(700))
+    active = os.path.join(path, segs[-1])
+    with open(active, "r+b") as f:  # ...and the active segment's frames never got there at all
+        f.truncate(32)
+        f.write(bytes(600))
+    restart_machine(path, monkeypatch, offset=int(segs[1].split(".")[0]))
+    with caplog.at_level(logging.WARNING, logger="filechannel"), FileChannel(path, **CONFIG) as ch:
+        next_offset = ch.sender().send(b"next")
+    assert "was torn by a crash of the machine" in caplog.text
+    got = read_all(path)
+    assert [o for o, _ in got] == list(range(len(got)))
+    assert torn_base < next_offset < int(segs[-1].split(".")[0])
+    assert got[-1] == (next_offset, b"next")
+    assert all(v == VALUE + b"%05d" % o for o, v in got[:-1]), "every record kept is the one written"
+    assert segments(path)[-1] == segs[-2], "the later segment, which held no record, is gone"
 
 
 def test_after_a_restart_segments_below_the_recovery_point_are_not_scanned(tmp_path, monkeypatch):
@@ -109,6 +143,9 @@ def test_after_a_restart_a_stale_sealed_index_is_rebuilt(tmp_path, monkeypatch):
     before = os.path.getsize(idx)
     with FileChannel(path, **CONFIG) as ch:
         base = int(segs[1].split(".")[0])
+        assert os.path.getsize(idx) == before, "opening to read writes nothing"
+        ch.sender().flush()
+        ch.sender().send(b"x")  # a writer checks the log after a restart
         assert os.path.getsize(idx) > before
         rx = ch.receiver(base + 20)
         assert rx.recv().value == VALUE + b"%05d" % (base + 20)
