@@ -21,7 +21,7 @@ from collections.abc import Callable
 from .appender import Appender
 from .compressed import CompressedSegment
 from .config import ChannelConfig
-from .cursor import Cursor, file_vanished
+from .cursor import Cursor
 from .errors import (
     ChannelClosedError,
     ConfigError,
@@ -29,6 +29,7 @@ from .errors import (
     FileChannelError,
     MissingSegmentError,
     OffsetOutOfRangeError,
+    file_vanished,
     os_errors,
 )
 from .files import folder_bytes

@@ -31,7 +31,6 @@ moment: a read in progress finishes first, and later reads raise
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 import time
@@ -42,7 +41,7 @@ from .errors import (
     CorruptRecordError,
     FileChannelError,
     MissingSegmentError,
-    StorageError,
+    file_vanished,
     os_errors,
 )
 from .log import Log, SegmentRef
@@ -52,15 +51,6 @@ from .segment import SEGMENT_HEADER_SIZE, find_valid_frame, valid_frame_at
 
 READ_CHUNK = 256 * 1024
 _RELIST_INTERVAL = 1.0  # seconds: how often a reader waiting at a segment's end lists the folder
-
-
-def file_vanished(exc: BaseException) -> bool:
-    """Whether ``exc`` says a file does not exist (bare, or wrapped as a :class:`StorageError`).
-
-    Compression replaces a ``.seg`` by a ``.seg.z`` and garbage collection deletes sealed
-    segments at any moment, so code that lists and then opens segments meets this normally.
-    """
-    return isinstance(exc, FileNotFoundError) or (isinstance(exc, StorageError) and exc.errno == errno.ENOENT)
 
 
 class _RawSource:

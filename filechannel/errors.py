@@ -104,6 +104,15 @@ def storage_error(exc: OSError, action: str, path: str | os.PathLike[str]) -> St
     return cls(exc.errno or 0, f"cannot {action} {os.fspath(path)!r}: {reason}.{hint}")
 
 
+def file_vanished(exc: BaseException) -> bool:
+    """Whether ``exc`` says a file does not exist (bare, or wrapped as a :class:`StorageError`).
+
+    Compression replaces a ``.seg`` by a ``.seg.z`` and garbage collection deletes sealed
+    segments at any moment, so code that lists and then opens segments meets this normally.
+    """
+    return isinstance(exc, FileNotFoundError) or (isinstance(exc, StorageError) and exc.errno == errno.ENOENT)
+
+
 @contextmanager
 def os_errors(action: str, path: str | os.PathLike[str]) -> Iterator[None]:
     """Context manager that re-raises any :class:`OSError` as a :class:`StorageError`."""

@@ -33,7 +33,15 @@ from dataclasses import dataclass
 from . import names
 from .compressed import Z_HEADER, CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length
 from .config import ChannelConfig
-from .errors import CorruptRecordError, LogCorruptedError, OffsetOutOfRangeError, os_errors, storage_error
+from .errors import (
+    CorruptRecordError,
+    LogCorruptedError,
+    OffsetOutOfRangeError,
+    StorageError,
+    file_vanished,
+    os_errors,
+    storage_error,
+)
 from .files import fsync_dir, fsync_if_exists, unlink_if_exists
 from .index import (
     MIN_TIMESTAMP,
@@ -741,9 +749,11 @@ class Log:
                     block_bytes=self.config.compression_block_bytes,
                     max_payload=MAX_FRAME_PAYLOAD,
                 )
-            except FileNotFoundError:
+            except StorageError as exc:  # os_errors wraps the ENOENT of a segment collected meanwhile
                 unlink_if_exists(out)
-                continue
+                if file_vanished(exc):
+                    continue
+                raise
             except CorruptRecordError as exc:
                 unlink_if_exists(out)
                 log.error("channel %s: not compressing %s: %s", self.path, ref.path, exc)
@@ -839,9 +849,12 @@ def _valid_compressed(path: str) -> bool:
             head = f.read(Z_HEADER.size)
             if len(head) < Z_HEADER.size:
                 return False
-            f.seek(0)
-            info = decode_table(f.read(table_length(head)), path)
             size = os.fstat(f.fileno()).st_size
+            length = table_length(head)
+            if length > size:  # a damaged block count: never allocate what the file cannot hold
+                return False
+            f.seek(0)
+            info = decode_table(f.read(length), path)
     except (OSError, CorruptRecordError):
         return False
     end = info.blocks[-1].file_position + info.blocks[-1].compressed_length if info.blocks else info.table_size
