@@ -79,6 +79,10 @@ _BODY_ERRORS = (
 _UNREACHABLE = (bce.EndpointConnectionError, bce.ConnectionError, bce.ResponseStreamingError, urllib3.exceptions.HTTPError)
 
 
+class _MissingBucket(Exception):
+    """A HEAD answered 404 and the bucket itself is missing (translated with the operation and object)."""
+
+
 @dataclass(frozen=True)
 class Piece:
     """Bytes ``[start, end)`` of source number ``source`` of a concat."""
@@ -220,7 +224,7 @@ class S3Storage(ChunkStorage):
         if endpoint_url and not region_name:
             region_name = "us-east-1"
         config = Config(
-            retries={"mode": "standard", "max_attempts": max_attempts},
+            retries={"mode": "standard", "total_max_attempts": max_attempts},
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             max_pool_connections=max(10, 2 * max_concurrency),
@@ -272,7 +276,7 @@ class S3Storage(ChunkStorage):
             self._client.head_bucket(Bucket=self.bucket)
         except bce.ClientError as exc:
             if _code(exc) in _NOT_FOUND | {"NoSuchBucket"}:
-                raise TierError(self._no_bucket_message()) from None
+                raise _MissingBucket from None
             raise
         self._bucket_checked = True
 
@@ -427,6 +431,8 @@ class S3Storage(ChunkStorage):
             said = f"{code}: {message}" if message != code else code
             if code == "NoSuchBucket":
                 return TierError(f"cannot {where}: {self._no_bucket_message()}")
+            if code in _NOT_FOUND and op == "list":  # a listing of a missing bucket, on some servers
+                return TierError(f"cannot {where}: {self._no_bucket_message()}")
             if code in _NOT_FOUND:
                 return ObjectNotFoundError(f"cannot {where}: no such object ({said})")
             if code in _DENIED or status == 403:
@@ -438,6 +444,8 @@ class S3Storage(ChunkStorage):
             if code == "InvalidBucketName":
                 return TierError(f"cannot {where}: the bucket name is refused by the server ({said})")
             return TierError(f"cannot {where}: {said}")
+        if isinstance(exc, _MissingBucket):
+            return TierError(f"cannot {where}: {self._no_bucket_message()}")
         if isinstance(exc, bce.NoCredentialsError | bce.PartialCredentialsError):
             return AccessDeniedError(f"cannot {where}: no usable credentials; pass them as options or configure boto3's chain")
         if isinstance(exc, _UNREACHABLE + _BODY_ERRORS):

@@ -8,6 +8,7 @@ the server and injects resets, 503 answers, delays and holds, so faults are test
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import secrets
@@ -113,16 +114,19 @@ class SeaweedServer:
             region_name="us-east-1",
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
-            config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 2}),
+            config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "total_max_attempts": 2}),
         )
 
     def start(self) -> None:
+        """Start the server; after :meth:`kill`, restart it on the same folder and ports (the data stays)."""
+        if self.ports:
+            if not self._start_once():
+                raise AssertionError(f"weed mini did not restart; its log:\n{self._log_tail()}")
+            return
         for _attempt in range(3):  # another process may take a port between our probe and the bind
-            if not self.ports or self.proc is None:
-                self.ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
+            self.ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
             if self._start_once():
                 return
-            self.ports = {}
         raise AssertionError(f"weed mini did not start; its log:\n{self._log_tail()}")
 
     def _start_once(self) -> bool:
@@ -163,6 +167,22 @@ class SeaweedServer:
             if self.proc.poll() is not None or time.monotonic() >= deadline:
                 self._terminate()
 
+    def wait_until_serving(self, bucket: str, key: str) -> None:
+        """Wait until the server answers a GET of ``key`` (after a restart its volumes register a moment later)."""
+        client = self.client()
+
+        def serves() -> bool:
+            try:
+                client.get_object(Bucket=bucket, Key=key, Range="bytes=0-0")["Body"].read()
+            except Exception:
+                return False
+            return True
+
+        try:
+            wait_for(serves, 30, f"the restarted server to serve {bucket}/{key}")
+        finally:
+            client.close()
+
     def _log_tail(self) -> str:
         try:
             with open(os.path.join(self.dir, "weed.log"), "rb") as f:
@@ -187,11 +207,15 @@ class SeaweedServer:
             self.proc.wait()
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 5 s; the folder is removed."""
+        """SIGTERM, then SIGKILL after 5 s; the folder is removed, and the gRPC sockets a killed server left in /tmp."""
         try:
             self._terminate()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+            for port in self.ports.values():  # named after our ports, so ours alone ("/tmp" is fixed in weed)
+                for path in glob.glob(f"/tmp/seaweedfs-*-grpc-{port}.sock"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
 
     def new_bucket(self) -> str:
         name = "fc-" + uuid.uuid4().hex[:16]
