@@ -424,7 +424,8 @@ class S3Storage(ChunkStorage):
     # -- errors ---------------------------------------------------------------------------------------
 
     def _translate_error(self, exc: Exception, op: str, name: str) -> TierError | None:
-        where = f"{op} {name!r} in {self.url} (bucket {self.bucket!r} at {self.endpoint})"
+        key = self._key(name) if name else self.prefix
+        where = f"{op} {name!r} in {self.url} (key {key!r} of bucket {self.bucket!r} at {self.endpoint})"
         if isinstance(exc, bce.ClientError):
             code, status = _code(exc), _status(exc)
             message = exc.response.get("Error", {}).get("Message") or code
@@ -435,6 +436,8 @@ class S3Storage(ChunkStorage):
                 return TierError(f"cannot {where}: {self._no_bucket_message()}")
             if code in _NOT_FOUND:
                 return ObjectNotFoundError(f"cannot {where}: no such object ({said})")
+            if code == "PreconditionFailed":  # If-Match of a resumed read, or of a concat's source
+                return TierError(f"cannot {where}: the object was replaced during the operation ({said}); do it again")
             if code in _DENIED or status == 403:
                 return AccessDeniedError(f"cannot {where}: access denied ({said}); check the credentials and the bucket policy")
             if code in _FULL or status == 507:

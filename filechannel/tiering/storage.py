@@ -87,12 +87,20 @@ def _check_int(value: object, what: str) -> int:
     return value
 
 
+def _byte_view(name: str, data: object) -> memoryview:
+    """``data`` as a flat view of bytes (a copy only for a non-contiguous view); ConfigError if not bytes-like."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ConfigError(f"data for {name!r} must be bytes, bytearray or memoryview, not {type(data).__name__}")
+    view = memoryview(data)
+    return view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
+
+
 def redact_url(url: str) -> str:
-    """``url`` without a ``user:password@`` part, safe to print and log."""
+    """``url`` without a ``user:password@`` part or a query (which may hold a token), safe to print and log."""
     parts = urllib.parse.urlsplit(url)
-    if "@" not in parts.netloc:
+    if "@" not in parts.netloc and not parts.query:
         return url
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], query="..." if parts.query else ""))
 
 
 class ChunkStorage(ABC):
@@ -132,9 +140,7 @@ class ChunkStorage(ABC):
     def write(self, name: str, data: Data) -> None:
         """Store ``data`` as the whole object ``name``, atomically; an existing object is replaced."""
         validate_name(name)
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise ConfigError(f"data for {name!r} must be bytes, bytearray or memoryview, not {type(data).__name__}")
-        view = memoryview(data).cast("B")
+        view = _byte_view(name, data)
         self._call("write", name, lambda: self._do_write(name, view), len(view))
 
     def read(self, name: str, offset: int, length: int) -> bytes:
@@ -175,10 +181,8 @@ class ChunkStorage(ABC):
     def append(self, name: str, data: Data) -> None:
         """Add ``data`` at the end of the existing object ``name`` (not atomic: a crash may leave a prefix of it)."""
         validate_name(name)
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise ConfigError(f"data for {name!r} must be bytes, bytearray or memoryview, not {type(data).__name__}")
+        view = _byte_view(name, data)
         self._require("supports_append", "append")
-        view = memoryview(data).cast("B")
         self._call("append", name, lambda: self._do_append(name, view), len(view))
 
     def truncate(self, name: str, length: int) -> None:

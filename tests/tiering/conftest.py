@@ -24,6 +24,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -257,6 +258,16 @@ def bucket(seaweed: SeaweedServer) -> str:
     return seaweed.new_bucket()
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What the proxy does to one connection's response: "pass", "503", "reset" after ``limit`` bytes, or
+    "hold" there; its request direction is "requests" (checked for a refused request)."""
+
+    kind: str
+    limit: int = 0
+    reset_on_release: bool = False
+
+
 _503_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n'
     b"<Error><Code>ServiceUnavailable</Code><Message>injected by the test proxy</Message></Error>"
@@ -280,8 +291,10 @@ class FaultProxy:
         self._sockets: set[socket.socket] = set()
         self._resets: deque[int] = deque()
         self._fail_503 = 0
+        self._refused_request: bytes | None = None
         self._delay = 0.0
         self._hold_after: int | None = None
+        self._reset_on_release = False
         self.held = threading.Event()
         self._release = threading.Event()
         self.connections = 0
@@ -306,6 +319,11 @@ class FaultProxy:
         with self._lock:
             self._resets.extend([nbytes] * connections)
 
+    def reset_requests_containing(self, pattern: bytes | None) -> None:
+        """Reset any connection, old or new, whose request bytes contain ``pattern`` (None: stop)."""
+        with self._lock:
+            self._refused_request = pattern
+
     def answer_503(self, count: int) -> None:
         """The next ``count`` connections get an HTTP 503 answer to their first request, then are closed."""
         with self._lock:
@@ -316,10 +334,12 @@ class FaultProxy:
         with self._lock:
             self._delay = seconds
 
-    def hold_after(self, nbytes: int) -> None:
-        """The next connection stops forwarding its response after ``nbytes`` bytes until :meth:`release`."""
+    def hold_after(self, nbytes: int, reset_on_release: bool = False) -> None:
+        """The next connection stops forwarding its response after ``nbytes`` bytes until :meth:`release`,
+        then goes on (or is reset, with ``reset_on_release``)."""
         with self._lock:
             self._hold_after = nbytes
+            self._reset_on_release = reset_on_release
             self.held.clear()
             self._release.clear()
 
@@ -348,19 +368,19 @@ class FaultProxy:
                 self.connections += 1
                 if self._fail_503:
                     self._fail_503 -= 1
-                    plan: tuple[str, object] = ("503", None)
+                    plan = _Plan("503")
                 elif self._resets:
-                    plan = ("reset", self._resets.popleft())
+                    plan = _Plan("reset", self._resets.popleft())
                 elif self._hold_after is not None:
-                    plan = ("hold", self._hold_after)
+                    plan = _Plan("hold", self._hold_after, self._reset_on_release)
                     self._hold_after = None
                 else:
-                    plan = ("pass", None)
+                    plan = _Plan("pass")
                 delay = self._delay
             self._spawn(self._serve, client, plan, delay)
 
-    def _serve(self, client: socket.socket, plan: tuple[str, object], delay: float) -> None:
-        if plan[0] == "503":
+    def _serve(self, client: socket.socket, plan: _Plan, delay: float) -> None:
+        if plan.kind == "503":
             self._answer_503(client)
             return
         try:
@@ -369,31 +389,34 @@ class FaultProxy:
             self._reset(client)
             return
         self._track(upstream)
-        self._spawn(self._pump, client, upstream, None, 0.0)
+        self._spawn(self._pump, client, upstream, _Plan("requests"), 0.0)
         self._pump(upstream, client, plan, delay)
 
-    def _pump(self, src: socket.socket, dst: socket.socket, plan: tuple[str, object] | None, delay: float) -> None:
-        """Copy src to dst; on the response direction (plan given) apply the connection's fault."""
-        kind, limit = plan if plan else ("pass", None)
+    def _pump(self, src: socket.socket, dst: socket.socket, plan: _Plan, delay: float) -> None:
+        """Copy src to dst, applying the connection's fault (the response direction has the plan)."""
+        kind = plan.kind
         sent = 0
         try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
+            while data := src.recv(65536):
                 if delay and self._stopped.wait(delay):
                     break
-                if kind in ("reset", "hold") and sent + len(data) >= limit:  # type: ignore[operator]
-                    dst.sendall(data[: limit - sent])  # type: ignore[operator]
-                    data = data[limit - sent :]  # type: ignore[operator]
-                    sent = limit  # type: ignore[assignment]
+                if kind == "requests" and self._refused_request and self._refused_request in data:
+                    with self._lock:
+                        self.resets_done += 1
+                    self._reset(src)  # the client's side: it sees a reset before any answer
+                    break
+                if kind in ("reset", "hold") and sent + len(data) >= plan.limit:
+                    head, data = data[: plan.limit - sent], data[plan.limit - sent :]
+                    dst.sendall(head)
+                    sent += len(head)
+                    if kind == "hold":
+                        self.held.set()
+                        self._release.wait()
+                        kind = "reset" if plan.reset_on_release else "pass"
                     if kind == "reset":
                         with self._lock:
                             self.resets_done += 1
                         break
-                    self.held.set()
-                    self._release.wait()
-                    kind = "pass"
                 dst.sendall(data)
                 sent += len(data)
         except OSError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from functools import partial
 
 import pytest
@@ -37,6 +38,50 @@ def test_a_body_cut_mid_way_is_resumed_from_the_byte_reached(seaweed, bucket, fa
     assert fault_proxy.resets_done == 2
     resumed = [r.getMessage() for r in caplog.records if "resuming" in r.getMessage()]
     assert len(resumed) == 2, resumed
+
+
+@pytest.mark.s3
+def test_an_object_replaced_during_a_resumed_read_is_never_stitched(seaweed, bucket, fault_proxy) -> None:
+    old, new = os.urandom(3 * MiB), os.urandom(3 * MiB)
+    with s3(seaweed, bucket) as direct:
+        direct.write("obj", old)
+        fault_proxy.hold_after(500_000, reset_on_release=True)
+        with s3(seaweed, bucket, fault_proxy.endpoint, max_attempts=3) as storage:
+            result: list[object] = []
+            reader = threading.Thread(target=lambda: result.append(_outcome(storage.read, "obj", 0, len(old))))
+            reader.start()
+            try:
+                assert fault_proxy.held.wait(30)
+                direct.write("obj", new)  # replaced while the reader holds half of the old bytes
+            finally:
+                fault_proxy.release()
+                reader.join(60)
+    assert isinstance(result[0], TierError) and "replaced" in str(result[0]), result[0]
+
+
+def _outcome(fn: Callable[..., object], *args: object) -> object:
+    """``fn(*args)``, or the exception it raised (for calls made on another thread)."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return exc
+
+
+@pytest.mark.s3
+def test_a_failed_multipart_upload_is_aborted(seaweed, bucket, fault_proxy) -> None:
+    data = os.urandom(12 * MiB)
+    fault_proxy.reset_requests_containing(b"partNumber=2")  # the second part never gets an answer
+    options = {"multipart_threshold": 5 * MiB, "part_size": 5 * MiB, "max_concurrency": 1, "max_attempts": 2}
+    with s3(seaweed, bucket, fault_proxy.endpoint, **options) as storage:
+        with pytest.raises(StorageUnavailableError, match="'big'"):
+            storage.write("big", data)
+        assert fault_proxy.resets_done == 2  # botocore tried the part twice
+        assert not storage.exists("big")
+    client = seaweed.client()
+    try:
+        assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []  # aborted, nothing left
+    finally:
+        client.close()
 
 
 @pytest.mark.s3
@@ -158,33 +203,25 @@ def test_the_server_killed_and_restarted_mid_read(private_seaweed, proxy_factory
         direct.write("obj", data)
     proxy = proxy_factory(server.s3_port)
     proxy.hold_after(1_000_000)
-    storage = s3(server, bucket, proxy.endpoint, max_attempts=2, connect_timeout=2, read_timeout=10)
-    result: list[bytes | BaseException] = []
-
-    def read() -> None:
+    with s3(server, bucket, proxy.endpoint, max_attempts=2, connect_timeout=2, read_timeout=10) as storage:
+        result: list[object] = []
+        reader = threading.Thread(target=lambda: result.append(_outcome(storage.read, "obj", 0, len(data))))
+        reader.start()
         try:
-            result.append(storage.read("obj", 0, len(data)))
-        except BaseException as exc:
-            result.append(exc)
+            assert proxy.held.wait(30), "the read never reached the proxy's hold point"
+            server.kill()  # mid-body: the server dies with the response half sent
+            server.start()
+            server.wait_until_serving(bucket, "p/obj")
+        finally:
+            proxy.release()  # the reader now meets the broken body and resumes against the new server
+            reader.join(60)
+        assert not reader.is_alive()
+        assert result[0] == data, result[0] if isinstance(result[0], Exception) else "wrong bytes"
+        assert proxy.connections >= 2  # it did reconnect
 
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
-        assert proxy.held.wait(30), "the read never reached the proxy's hold point"
-        server.kill()  # mid-body: the server dies with the response half sent
-        server.start()
+        server.kill()  # down: the read fails clearly...
+        with pytest.raises(StorageUnavailableError):
+            storage.read("obj", 0, 10)
+        server.start()  # ...and the same read, retried after the restart, succeeds
         server.wait_until_serving(bucket, "p/obj")
-    finally:
-        proxy.release()  # the reader now meets the broken body and resumes against the new server
-        reader.join(60)
-    assert not reader.is_alive()
-    assert result and result[0] == data, result[0] if result and isinstance(result[0], BaseException) else "wrong bytes"
-    assert proxy.connections >= 2  # it did reconnect
-
-    server.kill()  # down: the read fails clearly...
-    with pytest.raises(StorageUnavailableError):
-        storage.read("obj", 0, 10)
-    server.start()  # ...and the same read, retried after the restart, succeeds
-    server.wait_until_serving(bucket, "p/obj")
-    assert storage.read("obj", 5, 100) == data[5:105]
-    storage.close()
+        assert storage.read("obj", 5, 100) == data[5:105]
