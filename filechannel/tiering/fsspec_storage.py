@@ -71,8 +71,12 @@ class FsspecStorage(ChunkStorage):
         return f"{self._root}/{name}"
 
     def _do_exists(self, name: str) -> bool:
-        self._fs.invalidate_cache(self._path(name))
-        return bool(self._fs.isfile(self._path(name)))
+        # Not fs.isfile: it answers False for any error, an unreachable storage included.
+        try:
+            self._do_info(name)
+        except FileNotFoundError:  # ObjectNotFoundError (a folder) included
+            return False
+        return True
 
     def _do_info(self, name: str) -> ObjectInfo:
         self._fs.invalidate_cache(self._path(name))

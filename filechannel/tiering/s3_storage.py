@@ -251,7 +251,10 @@ class S3Storage(ChunkStorage):
             raise ConfigError(f"unknown option(s) {sorted(unknown)} for {redact_url(url)}: use {sorted(cls._OPTIONS)}")
         parts = urlsplit(url)
         if "@" in parts.netloc:
-            raise ConfigError(f"{redact_url(url)}: credentials do not belong in the URL; pass them as options or use boto3's")
+            raise ConfigError(
+                f"{redact_url(url)}: credentials do not belong in the URL; pass them as options or through boto3's chain "
+                "(environment, ~/.aws)"
+            )
         if parts.query or parts.fragment or not parts.netloc:
             raise ConfigError(f"storage URL {url!r} is not valid: use s3://bucket or s3://bucket/prefix")
         return cls(parts.netloc, parts.path, **options)
@@ -438,10 +441,10 @@ class S3Storage(ChunkStorage):
                 return ObjectNotFoundError(f"cannot {where}: no such object ({said})")
             if code == "PreconditionFailed":  # If-Match of a resumed read, or of a concat's source
                 return TierError(f"cannot {where}: the object was replaced during the operation ({said}); do it again")
+            if code in _FULL or status == 507:  # before 403: a quota can be refused with a 403
+                return StorageFullError(f"cannot {where}: the storage is full or over quota ({said})")
             if code in _DENIED or status == 403:
                 return AccessDeniedError(f"cannot {where}: access denied ({said}); check the credentials and the bucket policy")
-            if code in _FULL or status == 507:
-                return StorageFullError(f"cannot {where}: the storage is full or over quota ({said})")
             if code in _UNAVAILABLE or status >= 500:
                 return StorageUnavailableError(f"cannot {where}: the server kept failing after retries ({said}); retry later")
             if code == "InvalidBucketName":

@@ -491,6 +491,12 @@ class FaultProxy:
 
 
 @pytest.fixture
+def unused_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (connections to it are refused)."""
+    return free_ports(1)[0]
+
+
+@pytest.fixture
 def proxy_factory() -> Iterator[Callable[[int], FaultProxy]]:
     """Make fault proxies to a port; all are stopped at the end of the test."""
     proxies: list[FaultProxy] = []

@@ -11,8 +11,16 @@ from collections.abc import Callable
 from functools import partial
 
 import pytest
+from botocore.exceptions import ClientError
 
-from filechannel.errors import AccessDeniedError, ConfigError, ObjectNotFoundError, StorageUnavailableError, TierError
+from filechannel.errors import (
+    AccessDeniedError,
+    ConfigError,
+    ObjectNotFoundError,
+    StorageFullError,
+    StorageUnavailableError,
+    TierError,
+)
 from filechannel.tiering import open_storage
 from filechannel.tiering.s3_storage import S3Storage
 
@@ -107,12 +115,10 @@ def test_503_that_never_ends_is_storage_unavailable(seaweed, bucket, fault_proxy
 
 
 @pytest.mark.s3
-def test_an_endpoint_that_stays_down_is_storage_unavailable(seaweed, bucket, proxy_factory) -> None:
-    down = proxy_factory(seaweed.s3_port)
-    down.stop()  # nothing listens on its port any more: connections are refused
+def test_an_endpoint_that_stays_down_is_storage_unavailable(seaweed, bucket, proxy_factory, unused_port) -> None:
     options = {"max_attempts": 2, "connect_timeout": 1, "read_timeout": 0.5}
-    with s3(seaweed, bucket, down.endpoint, **options) as storage:
-        for call in (partial(storage.read, "obj", 0, 10), storage.list):
+    with s3(seaweed, bucket, f"http://127.0.0.1:{unused_port}", **options) as storage:  # connections refused
+        for call in (partial(storage.read, "obj", 0, 10), partial(storage.exists, "obj"), storage.list):
             with pytest.raises(StorageUnavailableError) as info:
                 call()
             assert storage.url in str(info.value) and "retry later" in str(info.value)
@@ -124,6 +130,28 @@ def test_an_endpoint_that_stays_down_is_storage_unavailable(seaweed, bucket, pro
     slow.delay(30)  # far past read_timeout
     with s3(seaweed, bucket, slow.endpoint, **options) as storage, pytest.raises(StorageUnavailableError):
         storage.info("obj")
+
+
+def test_s3fs_on_an_endpoint_that_is_down_is_storage_unavailable(unused_port: int) -> None:
+    storage = open_storage(
+        "s3://bucket/p",
+        backend="fsspec",
+        endpoint_url=f"http://127.0.0.1:{unused_port}",
+        key="k",
+        secret="s3cr3t-value",
+        client_kwargs={"region_name": "us-east-1"},
+        config_kwargs={"retries": {"total_max_attempts": 1}, "connect_timeout": 1},
+    )
+    with storage:
+        for call in (
+            partial(storage.read, "x", 0, 1),
+            partial(storage.write, "x", b"a"),
+            storage.list,
+            partial(storage.exists, "x"),
+        ):
+            with pytest.raises(StorageUnavailableError) as info:
+                call()
+            assert "retry later" in str(info.value) and "s3cr3t-value" not in str(info.value)
 
 
 @pytest.mark.s3
@@ -165,6 +193,30 @@ def test_a_missing_bucket_is_one_clear_error(seaweed) -> None:
             assert "'obj'" in str(info.value) or "list" in str(info.value)
         with pytest.raises(TierError, match="does not exist"):
             storage.delete("obj")  # a missing object is success, a missing bucket is not
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "expected"),
+    [
+        ("EntityTooLarge", 400, StorageFullError),
+        ("QuotaExceeded", 403, StorageFullError),
+        ("InsufficientStorage", 507, StorageFullError),
+        ("SlowDown", 503, StorageUnavailableError),
+        ("InternalError", 500, StorageUnavailableError),
+        ("ExpiredToken", 400, AccessDeniedError),
+        ("NoSuchUpload", 404, ObjectNotFoundError),
+        ("MalformedXML", 400, TierError),
+    ],
+)
+def test_error_codes_a_test_server_cannot_produce_are_translated(code: str, status: int, expected: type) -> None:
+    # What SeaweedFS answers is tested above; quotas and throttling it does not produce, so the table is
+    # checked with the error botocore would raise (a ClientError is plain data, not a mock of the client).
+    storage = open_storage("s3://bucket/p", endpoint_url="http://127.0.0.1:9", aws_access_key_id="k", aws_secret_access_key="s")
+    with storage:
+        response = {"Error": {"Code": code, "Message": "from the server"}, "ResponseMetadata": {"HTTPStatusCode": status}}
+        error = storage._translate_error(ClientError(response, "PutObject"), "write", "seg/1")
+    assert type(error) is expected
+    assert "write 'seg/1'" in str(error) and "'p/seg/1'" in str(error) and code in str(error)
 
 
 @pytest.mark.parametrize(
