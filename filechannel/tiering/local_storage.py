@@ -88,7 +88,11 @@ class LocalStorage(ChunkStorage):
         return os.path.join(self.root, name)
 
     def _do_exists(self, name: str) -> bool:
-        return os.path.isfile(self._path(name))
+        # Not os.path.isfile: it answers False for any error, a folder we may not read included.
+        try:
+            return stat.S_ISREG(os.stat(self._path(name)).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
 
     def _do_info(self, name: str) -> ObjectInfo:
         st = os.stat(self._path(name))
