@@ -3,11 +3,13 @@ fsspec's local and memory filesystems, and s3fs on SeaweedFS (fsspec over a real
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import fsspec
@@ -25,6 +27,7 @@ from filechannel.errors import (
 )
 from filechannel.tiering import ChunkStorage, ObjectInfo, open_storage
 from filechannel.tiering.s3_storage import MIN_PART, plan_concat
+from filechannel.tiering.storage import redact_url
 
 MiB = 1 << 20
 REMOTE = {"s3", "s3fs"}
@@ -277,6 +280,43 @@ def test_random_ranged_reads_match_the_written_bytes(storage: ChunkStorage, kind
             assert storage.read("h/obj", offset, length) == data[offset : offset + length]
 
     check()
+
+
+def test_one_storage_shared_by_threads(storage: ChunkStorage) -> None:
+    payloads = {f"th/{t}/{i}": os.urandom(1000 + 97 * i + t) for t in range(4) for i in range(6)}
+
+    def work(thread: int) -> None:
+        mine = {n: d for n, d in payloads.items() if n.startswith(f"th/{thread}/")}
+        for name, data in mine.items():
+            storage.write(name, data)
+        for name, data in mine.items():
+            assert storage.read(name, 10, len(data)) == data[10:]
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(work, range(4)))  # re-raises a thread's failure here
+    assert storage.list("th/") == [ObjectInfo(n, len(payloads[n])) for n in sorted(payloads)]
+
+
+def test_operations_are_logged_at_debug_without_the_data(storage: ChunkStorage, caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="filechannel")
+    storage.write("log/obj", b"payload-bytes")
+    storage.read("log/obj", 0, 7)
+    with pytest.raises(ObjectNotFoundError):
+        storage.info("log/missing")
+    lines = [r.getMessage() for r in caplog.records if r.name == "filechannel"]
+    assert any(line.startswith(f"tier write {storage.url} 'log/obj' (13 bytes)") for line in lines), lines
+    assert any(line.startswith(f"tier read {storage.url} 'log/obj' (7 bytes)") for line in lines), lines
+    assert any(line.startswith(f"tier info {storage.url} 'log/missing' failed") for line in lines), lines
+    assert "payload-bytes" not in caplog.text
+
+
+def test_urls_are_shown_without_credentials() -> None:
+    assert redact_url("ftp://user:pw@host:21/path") == "ftp://host:21/path"
+    assert redact_url("abfs://container/path?sas=token") == "abfs://container/path?..."
+    assert redact_url("s3://bucket/prefix") == "s3://bucket/prefix"
+    storage = open_storage("memory://user:pw@fc-redact/p")
+    with storage:
+        assert "pw" not in repr(storage) and "pw" not in storage.url
 
 
 # -- binding-specific behaviour ------------------------------------------------------------------------
