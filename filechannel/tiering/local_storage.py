@@ -191,9 +191,7 @@ class LocalStorage(ChunkStorage):
         fsync_dir(folder_path)
 
     def _do_append(self, name: str, data: memoryview) -> None:
-        if not os.path.isfile(self._path(name)):
-            raise ObjectNotFoundError(f"cannot append to {name!r} in {self.url}: no such object (create it with write)")
-        fd = os.open(self._path(name), os.O_WRONLY | os.O_APPEND)
+        fd = os.open(self._path(name), os.O_WRONLY | os.O_APPEND)  # no O_CREAT: a missing object is ENOENT
         try:
             written = 0
             while written < len(data):

@@ -133,7 +133,7 @@ class ChunkStorage(ABC):
     # -- the contract ---------------------------------------------------------------------------------
 
     def exists(self, name: str) -> bool:
-        """True if the object exists."""
+        """True if the object exists, False if it does not; any other failure raises (never a silent False)."""
         validate_name(name)
         return self._call("exists", name, lambda: self._do_exists(name))
 
