@@ -449,13 +449,13 @@ class FaultProxy:
                     remaining -= len(data)
             is_head = lines[0].startswith("HEAD ")
             payload = b"" if is_head else _503_BODY
+            with self._lock:  # counted before the client can see the answer (and a test read the counter)
+                self.answered_503 += 1
             client.sendall(
                 b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
                 + f"Content-Length: {len(_503_BODY)}\r\nConnection: close\r\n\r\n".encode()
                 + payload
             )
-            with self._lock:
-                self.answered_503 += 1
         except OSError:
             pass
         self._close(client)
