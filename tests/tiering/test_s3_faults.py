@@ -152,6 +152,7 @@ def test_s3fs_on_an_endpoint_that_is_down_is_storage_unavailable(unused_port: in
             with pytest.raises(StorageUnavailableError) as info:
                 call()
             assert "retry later" in str(info.value) and "s3cr3t-value" not in str(info.value)
+        assert "s3cr3t-value" not in repr(storage) and "s3cr3t-value" not in str(vars(storage))
 
 
 @pytest.mark.s3
