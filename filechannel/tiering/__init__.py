@@ -1,0 +1,9 @@
+"""Tier-2: chunk storage for sealed segments (a local folder, S3, any fsspec filesystem).
+
+This package imports the engine (``filechannel/*.py``), never the reverse. The storage
+contract is :class:`ChunkStorage`; :func:`open_storage` picks a binding from a URL.
+"""
+
+from .storage import ChunkStorage, ObjectInfo, open_storage
+
+__all__ = ["ChunkStorage", "ObjectInfo", "open_storage"]

@@ -1,0 +1,188 @@
+"""Chunk storage on any fsspec filesystem (``memory://``, ``hdfs://``, ``gs://``, ``abfs://``...).
+
+The object ``a/b`` is the path ``ROOT/a/b``. fsspec gives the operations (``cat_file(path, start,
+end)`` for ranged reads, ``pipe_file`` for whole writes, ``find`` for listings, ``rm_file``); this
+class adds what the contract needs on top, once for every filesystem. How ``write`` is atomic
+depends on the filesystem:
+
+=========================================  =============================================================
+filesystem                                 write
+=========================================  =============================================================
+local (``file`` with ``backend="fsspec"``)  a temporary file beside the target (a ``~`` in its name, so
+                                           listings skip it), then ``os.replace`` over it: readers see all
+                                           or nothing. Not fsynced: use ``file:///`` (LocalStorage) for that.
+object stores (``s3``, ``gs``, ``abfs``)   one ``pipe_file``: a PUT (or a multipart upload) is atomic.
+``memory``                                 one ``pipe_file``: one assignment in this process.
+anything else (HDFS, WebHDFS, SFTP...)     one ``pipe_file``, atomic only if the filesystem makes it so
+                                           (HDFS shows a file being written; its rename does not replace).
+=========================================  =============================================================
+
+``concat`` exists only where it is real: on the local filesystem (the new object is written from the
+sources through a temporary file and renamed). fsspec has no portable concat (and HDFS through
+pyarrow none), so ``supports_concat`` is False elsewhere; ``append`` and ``truncate`` are not offered.
+
+Tested here against fsspec's local and memory filesystems, and against s3fs pointed at SeaweedFS
+(a real network protocol): ``open_storage("s3://bucket/prefix", backend="fsspec", key=..., secret=...,
+endpoint_url=...)`` - ``backend="fsspec"`` routes an ``s3://`` URL here instead of the boto3 binding,
+and the other options are the filesystem's own storage options (s3fs's here). Filesystem instances are
+private to each storage (never shared through fsspec's instance cache).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from ..errors import AccessDeniedError, ConfigError, ObjectNotFoundError, StorageFullError, StorageUnavailableError, TierError
+from .storage import ChunkStorage, ObjectInfo, is_valid_name
+
+_UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH}
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_COPY_CHUNK = 1 << 20
+
+
+class FsspecStorage(ChunkStorage):
+    """Objects under one root path of an fsspec filesystem (see the module docstring for atomicity).
+
+    ``supports_concat`` is an instance attribute here: True on the local filesystem only.
+    """
+
+    def __init__(self, url: str, **storage_options: Any) -> None:
+        super().__init__(url)
+        try:
+            fs, root = fsspec.core.url_to_fs(url, skip_instance_cache=True, **storage_options)
+        except ImportError as exc:
+            raise ConfigError(f"cannot open {self.url}: a package is missing for this filesystem ({exc})") from None
+        except (ValueError, TypeError) as exc:  # unknown protocol, bad options
+            raise ConfigError(f"cannot open {self.url}: {exc}") from None
+        self._fs: fsspec.AbstractFileSystem = fs
+        self._root = root.rstrip("/")
+        self._local = isinstance(fs, LocalFileSystem)
+        self.supports_concat = self._local  # type: ignore[misc]
+
+    def _path(self, name: str) -> str:
+        return f"{self._root}/{name}"
+
+    def _do_exists(self, name: str) -> bool:
+        # Not fs.isfile: it answers False for any error, an unreachable storage included.
+        try:
+            self._do_info(name)
+        except FileNotFoundError:  # ObjectNotFoundError (a folder) included
+            return False
+        return True
+
+    def _do_info(self, name: str) -> ObjectInfo:
+        self._fs.invalidate_cache(self._path(name))
+        info = self._fs.info(self._path(name))
+        if info.get("type") != "file":
+            raise ObjectNotFoundError(f"no object {name!r} in {self.url}: it is a folder of objects")
+        return ObjectInfo(name, int(info["size"]))
+
+    def _do_read(self, name: str, offset: int, length: int) -> bytes:
+        path = self._path(name)
+        if self._local:  # a local read allocates the whole length asked for: never past the end
+            length = min(length, max(0, int(self._fs.size(path)) - offset))
+        try:
+            return bytes(self._fs.cat_file(path, start=offset, end=offset + length))
+        except (FileNotFoundError, PermissionError):
+            raise
+        except OSError:  # object stores refuse a range past the end (HTTP 416: s3fs raises EINVAL)
+            if offset >= self._do_info(name).length:
+                return b""
+            raise
+
+    def _do_list(self, prefix: str) -> list[ObjectInfo]:
+        folder = prefix.rpartition("/")[0]
+        base = f"{self._root}/{folder}" if folder else self._root
+        self._fs.invalidate_cache(base)
+        try:
+            found = self._fs.find(base, detail=True)
+        except FileNotFoundError:
+            return []
+        root = self._root + "/"
+        result = []
+        for path, info in found.items():
+            name = path[len(root) :] if path.startswith(root) else ""
+            if info.get("type") == "file" and is_valid_name(name) and name.startswith(prefix):
+                result.append(ObjectInfo(name, int(info["size"])))
+        return result
+
+    def _do_delete(self, name: str) -> None:
+        try:
+            self._fs.rm_file(self._path(name))
+        except FileNotFoundError:
+            return
+
+    def _do_write(self, name: str, data: memoryview) -> None:
+        if not self._local:
+            self._fs.pipe_file(self._path(name), bytes(data))
+            return
+        self._replace(name, lambda temp: self._fs.pipe_file(temp, bytes(data)))
+
+    def _do_concat(self, target: str, sources: list[str]) -> None:
+        def fill(temp: str) -> None:
+            with self._fs.open(temp, "wb") as out:
+                for source in sources:
+                    try:
+                        src = self._fs.open(self._path(source), "rb")
+                    except FileNotFoundError:
+                        raise ObjectNotFoundError(f"cannot concat into {target!r} in {self.url}: no source {source!r}") from None
+                    with src:
+                        while chunk := src.read(_COPY_CHUNK):
+                            out.write(chunk)
+
+        self._replace(target, fill)
+
+    def _replace(self, name: str, fill: Callable[[str], object]) -> None:
+        """Write ``name`` through ``fill(temp_path)`` then a rename over it (local filesystem only)."""
+        final = self._path(name)
+        self._fs.makedirs(final.rpartition("/")[0], exist_ok=True)
+        temp = f"{final}~{uuid.uuid4().hex}.tmp"
+        try:
+            fill(temp)
+            os.replace(temp, final)  # fsspec's mv would move the file into a folder of that name
+        except BaseException:
+            try:
+                self._fs.rm_file(temp)
+            except OSError:
+                pass
+            raise
+
+    def _translate_error(self, exc: Exception, op: str, name: str) -> TierError | None:
+        where = f"{op} {name!r} in {self.url}"
+        reason = str(exc) or type(exc).__name__
+        if isinstance(exc, IsADirectoryError | NotADirectoryError) and op in ("write", "concat"):
+            return TierError(f"cannot {where}: an object and a folder of objects would share a name ({reason})")
+        if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
+            return ObjectNotFoundError(f"cannot {where}: no such object ({reason})")
+        if isinstance(exc, PermissionError):
+            return AccessDeniedError(f"cannot {where}: access denied ({reason}); check the credentials and permissions")
+        if _is_unreachable(exc):
+            return StorageUnavailableError(f"cannot {where}: the storage is unreachable ({reason}); retry later")
+        if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
+            return StorageFullError(f"cannot {where}: the storage is full or over quota ({reason})")
+        if isinstance(exc, OSError) or _is_botocore(exc):
+            return TierError(f"cannot {where}: {reason}")
+        return None
+
+
+def _is_botocore(exc: Exception) -> bool:
+    module = sys.modules.get("botocore.exceptions")
+    return module is not None and isinstance(exc, module.BotoCoreError)
+
+
+def _is_unreachable(exc: Exception) -> bool:
+    """A connection that could not be made or broke (OS errors, and botocore's when s3fs is below)."""
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS:
+        return True
+    module = sys.modules.get("botocore.exceptions")
+    return module is not None and isinstance(exc, module.ConnectionError | module.EndpointConnectionError)

