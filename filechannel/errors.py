@@ -85,6 +85,14 @@ class DiskFullError(StorageError):
     """The disk (or the file-size limit) is full; the log stays readable up to its last whole record."""
 
 
+class TierError(FileChannelError):
+    """An operation on tier-2 (chunk storage or its metadata) failed."""
+
+
+class FencedError(TierError):
+    """A newer uploader took over (its epoch is newer); this one must stop."""
+
+
 _FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 
