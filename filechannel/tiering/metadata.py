@@ -52,10 +52,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
+from itertools import groupby
+from operator import itemgetter
 
-from ..errors import FencedError, TierError
+from ..errors import ConfigError, FencedError, TierError
 from .layout import (
     DELETING,
     MAX_EPOCH,
@@ -160,7 +162,7 @@ class TierMetadata:
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 30_000) -> None:
         self.path = os.fspath(path)
-        self._busy_timeout_ms = check_int("busy_timeout_ms", busy_timeout_ms, 0, 2**31 - 1)
+        check_int("busy_timeout_ms", busy_timeout_ms, 0, 2**31 - 1)
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         with self._errors("open"):
@@ -175,7 +177,6 @@ class TierMetadata:
         self._db = db
 
     def _configure(self, db: sqlite3.Connection) -> None:
-        db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
         mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode.lower() != "wal":
             raise TierError(
@@ -189,16 +190,24 @@ class TierMetadata:
         db.execute("PRAGMA synchronous = FULL")
         db.execute("PRAGMA foreign_keys = ON")
 
+    def _schema_version(self, db: sqlite3.Connection) -> int | None:
+        """The schema version of the database (None if it has no schema yet); refuses a newer one."""
+        has_version = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+        version = db.execute("SELECT max(version) FROM schema_version").fetchone()[0] if has_version else None
+        if version is not None and version > SCHEMA_VERSION:
+            raise TierError(
+                f"tier metadata {self.path!r} has schema version {version}, newer than this filechannel reads "
+                f"({SCHEMA_VERSION}): upgrade filechannel"
+            )
+        return version
+
     def _migrate(self, db: sqlite3.Connection) -> None:
-        """Create the schema if it is missing; refuse a database of a newer schema version."""
-        with self._transaction("open", db=db, write=True):
-            has_version = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
-            version = db.execute("SELECT max(version) FROM schema_version").fetchone()[0] if has_version else None
-            if version is not None and version > SCHEMA_VERSION:
-                raise TierError(
-                    f"tier metadata {self.path!r} has schema version {version}, newer than this filechannel reads "
-                    f"({SCHEMA_VERSION}): upgrade filechannel"
-                )
+        """Create the schema if it is missing (a read suffices when it is there: opening never waits for a writer)."""
+        with self._transaction("open", db=db, write=False):
+            if self._schema_version(db) == SCHEMA_VERSION:
+                return
+        with self._transaction("create the schema", db=db, write=True):
+            version = self._schema_version(db)  # again: another process may have created it meanwhile
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
@@ -238,10 +247,9 @@ class TierMetadata:
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
-                    try:
+                    # the error being raised says more than a failed rollback; SQLite rolls back a broken transaction itself
+                    with suppress(sqlite3.Error):
                         db.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass  # the error being raised says more; SQLite rolls back a broken transaction itself
                 raise
 
     @staticmethod
@@ -296,7 +304,7 @@ class TierMetadata:
         From this commit on, every change made with an older epoch raises :class:`FencedError`.
         """
         if not isinstance(owner, str) or not owner:
-            raise TierError(f"take_epoch refused: owner {owner!r} is not a non-empty str")
+            raise ConfigError(f"owner {owner!r} must be a non-empty str (e.g. host and pid)")
         with self._transaction("take an epoch", write=True) as db:
             current, _ = self._current(db)
             if current >= MAX_EPOCH:
@@ -434,7 +442,7 @@ class TierMetadata:
         validate_channel(channel)
         wanted = tuple(states)
         if not wanted or any(s not in STATES for s in wanted):
-            raise TierError(f"segments refused: states {wanted!r} must be some of {STATES}")
+            raise ConfigError(f"states {wanted!r} must be some of {STATES}")
         marks = ", ".join("?" * len(wanted))
         with self._transaction(f"list the segments of {channel}", write=False) as db:
             rows = db.execute(
@@ -469,13 +477,14 @@ class TierMetadata:
                 f"FROM segments {where} GROUP BY channel, state ORDER BY channel",
                 args,
             ).fetchall()
-        out: dict[str, ChannelSummary] = {}
-        for name, state, count, size, first, end in rows:
-            summary = out.setdefault(name, ChannelSummary(name, dict.fromkeys(STATES, 0), dict.fromkeys(STATES, 0), None, None))
-            summary.segments[state], summary.bytes[state] = count, size
-            if state == UPLOADED:
-                out[name] = ChannelSummary(name, summary.segments, summary.bytes, first, end)
-        return list(out.values())
+        summaries = []
+        none = (0, 0, None, None)
+        for name, group in groupby(rows, key=itemgetter(0)):
+            per_state = {state: (count, size, first, end) for _, state, count, size, first, end in group}
+            counts = {state: per_state.get(state, none)[0] for state in STATES}
+            sizes = {state: per_state.get(state, none)[1] for state in STATES}
+            summaries.append(ChannelSummary(name, counts, sizes, *per_state.get(UPLOADED, none)[2:]))
+        return summaries
 
     def close(self) -> None:
         """Close the connection (idempotent); later calls raise :class:`TierError`."""

@@ -313,6 +313,11 @@ def test_adjacent_segments_are_allowed_overlapping_ones_in_any_state_are_not(met
         (20, "uploaded"),
         (30, "uploading"),
     ]
+    (summary,) = meta.summary("a")
+    assert (summary.channel, summary.first_offset, summary.end_offset) == ("a", 0, 30)
+    assert summary.segments == {"uploading": 1, "uploaded": 2, "deleting": 1}
+    assert summary.bytes == {"uploading": 5, "uploaded": 200, "deleting": 100}
+    assert [s.channel for s in meta.summary()] == ["a", "b"]
 
 
 @pytest.mark.parametrize(
@@ -438,10 +443,26 @@ def test_arguments_are_checked_before_any_transaction(meta):
         meta.begin_delete(e, "a", -1)
     with pytest.raises(ConfigError):
         meta.segment_for("a", "3")
-    with pytest.raises(TierError, match="states"):
+    with pytest.raises(ConfigError, match="states"):
         meta.segments("a", ["gone"])
-    with pytest.raises(TierError, match="owner"):
+    with pytest.raises(ConfigError, match="owner"):
         meta.take_epoch("")
+
+
+def test_waiting_longer_than_the_busy_timeout_gives_one_clear_error(tmp_path):
+    path = tmp_path / "metadata.db"
+    TierMetadata(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the database
+        with TierMetadata(path, busy_timeout_ms=50) as m, pytest.raises(TierError, match="busy timeout; retry") as err:
+            m.take_epoch("u")
+        assert str(path) in str(err.value)
+        holder.execute("ROLLBACK")
+        with TierMetadata(path, busy_timeout_ms=50) as m:
+            assert m.take_epoch("u") == 1
+    finally:
+        holder.close()
 
 
 def test_threads_sharing_one_store_take_distinct_epochs(meta):
@@ -484,8 +505,7 @@ def reap(procs):
 
 
 def test_two_processes_taking_epochs_at_once_get_distinct_increasing_epochs(tmp_path):
-    db, go = tmp_path / "metadata.db", tmp_path / "go"
-    TierMetadata(db).close()
+    db, go = tmp_path / "metadata.db", tmp_path / "go"  # both create the database, then wait for the go
     procs = [child("take_epochs", db, go, 25, stdout=subprocess.PIPE) for _ in range(2)]
     try:
         go.touch()
