@@ -7,12 +7,14 @@ This file is also the child process of the cross-process tests: ``python test_me
 
 import itertools
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,7 +46,7 @@ def upload(meta, epoch, channel, base, end, size=100, chunk_bytes=30, ts=0):
 
 def dump(path):
     """Every row of every table, read with a separate connection."""
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         return {t: db.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in ("epochs", "segments", "chunks")}
 
 
@@ -72,10 +74,10 @@ class MetadataMachine(RuleBasedStateMachine):
         self.model: dict[tuple[str, int], SegmentRecord] = {}
 
     def teardown(self):
-        self.meta.close()
-        for name in os.listdir(self.dir):
-            os.unlink(os.path.join(self.dir, name))
-        os.rmdir(self.dir)
+        try:
+            self.meta.close()
+        finally:
+            shutil.rmtree(self.dir)
 
     @initialize(data=st.data())
     def first_epoch_and_some_segments(self, data):
@@ -364,7 +366,7 @@ def test_segment_for_probes_the_primary_key_instead_of_scanning(meta):
     e = meta.take_epoch("u")
     for i in range(50):
         upload(meta, e, "a", i * 10, i * 10 + 10, size=7, chunk_bytes=7)
-    with sqlite3.connect(meta.path) as db:
+    with closing(sqlite3.connect(meta.path)) as db, db:
         plan = " ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + SEGMENT_AT, ("a", 123)))
     assert "SEARCH segments USING PRIMARY KEY (channel=? AND base_offset<?)" in plan, plan
     assert "SCAN" not in plan and "TEMP B-TREE" not in plan, plan
@@ -373,7 +375,7 @@ def test_segment_for_probes_the_primary_key_instead_of_scanning(meta):
 
 
 def test_the_database_uses_wal_and_full_sync(meta):
-    with sqlite3.connect(meta.path) as db:
+    with closing(sqlite3.connect(meta.path)) as db, db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert meta._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
@@ -381,9 +383,8 @@ def test_the_database_uses_wal_and_full_sync(meta):
 def test_a_newer_schema_version_is_refused(tmp_path):
     path = tmp_path / "metadata.db"
     TierMetadata(path).close()
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
-    db.close()
     with pytest.raises(TierError, match=f"schema version {SCHEMA_VERSION + 1}, newer than this filechannel reads.*upgrade"):
         TierMetadata(path)
 
@@ -411,9 +412,8 @@ def test_a_damaged_database_gives_one_clear_error(tmp_path):
         e = m.take_epoch("u")
         for i in range(40):
             upload(m, e, "a", i * 10, i * 10 + 10)
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    db.close()
     data = bytearray(path.read_bytes())
     data[4096:] = b"\xa5" * (len(data) - 4096)  # every page but the first
     path.write_bytes(bytes(data))
@@ -549,10 +549,9 @@ def test_an_uploader_paused_before_its_commit_is_fenced_on_resume_and_changes_no
 
 def check_consistent(path):
     """The database is whole and keeps every invariant: each segment has all its chunks, none overlap."""
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         assert db.execute("PRAGMA foreign_key_check").fetchall() == []
-    db.close()
     with TierMetadata(path) as m:
         for channel in m.channels():
             segs = m.segments(channel, STATES)
