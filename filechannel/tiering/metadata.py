@@ -416,7 +416,8 @@ class TierMetadata:
     def abandon_upload(self, epoch: int, channel: str, base_offset: int) -> list[str]:
         """Drop an "uploading" segment (of any epoch) and return every object name its attempt may have written.
 
-        The caller deletes those names (missing is success); the segment can then be uploaded again.
+        The caller deletes those names (missing is success) before the segment is uploaded again: a
+        retry in the same epoch writes the same names, so its objects must not race the deletes.
         """
         self._epoch(epoch)
         self._key(channel, base_offset)
