@@ -93,6 +93,30 @@ class LogCorruptedError(CorruptRecordError):
     """Damage in the middle of the log (not a torn tail): nothing was cut; appends are refused until a repair."""
 
 
+class TierError(FileChannelError):
+    """An operation on tier-2 (chunk storage or its metadata) failed."""
+
+
+class ObjectNotFoundError(TierError, FileNotFoundError):
+    """The object does not exist in chunk storage."""
+
+
+class StorageUnavailableError(TierError):
+    """Chunk storage could not be reached or kept failing after retries; retry later."""
+
+
+class AccessDeniedError(TierError, PermissionError):
+    """The credentials were refused by chunk storage (the message never contains a secret)."""
+
+
+class StorageFullError(TierError):
+    """Chunk storage refused the write for lack of space or quota."""
+
+
+class FencedError(TierError):
+    """A newer uploader took over (its epoch is newer); this one must stop."""
+
+
 _FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 
@@ -122,27 +146,3 @@ def os_errors(action: str, path: str | os.PathLike[str]) -> Iterator[None]:
         raise
     except OSError as exc:
         raise storage_error(exc, action, path) from exc
-
-
-class TierError(FileChannelError):
-    """An operation on tier-2 (chunk storage or its metadata) failed."""
-
-
-class ObjectNotFoundError(TierError, FileNotFoundError):
-    """The object does not exist in chunk storage."""
-
-
-class StorageUnavailableError(TierError):
-    """Chunk storage could not be reached or kept failing after retries; retry later."""
-
-
-class AccessDeniedError(TierError, PermissionError):
-    """The credentials were refused by chunk storage (the message never contains a secret)."""
-
-
-class StorageFullError(TierError):
-    """Chunk storage refused the write for lack of space or quota."""
-
-
-class FencedError(TierError):
-    """A newer uploader took over (its epoch is newer); this one must stop."""

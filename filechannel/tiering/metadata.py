@@ -1,0 +1,505 @@
+"""The tier-2 metadata store: which segments are in chunk storage, in which state, and who may change them.
+
+One SQLite database per root (``ROOT/.tier/metadata.db``; a standalone channel:
+``CHANNEL/tier-metadata.db``), shared by every process of the root.
+
+Invariants, each checked inside the transaction that could break it:
+
+- Every change is one transaction (``BEGIN IMMEDIATE``) whose first step checks that the
+  caller's epoch is the current one, the newest taken (else :class:`FencedError`): an
+  uploader that was paused and overtaken can change nothing, ever again.
+- Segments of one channel never overlap in offsets, whatever their states; so uploaded
+  segments never overlap, and the segment holding an offset is found by one index probe.
+- A segment's chunks cover ``[0, size)`` of its ``.seg.z`` contiguously, in order, each
+  named by :func:`.layout.chunk_name` of the segment and the epoch that uploads it.
+- States move only ``uploading -> uploaded -> deleting -> (row removed)`` or
+  ``uploading -> (row removed: abandoned)``, as Kafka's remote log metadata moves through
+  COPY_SEGMENT_STARTED/FINISHED and DELETE_SEGMENT_STARTED/FINISHED. Each state is
+  committed before and after the storage calls it covers, so a crash anywhere is
+  recoverable:
+
+  1. ``begin_upload`` records the segment "uploading" with its planned chunks (so every
+     name the attempt may write is known before the first byte is written);
+  2. the uploader writes the chunks, then the manifest;
+  3. ``finish_upload`` commits "uploaded": only now may the local copy be deleted.
+
+  A crash before 3 leaves an "uploading" row: the next uploader (a newer epoch) finds it
+  with :meth:`TierMetadata.stale_uploads`, deletes the names :meth:`abandon_upload`
+  returns and uploads the segment again. Deleting is the mirror: ``begin_delete`` commits
+  "deleting" (readers stop using it), the objects are deleted (missing is success), then
+  ``finish_delete`` removes the row. Objects that no row names (a fenced uploader's late
+  writes) are orphans, found by listing and :func:`.layout.parse_object_name`.
+
+Schema (version 1, in ``schema_version``; a newer version is refused)::
+
+    epochs   (epoch PK, owner, taken_at_ms)                      one row per epoch ever taken
+    segments (channel, base_offset, end_offset, size, max_timestamp, state, epoch,
+              manifest, created_at_ms, updated_at_ms)            PK (channel, base_offset)
+    chunks   (channel, base_offset, seq, name UNIQUE, position, length)
+                                                                 PK (channel, base_offset, seq)
+
+``segments.epoch`` is the epoch that uploaded the segment (its object names carry it),
+not the last one that changed the row.
+
+Thread-safe: one connection per instance behind a lock. Several processes may open
+the same file; open one instance per process (never use one across ``fork``).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from itertools import groupby
+from operator import itemgetter
+
+from ..errors import ConfigError, FencedError, TierError
+from .layout import (
+    DELETING,
+    MAX_EPOCH,
+    MAX_OFFSET,
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    STATES,
+    UPLOADED,
+    UPLOADING,
+    ChunkRecord,
+    SegmentRecord,
+    check_int,
+    chunks_problem,
+    manifest_name,
+    segment_problem,
+    validate_channel,
+)
+
+__all__ = ["SCHEMA_VERSION", "ChannelSummary", "ChunkRecord", "SegmentRecord", "TierMetadata"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS epochs (
+    epoch INTEGER PRIMARY KEY CHECK (epoch >= 1),
+    owner TEXT NOT NULL,
+    taken_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS segments (
+    channel TEXT NOT NULL,
+    base_offset INTEGER NOT NULL CHECK (base_offset >= 0),
+    end_offset INTEGER NOT NULL CHECK (end_offset > base_offset),
+    size INTEGER NOT NULL CHECK (size > 0),
+    max_timestamp INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('uploading', 'uploaded', 'deleting')),
+    epoch INTEGER NOT NULL REFERENCES epochs (epoch),
+    manifest TEXT,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (channel, base_offset)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS segments_by_state ON segments (state, epoch);
+CREATE TABLE IF NOT EXISTS chunks (
+    channel TEXT NOT NULL,
+    base_offset INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    name TEXT NOT NULL UNIQUE,
+    position INTEGER NOT NULL,
+    length INTEGER NOT NULL CHECK (length > 0),
+    PRIMARY KEY (channel, base_offset, seq),
+    FOREIGN KEY (channel, base_offset) REFERENCES segments (channel, base_offset) ON DELETE CASCADE
+) WITHOUT ROWID;
+"""
+
+_SEGMENT_COLUMNS = "channel, base_offset, end_offset, size, max_timestamp, state, epoch, manifest"
+# The one segment that can hold OFFSET: segments never overlap, so it is the one with the
+# greatest base offset <= OFFSET (a probe of the primary key, not a scan).
+SEGMENT_AT = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset <= ? ORDER BY base_offset DESC LIMIT 1"
+# The only segment that can overlap [base, end): the one with the greatest base offset < end.
+_LAST_BEFORE = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset < ? ORDER BY base_offset DESC LIMIT 1"
+_CHUNKS_OF = "SELECT name, position, length FROM chunks WHERE channel = ? AND base_offset = ? ORDER BY seq"
+
+_HINTS = {
+    "SQLITE_CORRUPT": "the file is damaged: move it aside and restore a backup (each uploaded segment has a manifest in tier-2)",
+    "SQLITE_NOTADB": "the file is not a tier metadata database: check the path, or move the file aside",
+    "SQLITE_BUSY": "another process held it longer than the busy timeout; retry",
+    "SQLITE_LOCKED": "another connection held it longer than the busy timeout; retry",
+    "SQLITE_CANTOPEN": "check that its folder exists and is writable",
+    "SQLITE_READONLY": "check that the file and its folder are writable",
+    "SQLITE_PERM": "check that the file and its folder are writable",
+    "SQLITE_FULL": "free some disk space and retry",
+    "SQLITE_IOERR": "the disk failed to read or write it; check the disk",
+}
+
+
+@dataclass(frozen=True)
+class ChannelSummary:
+    """What tier-2 holds of one channel, for a status command.
+
+    ``segments`` and ``bytes`` count per state (every state present, zero included);
+    ``first_offset`` / ``end_offset`` span the uploaded segments (None if there are none).
+    """
+
+    channel: str
+    segments: dict[str, int]
+    bytes: dict[str, int]
+    first_offset: int | None
+    end_offset: int | None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TierMetadata:
+    """The metadata of the segments of one root in tier-2 (see the module docstring for its invariants).
+
+    ``busy_timeout_ms`` is how long an operation waits for another process's transaction
+    before failing with a :class:`TierError`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 30_000) -> None:
+        self.path = os.fspath(path)
+        check_int("busy_timeout_ms", busy_timeout_ms, 0, 2**31 - 1)
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        with self._errors("open"):
+            db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
+        try:
+            with self._errors("open"):
+                self._configure(db)
+            self._migrate(db)
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+
+    def _configure(self, db: sqlite3.Connection) -> None:
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise TierError(
+                f"tier metadata {self.path!r} cannot use write-ahead logging (journal mode {mode!r}); use a local disk"
+            )
+        # FULL, not NORMAL: with WAL, NORMAL syncs the log only at checkpoints, so a commit can
+        # be lost on a power cut. A committed "uploaded" lets the local copy be deleted right
+        # after; losing that commit would leave a segment neither on local disk nor in the
+        # metadata (its objects then look like orphans). One fsync per commit is cheap: commits
+        # are per segment, not per record.
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("PRAGMA foreign_keys = ON")
+
+    def _schema_version(self, db: sqlite3.Connection) -> int | None:
+        """The schema version of the database (None if it has no schema yet); refuses a newer one."""
+        has_version = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+        version = db.execute("SELECT max(version) FROM schema_version").fetchone()[0] if has_version else None
+        if version is not None and version > SCHEMA_VERSION:
+            raise TierError(
+                f"tier metadata {self.path!r} has schema version {version}, newer than this filechannel reads "
+                f"({SCHEMA_VERSION}): upgrade filechannel"
+            )
+        return version
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        """Create the schema if it is missing (a read suffices when it is there: opening never waits for a writer)."""
+        with self._transaction("open", db=db, write=False):
+            if self._schema_version(db) == SCHEMA_VERSION:
+                return
+        with self._transaction("create the schema", db=db, write=True):
+            version = self._schema_version(db)  # again: another process may have created it meanwhile
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            if version is None:
+                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+
+    # -- transactions and errors ------------------------------------------------------------
+
+    def _tier_error(self, action: str, exc: sqlite3.Error) -> TierError:
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        hint = next((h for code, h in _HINTS.items() if name == code or name.startswith(code + "_")), "")
+        return TierError(f"cannot {action}: tier metadata {self.path!r}: {exc}" + (f"; {hint}" if hint else ""))
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """Translate sqlite3 errors into :class:`TierError` naming the action and the database."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise self._tier_error(action, exc) from exc
+
+    @contextmanager
+    def _transaction(
+        self, action: str, *, write: bool, epoch: int | None = None, db: sqlite3.Connection | None = None
+    ) -> Iterator[sqlite3.Connection]:
+        """One transaction: BEGIN IMMEDIATE (a write) or BEGIN (a consistent read), the epoch check
+        first when ``epoch`` is given, COMMIT if the body returns, ROLLBACK if it raises."""
+        with self._lock, self._errors(action):
+            db = db or self._db
+            if db is None:
+                raise TierError(f"cannot {action}: tier metadata {self.path!r} is closed")
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                if epoch is not None:
+                    self._check_epoch(db, epoch)
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    # the error being raised says more than a failed rollback; SQLite rolls back a broken transaction itself
+                    with suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                raise
+
+    @staticmethod
+    def _current(db: sqlite3.Connection) -> tuple[int, str | None]:
+        row = db.execute("SELECT epoch, owner FROM epochs ORDER BY epoch DESC LIMIT 1").fetchone()
+        return (row[0], row[1]) if row else (0, None)
+
+    def _check_epoch(self, db: sqlite3.Connection, epoch: int) -> None:
+        current, owner = self._current(db)
+        if epoch == current:
+            return
+        if epoch < current:
+            raise FencedError(
+                f"uploader epoch {epoch} is fenced: another uploader ({owner!r}) took over with epoch {current} "
+                f"in tier metadata {self.path!r}; stop this uploader (the new one cleans up after it)"
+            )
+        raise FencedError(
+            f"uploader epoch {epoch} was never taken in tier metadata {self.path!r} (its current epoch is {current}): "
+            "was the file replaced? stop this uploader"
+        )
+
+    @staticmethod
+    def _record(db: sqlite3.Connection, row: Sequence[object]) -> SegmentRecord:
+        chunks = tuple(ChunkRecord(*c) for c in db.execute(_CHUNKS_OF, (row[0], row[1])))
+        return SegmentRecord(*row[:7], chunks=chunks, manifest=row[7])  # type: ignore[arg-type]
+
+    def _require(self, db: sqlite3.Connection, action: str, channel: str, base_offset: int, state: str) -> SegmentRecord:
+        row = db.execute(
+            f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset = ?", (channel, base_offset)
+        ).fetchone()
+        if row is None:
+            raise TierError(f"{action} refused: no segment {channel}@{base_offset} in tier metadata {self.path!r}")
+        if row[5] != state:
+            raise TierError(
+                f"{action} refused: segment {channel}@{base_offset} is {row[5]}, not {state} (tier metadata {self.path!r})"
+            )
+        return self._record(db, row)
+
+    @staticmethod
+    def _key(channel: str, base_offset: int) -> tuple[str, int]:
+        return validate_channel(channel), check_int("base offset", base_offset, 0, MAX_OFFSET)
+
+    @staticmethod
+    def _epoch(epoch: int) -> int:
+        return check_int("epoch", epoch, 1, MAX_EPOCH)
+
+    # -- epochs -------------------------------------------------------------------------------
+
+    def take_epoch(self, owner: str) -> int:
+        """A new epoch for an uploader named ``owner`` (e.g. host and pid), newer than every epoch before.
+
+        From this commit on, every change made with an older epoch raises :class:`FencedError`.
+        """
+        if not isinstance(owner, str) or not owner:
+            raise ConfigError(f"owner {owner!r} must be a non-empty str (e.g. host and pid)")
+        with self._transaction("take an epoch", write=True) as db:
+            current, _ = self._current(db)
+            if current >= MAX_EPOCH:
+                raise TierError(f"tier metadata {self.path!r} has used every epoch up to {MAX_EPOCH}")
+            db.execute("INSERT INTO epochs (epoch, owner, taken_at_ms) VALUES (?, ?, ?)", (current + 1, owner, _now_ms()))
+        return current + 1
+
+    def current_epoch(self) -> int:
+        """The newest epoch taken (0 if none was)."""
+        with self._transaction("read the current epoch", write=False) as db:
+            return self._current(db)[0]
+
+    # -- state changes ------------------------------------------------------------------------
+
+    def begin_upload(
+        self,
+        epoch: int,
+        channel: str,
+        base_offset: int,
+        end_offset: int,
+        size: int,
+        max_timestamp: int,
+        chunks: Sequence[ChunkRecord],
+    ) -> None:
+        """Record segment ``[base_offset, end_offset)`` as "uploading", with the chunks it will be written as.
+
+        Call before writing any object. ``chunks`` (e.g. from :func:`.layout.plan_chunks`) must
+        cover ``[0, size)`` and be named for this segment and ``epoch``. Refused (TierError) if
+        the range overlaps any segment of the channel in any state.
+        """
+        self._epoch(epoch)
+        self._key(channel, base_offset)
+        check_int("end offset", end_offset, 0, MAX_OFFSET)
+        check_int("size", size, 1, MAX_OFFSET)
+        check_int("max timestamp", max_timestamp, MIN_TIMESTAMP, MAX_TIMESTAMP)
+        record = SegmentRecord(channel, base_offset, end_offset, size, max_timestamp, UPLOADING, epoch, tuple(chunks), None)
+        problem = segment_problem(record)
+        if problem:
+            raise TierError(f"begin_upload refused: {problem}")
+        with self._transaction(f"begin the upload of {channel}@{base_offset}", write=True, epoch=epoch) as db:
+            row = db.execute(_LAST_BEFORE, (channel, end_offset)).fetchone()
+            if row is not None and row[2] > base_offset:
+                what = "abandon that upload first" if row[5] == UPLOADING else "it is already in tier-2"
+                raise TierError(
+                    f"begin_upload refused: segment {channel}@[{base_offset}, {end_offset}) overlaps segment "
+                    f"@[{row[1]}, {row[2]}) which is {row[5]} (epoch {row[6]}): {what}"
+                )
+            now = _now_ms()
+            db.execute(
+                f"INSERT INTO segments ({_SEGMENT_COLUMNS}, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (channel, base_offset, end_offset, size, max_timestamp, UPLOADING, epoch, None, now, now),
+            )
+            db.executemany(
+                "INSERT INTO chunks (channel, base_offset, seq, name, position, length) VALUES (?, ?, ?, ?, ?, ?)",
+                [(channel, base_offset, seq, c.name, c.position, c.length) for seq, c in enumerate(record.chunks)],
+            )
+
+    def finish_upload(
+        self, epoch: int, channel: str, base_offset: int, chunks: Sequence[ChunkRecord], manifest: str
+    ) -> SegmentRecord:
+        """Mark an upload begun by this epoch "uploaded", once its chunks and then its manifest are written.
+
+        ``chunks`` must be the chunks given to :meth:`begin_upload` and ``manifest`` the
+        segment's :func:`.layout.manifest_name`. After this commit the local copy may go.
+        """
+        self._epoch(epoch)
+        self._key(channel, base_offset)
+        with self._transaction(f"finish the upload of {channel}@{base_offset}", write=True, epoch=epoch) as db:
+            record = self._require(db, "finish_upload", channel, base_offset, UPLOADING)
+            if record.epoch != epoch:
+                raise TierError(
+                    f"finish_upload refused: the upload of {channel}@{base_offset} was begun by epoch {record.epoch}, "
+                    f"not {epoch}: abandon it and upload the segment again"
+                )
+            if tuple(chunks) != record.chunks:
+                problem = chunks_problem(record, tuple(chunks)) or "they are not the chunks given to begin_upload"
+                raise TierError(f"finish_upload refused: {problem}")
+            expected = manifest_name(channel, base_offset, epoch)
+            if manifest != expected:
+                raise TierError(
+                    f"finish_upload refused: the manifest of {channel}@{base_offset} is {expected!r}, not {manifest!r}"
+                )
+            db.execute(
+                "UPDATE segments SET state = ?, manifest = ?, updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
+                (UPLOADED, manifest, _now_ms(), channel, base_offset),
+            )
+        return replace(record, state=UPLOADED, manifest=manifest)
+
+    def begin_delete(self, epoch: int, channel: str, base_offset: int) -> SegmentRecord:
+        """Mark an uploaded segment "deleting" (readers stop using it) before its objects are deleted."""
+        self._epoch(epoch)
+        self._key(channel, base_offset)
+        with self._transaction(f"begin deleting {channel}@{base_offset}", write=True, epoch=epoch) as db:
+            record = self._require(db, "begin_delete", channel, base_offset, UPLOADED)
+            db.execute(
+                "UPDATE segments SET state = ?, updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
+                (DELETING, _now_ms(), channel, base_offset),
+            )
+        return replace(record, state=DELETING)
+
+    def finish_delete(self, epoch: int, channel: str, base_offset: int) -> None:
+        """Remove a "deleting" segment and its chunks, once its objects are deleted."""
+        self._epoch(epoch)
+        self._key(channel, base_offset)
+        with self._transaction(f"finish deleting {channel}@{base_offset}", write=True, epoch=epoch) as db:
+            self._require(db, "finish_delete", channel, base_offset, DELETING)
+            db.execute("DELETE FROM segments WHERE channel = ? AND base_offset = ?", (channel, base_offset))
+
+    def abandon_upload(self, epoch: int, channel: str, base_offset: int) -> list[str]:
+        """Drop an "uploading" segment (of any epoch) and return every object name its attempt may have written.
+
+        The caller deletes those names (missing is success) before the segment is uploaded again: a
+        retry in the same epoch writes the same names, so its objects must not race the deletes.
+        """
+        self._epoch(epoch)
+        self._key(channel, base_offset)
+        with self._transaction(f"abandon the upload of {channel}@{base_offset}", write=True, epoch=epoch) as db:
+            record = self._require(db, "abandon_upload", channel, base_offset, UPLOADING)
+            db.execute("DELETE FROM segments WHERE channel = ? AND base_offset = ?", (channel, base_offset))
+        return [c.name for c in record.chunks] + [manifest_name(channel, base_offset, record.epoch)]
+
+    def stale_uploads(self, epoch: int) -> list[SegmentRecord]:
+        """The "uploading" segments of older epochs, of every channel: what a new uploader must abandon first."""
+        self._epoch(epoch)
+        with self._transaction("list stale uploads", write=True, epoch=epoch) as db:
+            rows = db.execute(
+                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE state = ? AND epoch < ? ORDER BY channel, base_offset",
+                (UPLOADING, epoch),
+            ).fetchall()
+            return [self._record(db, row) for row in rows]
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def segments(self, channel: str, states: Iterable[str] = (UPLOADED,)) -> list[SegmentRecord]:
+        """The segments of ``channel`` in ``states``, by base offset."""
+        validate_channel(channel)
+        wanted = tuple(states)
+        if not wanted or any(s not in STATES for s in wanted):
+            raise ConfigError(f"states {wanted!r} must be some of {STATES}")
+        marks = ", ".join("?" * len(wanted))
+        with self._transaction(f"list the segments of {channel}", write=False) as db:
+            rows = db.execute(
+                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND state IN ({marks}) ORDER BY base_offset",
+                (channel, *wanted),
+            ).fetchall()
+            return [self._record(db, row) for row in rows]
+
+    def segment_for(self, channel: str, offset: int) -> SegmentRecord | None:
+        """The uploaded segment of ``channel`` holding ``offset``, or None (one probe of the index)."""
+        validate_channel(channel)
+        check_int("offset", offset, 0, MAX_OFFSET)
+        with self._transaction(f"find offset {offset} of {channel}", write=False) as db:
+            row = db.execute(SEGMENT_AT, (channel, offset)).fetchone()
+            if row is None or row[5] != UPLOADED or offset >= row[2]:
+                return None
+            return self._record(db, row)
+
+    def channels(self) -> list[str]:
+        """Every channel with a segment in the metadata, sorted."""
+        with self._transaction("list channels", write=False) as db:
+            return [row[0] for row in db.execute("SELECT DISTINCT channel FROM segments ORDER BY channel")]
+
+    def summary(self, channel: str | None = None) -> list[ChannelSummary]:
+        """Per channel (or for ``channel`` only): segments and bytes per state, and the uploaded offsets' span."""
+        if channel is not None:
+            validate_channel(channel)
+        where, args = ("WHERE channel = ?", (channel,)) if channel is not None else ("", ())
+        with self._transaction("summarize", write=False) as db:
+            rows = db.execute(
+                "SELECT channel, state, count(*), sum(size), min(base_offset), max(end_offset) "
+                f"FROM segments {where} GROUP BY channel, state ORDER BY channel",
+                args,
+            ).fetchall()
+        summaries = []
+        none = (0, 0, None, None)
+        for name, group in groupby(rows, key=itemgetter(0)):
+            per_state = {state: (count, size, first, end) for _, state, count, size, first, end in group}
+            counts = {state: per_state.get(state, none)[0] for state in STATES}
+            sizes = {state: per_state.get(state, none)[1] for state in STATES}
+            summaries.append(ChannelSummary(name, counts, sizes, *per_state.get(UPLOADED, none)[2:]))
+        return summaries
+
+    def close(self) -> None:
+        """Close the connection (idempotent); later calls raise :class:`TierError`."""
+        with self._lock:
+            db, self._db = self._db, None
+        if db is not None:
+            with self._errors("close"):
+                db.close()
+
+    def __enter__(self) -> TierMetadata:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"TierMetadata({self.path!r})"
