@@ -112,6 +112,7 @@ def plan_concat(sizes: list[int], min_part: int = MIN_PART, max_part: int = MAX_
     part is a single range of a source of at least ``min_part`` bytes. Pieces smaller than
     ``min_part`` are gathered into data parts of exactly ``min_part`` bytes (topped up from the
     start of the next source), so no more than ``min_part`` bytes are ever held in memory.
+    Needs ``max_part >= 2 * min_part`` (S3: 5 GiB and 5 MiB), so even parts are never too small.
     """
     parts: list[Part] = []
     pending: list[Piece] = []
@@ -128,9 +129,13 @@ def plan_concat(sizes: list[int], min_part: int = MIN_PART, max_part: int = MAX_
                 pending, pending_bytes = [], 0
         remaining = size - pos
         if remaining >= min_part:  # pending is empty here: a top-up either completed it or took all of this source
+            # Parts as even as can be: a ceil-sized step could leave a last piece below min_part.
             count = math.ceil(remaining / max_part)
-            step = math.ceil(remaining / count)
-            parts.extend(Part(True, (Piece(index, start, min(start + step, size)),)) for start in range(pos, size, step))
+            even, extra = divmod(remaining, count)
+            for k in range(count):
+                end = pos + even + (k < extra)
+                parts.append(Part(True, (Piece(index, pos, end),)))
+                pos = end
         elif remaining:
             pending.append(Piece(index, pos, size))
             pending_bytes += remaining
