@@ -48,6 +48,7 @@ the same file; open one instance per process (never use one across ``fork``).
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -169,15 +170,15 @@ class TierMetadata:
             db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
         try:
             with self._errors("open"):
-                self._configure(db)
+                self._configure(db, deadline=time.monotonic() + busy_timeout_ms / 1000)
             self._migrate(db)
         except BaseException:
             db.close()
             raise
         self._db = db
 
-    def _configure(self, db: sqlite3.Connection) -> None:
-        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    def _configure(self, db: sqlite3.Connection, deadline: float) -> None:
+        mode = _journal_mode_wal(db, deadline)
         if mode.lower() != "wal":
             raise TierError(
                 f"tier metadata {self.path!r} cannot use write-ahead logging (journal mode {mode!r}); use a local disk"
@@ -503,3 +504,25 @@ class TierMetadata:
 
     def __repr__(self) -> str:
         return f"TierMetadata({self.path!r})"
+
+
+def _journal_mode_wal(db: sqlite3.Connection, deadline: float) -> str:
+    """Switch ``db`` to WAL and return the journal mode it then has.
+
+    SQLite does not call the busy handler for this pragma: while another process creates or
+    switches the same new database, it fails at once with "database is locked" (measured:
+    49 of 150 rounds of three processes opening one new file). So it is retried with a short
+    randomised wait until ``deadline`` (the busy timeout), like any other locked statement.
+    """
+    wait = 0.001
+    while True:
+        try:
+            return str(db.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if (
+                getattr(exc, "sqlite_errorcode", None) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+                or time.monotonic() >= deadline
+            ):
+                raise
+        time.sleep(random.uniform(0, wait))
+        wait = min(wait * 2, 0.05)
