@@ -619,11 +619,15 @@ core_append(AppendCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
         }
     }
     if (plain && self->mutex != NULL) {
+        /* Deadlines (check_at, flush_due) are on Python's time.monotonic(), CLOCK_MONOTONIC;
+         * the wall clock only stamps the record (a step back of the wall clock once kept
+         * writer.lock held past the hold limit). */
         struct timespec tp;
-        clock_gettime(CLOCK_REALTIME, &tp);
+        clock_gettime(CLOCK_MONOTONIC, &tp);
         double now = (double)tp.tv_sec + (double)tp.tv_nsec * 1e-9;
         if (!have_ts) {
-            ts = (long long)(now * 1000);
+            clock_gettime(CLOCK_REALTIME, &tp);
+            ts = (long long)(((double)tp.tv_sec + (double)tp.tv_nsec * 1e-9) * 1000);
         }
         PyObject *mutex = self->mutex;
         Py_INCREF(mutex);
