@@ -296,13 +296,20 @@ def test_bad_producer_input_raises_a_filechannel_error_and_nothing_is_written(tm
     assert _values(tmp_path / "ch") == [b"good"]
 
 
-def test_the_hold_limit_is_on_the_monotonic_clock(tmp_path):
-    # The deadline the C path compares with CLOCK_MONOTONIC must be on time.monotonic():
-    # a deadline on the wall clock (about 1.7e9) would never be reached by it.
-    with FileChannel(tmp_path / "ch", maintenance_interval=0, flush_interval=0.01) as ch:
+def test_the_writer_deadlines_are_on_the_monotonic_clock(tmp_path):
+    # The C path compares these with CLOCK_MONOTONIC; on the wall clock (about 1.7e9 s)
+    # they were never reached by it, and a step back of the wall clock kept writer.lock
+    # held far past the hold limit. Timestamps stay wall-clock (checked below and in
+    # test_append_core.py).
+    with FileChannel(tmp_path / "ch", maintenance_interval=0, segment_ms=60_000) as ch:
         sender = ch.sender()
+        before_ms = int(time.time() * 1000)
+        before = time.monotonic()
         sender.send(b"first")
         appender = sender._appender
-        before = time.monotonic()
-        hold_until = appender._hold_until
-        assert before - 1 <= hold_until <= before + appender._hold_limit + 1
+        after = time.monotonic()
+        assert before <= appender._hold_until - appender._hold_limit <= after
+        assert before <= appender._check_at <= after + appender._hold_limit
+        sender.flush()
+        record = ch.receiver("earliest").recv(timeout=5)
+        assert before_ms <= record.timestamp <= int(time.time() * 1000)
