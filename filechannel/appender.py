@@ -127,7 +127,7 @@ class Appender(_Core):
         self._tix_fd = -1
         self._seg_base = -1
         self._last_fsync = time.monotonic()
-        self._last_drain = 0.0
+        self._last_drain = float("-inf")  # not 0.0: the monotonic clock may be younger than an interval
         self._sealer = Sealer(log_)
         self._flusher: threading.Thread | None = None
         if config.fsync != "always":
