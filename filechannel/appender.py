@@ -62,12 +62,21 @@ except ImportError:
     _Core = object  # type: ignore[assignment,misc]
 
 log = logging.getLogger("filechannel")
-_time = time.time
+# Durations (the hold limit, flush deadlines, segment age checks) are measured on the
+# monotonic clock, which the C path reads too (CLOCK_MONOTONIC): with the wall clock, a step
+# back kept writer.lock held far past the hold limit. Wall-clock time is only a record's
+# timestamp and a segment's ``created``. A send reads one clock: the monotonic one, and its
+# timestamp is that plus ``_wall_offset_ns``, the wall clock's lead taken whenever the writer
+# lock is taken (see Appender._append). A second clock read per send cost 40-58 ns here.
+_monotonic = time.monotonic
+_monotonic_ns = time.monotonic_ns
+_wall = time.time
+_wall_ns = time.time_ns
 _FRAME_AND_PREFIX = FRAME_AND_PREFIX.pack
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return int(_wall() * 1000)
 
 
 class Appender(_Core):
@@ -106,6 +115,7 @@ class Appender(_Core):
         self._flush_due = float("inf")  # a sender drains itself once a record waited this long
         self._prefix_ts = 0  # a timestamp and the CRC-32C of its plain record prefix
         self._prefix_crc = crc32c(RECORD_PREFIX.pack(0, 0))
+        self._wall_offset_ns = 0  # the wall clock minus the monotonic one, in ns (see _append)
         self._written_offset = 0
         self._durable_offset = 0
         self._flushing = False
@@ -117,7 +127,7 @@ class Appender(_Core):
         self._tix_fd = -1
         self._seg_base = -1
         self._last_fsync = time.monotonic()
-        self._last_drain = 0.0
+        self._last_drain = float("-inf")  # not 0.0: the monotonic clock may be younger than an interval
         self._sealer = Sealer(log_)
         self._flusher: threading.Thread | None = None
         if config.fsync != "always":
@@ -133,26 +143,39 @@ class Appender(_Core):
 
         ``Sender.send`` is ``append`` (bound per sender), so mind its signature. The C
         ``AppendCore.append`` does the same for its common case, and calls this otherwise.
+        The record is checked (and, unless plain, encoded) before the mutex and the writer
+        lock are taken, so a rejected record holds neither.
         """
-        now = _time()
-        ts = int(now * 1000) if timestamp is None else checked_timestamp(timestamp)
+        mono = _monotonic_ns()
+        now = mono / 1e9
+        if timestamp is None:
+            if self._state is None:  # about to take the lock: the wall clock's lead afresh
+                self._wall_offset_ns = _wall_ns() - mono
+            ts = (mono + self._wall_offset_ns) // 1_000_000
+        else:
+            ts = checked_timestamp(timestamp)
+        frames: list[bytes] | None = None
+        if key is None and headers is None and type(value) is bytes:
+            n = len(value) + RECORD_PREFIX_SIZE
+            if n > self._max_payload:
+                raise too_large(n, self._max_payload)
+            size = n + FRAME_HEADER_SIZE
+        else:
+            frames = []
+            size = encode_record_frames(frames, value, key, headers, ts, self._max_payload)
         with self._mutex:
             state = self._state
             if state is None or now >= self._check_at or state.segment_size + self._pending_bytes >= self._roll_bytes:
                 state = self._ready_state()
             pending = self._pending
             pos = state.segment_size + self._pending_bytes
-            if key is None and headers is None and type(value) is bytes:
-                n = len(value) + RECORD_PREFIX_SIZE
-                if n > self._max_payload:
-                    raise too_large(n, self._max_payload)
+            if frames is None:
                 if ts != self._prefix_ts:
                     self._prefix_ts, self._prefix_crc = ts, crc32c(RECORD_PREFIX.pack(0, ts))
                 pending.append(_FRAME_AND_PREFIX(n, crc32c(value, self._prefix_crc), 0, ts))
                 pending.append(value)
-                size = n + FRAME_HEADER_SIZE
             else:
-                size = encode_record_frames(pending, value, key, headers, ts, self._max_payload)
+                pending += frames
             offset = state.end_offset
             if state.since_index >= self._index_interval:
                 rel = offset - state.segment_base
@@ -177,25 +200,35 @@ class Appender(_Core):
         append = _append
 
     def append_values(self, values: Iterable[bytes], timestamp: int | None) -> range:
-        """Buffer key-less records sharing one timestamp; return their offsets."""
+        """Buffer key-less records sharing one timestamp; return their offsets.
+
+        The batch is checked whole before anything is buffered; if it is rejected (or the
+        caller's iterable raises), the writer lock is let go again unless other records
+        are buffered, which the flusher then writes.
+        """
         ts = now_ms() if timestamp is None else checked_timestamp(timestamp)
         with self._mutex:
             state = self._ready_state()
             start = state.end_offset
             pos0 = state.segment_size + self._pending_bytes
             before = len(self._pending)
-            count, nbytes, idx, tix, state.since_index = encode_value_frames(
-                self._pending,
-                values,
-                ts,
-                self._max_payload,
-                self._index_interval,
-                state.since_index,
-                start - state.segment_base,
-                pos0,
-                state.max_timestamp,
-            )
+            try:
+                count, nbytes, idx, tix, state.since_index = encode_value_frames(
+                    self._pending,
+                    values,
+                    ts,
+                    self._max_payload,
+                    self._index_interval,
+                    state.since_index,
+                    start - state.segment_base,
+                    pos0,
+                    state.max_timestamp,
+                )
+            except BaseException:
+                self._release_if_idle()
+                raise
             if count == 0:
+                self._release_if_idle()
                 return range(start, start)
             if idx:
                 self._index.append((idx, tix))
@@ -203,7 +236,7 @@ class Appender(_Core):
                 state.max_timestamp = ts
             state.end_offset = start + count
             self._pending_bytes += nbytes
-            now = _time()
+            now = _monotonic()
             full = self._pending_bytes >= self._buffer_bytes
             if before == 0:
                 self._flush_due = now + self._flush_interval
@@ -220,10 +253,21 @@ class Appender(_Core):
             self.drain(sync=False)
 
     def _ready_state(self) -> WriterState:
-        """Under the mutex: make sure we hold the lock and the active segment has room."""
+        """Under the mutex: make sure we hold the lock and the active segment has room.
+
+        If it raises (a failed roll, a closed or failed appender), the writer lock is not
+        left held with nothing buffered: nobody would ever drain and release it.
+        """
+        try:
+            return self._ready_state_locked()
+        except BaseException:
+            self._release_if_idle()
+            raise
+
+    def _ready_state_locked(self) -> WriterState:
         while True:
             self._check_usable()
-            if self._state is not None and _time() >= self._hold_until:
+            if self._state is not None and _monotonic() >= self._hold_until:
                 self._drain_locked(sync=False, upto=None)
                 continue
             if self._state is None:
@@ -242,10 +286,14 @@ class Appender(_Core):
             return state
 
     def _update_check_at(self) -> None:
-        """When the hot path must next look at the slow conditions (hold limit, segment age)."""
+        """When the hot path must next look at the slow conditions (hold limit, segment age).
+
+        Monotonic time; the segment's age is wall-clock (its ``created``), converted here.
+        """
         check_at = self._hold_until
         if self._config.segment_ms is not None and self._state is not None:
-            check_at = min(check_at, (self._state.created_ms + self._config.segment_ms) / 1000)
+            roll_in = (self._state.created_ms + self._config.segment_ms - now_ms()) / 1000
+            check_at = min(check_at, _monotonic() + roll_in)
         self._check_at = check_at
 
     def _needs_roll(self, state: WriterState) -> bool:
@@ -265,7 +313,9 @@ class Appender(_Core):
             self._lock.release()
             raise
         self._state = state
-        self._hold_until = _time() + self._hold_limit
+        mono = _monotonic_ns()
+        self._wall_offset_ns = _wall_ns() - mono  # read after the monotonic clock: never behind
+        self._hold_until = mono / 1e9 + self._hold_limit
         self._update_check_at()
         self._written_offset = state.end_offset
 
@@ -334,8 +384,10 @@ class Appender(_Core):
                 # let them (release the mutex and the GIL once) so this fsync covers them too.
                 yielded = True
                 self._cond.release()
-                time.sleep(0)
-                self._cond.acquire()
+                try:
+                    time.sleep(0)
+                finally:
+                    self._cond.acquire()
                 continue
             self._lead_drain(sync)
 
@@ -450,8 +502,11 @@ class Appender(_Core):
             self._last_drain = time.monotonic()
             try:
                 self.drain(sync=self._fsync_due(fsync_every))
-            except Exception:
-                log.debug("background flush failed", exc_info=True)
+            except Exception as exc:
+                # No sender is waiting to see this error: it must reach the log.
+                log.error("channel %s: background flush failed: %s", self._log.path, exc, exc_info=True)
+                if self._failed is not None:
+                    return  # every later send raises SenderFailedError; nothing left to write
 
     def _fsync_due(self, every: float | None) -> bool:
         return every is not None and self._durable_offset < self._written_offset and time.monotonic() - self._last_fsync >= every
@@ -473,23 +528,31 @@ class Appender(_Core):
             ) from self._sealer.error
 
     def close(self) -> None:
-        """Write what is buffered (fsync unless the policy is "never"), stop the flusher."""
+        """Write what is buffered (fsync unless the policy is "never"), stop the flusher.
+
+        If that last write fails, its error is raised once the threads are stopped, the
+        writer lock released and the files closed.
+        """
+        error: BaseException | None = None
         with self._cond:
             if self._closed:
                 return
-            try:
-                if self._failed is None:
+            if self._failed is None:
+                try:
                     self._drain_locked(sync=self._config.fsync != "never", upto=None)
-            finally:
-                self._closed = True
-                self._cond.notify_all()
-                self._flush_wanted.notify()
+                except BaseException as exc:
+                    error = exc
+            self._closed = True
+            self._cond.notify_all()
+            self._flush_wanted.notify()
         if self._flusher is not None:
             self._flusher.join()
         self._sealer.close()
         with self._cond:
             self._release_if_idle()
             self._close_files()
+        if error is not None:
+            raise error
 
     def _close_files(self) -> None:
         for fd in (self._seg_fd, self._idx_fd, self._tix_fd):

@@ -9,6 +9,10 @@ from .errors import ConfigError
 
 FSYNC_POLICIES = ("never", "interval", "always")
 COMPRESSIONS = ("zstd", "none")
+# Index entries hold a byte position as a u32, and a segment may pass segment_bytes by one
+# batch (itself at most MAX_BATCH_BYTES, record.py): 2 GiB each keeps every position below 4 GiB.
+MAX_SEGMENT_BYTES = 2**31
+_MAX_I64 = 2**63 - 1  # the appender keeps sizes as C long longs
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,14 @@ class ChannelConfig:
         than this, or once their newest record is older than this (None: keep).
     maintenance_interval: how often the background thread compresses and collects (seconds);
         0 disables the thread (call ``compress_sealed()`` and ``collect_garbage()`` yourself).
+
+    Every value is checked when the config is made, and anything else raises
+    :class:`ConfigError` naming the setting and what it must be: sizes and ``*_ms`` are ints
+    (not bools) within bounds the file formats can hold (``segment_bytes`` at most 2 GiB, so
+    index positions fit their u32), and the three intervals are finite seconds, at most an
+    hour for ``flush_interval`` (a writer holds ``writer.lock`` up to twice that) and a day
+    for the other two: ``inf`` or ``nan`` once kept other processes out of the channel for
+    good, or silently stopped compression and garbage collection.
     """
 
     segment_bytes: int = 64 * 1024 * 1024
@@ -51,25 +63,22 @@ class ChannelConfig:
     maintenance_interval: float = 1.0
 
     def __post_init__(self) -> None:
-        _positive_int(self, "segment_bytes", minimum=4096)
-        _positive_int(self, "max_record_bytes", minimum=16)
-        _positive_int(self, "index_interval_bytes", minimum=1)
-        _positive_int(self, "buffer_bytes", minimum=1)
-        _positive_int(self, "compression_block_bytes", minimum=1024)
-        _positive_int(self, "segment_ms", minimum=1, optional=True)
-        _positive_int(self, "retention_bytes", minimum=0, optional=True)
-        _positive_int(self, "retention_ms", minimum=0, optional=True)
-        _number(self, "flush_interval", minimum=0.0)
-        _number(self, "fsync_interval", minimum=0.0)
-        _number(self, "maintenance_interval", minimum=0.0)
-        if self.fsync not in FSYNC_POLICIES:
+        _int(self, "segment_bytes", minimum=4096, maximum=MAX_SEGMENT_BYTES)
+        _int(self, "max_record_bytes", minimum=16, maximum=0x7FFFFFFF)
+        _int(self, "index_interval_bytes", minimum=1, maximum=MAX_SEGMENT_BYTES)
+        _int(self, "buffer_bytes", minimum=1, maximum=_MAX_I64)
+        _int(self, "compression_block_bytes", minimum=1024, maximum=0x7FFFFFFF)
+        _int(self, "segment_ms", minimum=1, maximum=_MAX_I64, optional=True)
+        _int(self, "retention_bytes", minimum=0, maximum=_MAX_I64, optional=True)
+        _int(self, "retention_ms", minimum=0, maximum=_MAX_I64, optional=True)
+        _seconds(self, "flush_interval", maximum=3600)
+        _seconds(self, "fsync_interval", maximum=86400)
+        _seconds(self, "maintenance_interval", maximum=86400)
+        if not isinstance(self.fsync, str) or self.fsync not in FSYNC_POLICIES:
             raise ConfigError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {self.fsync!r}")
-        if self.compression not in COMPRESSIONS:
+        if not isinstance(self.compression, str) or self.compression not in COMPRESSIONS:
             raise ConfigError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {self.compression!r}")
-        if not isinstance(self.compression_level, int) or not 1 <= self.compression_level <= 22:
-            raise ConfigError(f"compression_level must be an int from 1 to 22, not {self.compression_level!r}")
-        if self.max_record_bytes > 0x7FFFFFFF:
-            raise ConfigError("max_record_bytes must be below 2 GiB (a frame length is a u32)")
+        _int(self, "compression_level", minimum=1, maximum=22)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> ChannelConfig:
@@ -84,15 +93,16 @@ class ChannelConfig:
         return asdict(self)
 
 
-def _positive_int(cfg: ChannelConfig, name: str, *, minimum: int, optional: bool = False) -> None:
+def _int(cfg: ChannelConfig, name: str, *, minimum: int, maximum: int, optional: bool = False) -> None:
     value = getattr(cfg, name)
     if value is None and optional:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}{' or None' if optional else ''}, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ConfigError(f"{name} must be an int from {minimum} to {maximum}{' or None' if optional else ''}, not {value!r}")
 
 
-def _number(cfg: ChannelConfig, name: str, *, minimum: float) -> None:
+def _seconds(cfg: ChannelConfig, name: str, *, maximum: int) -> None:
     value = getattr(cfg, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise ConfigError(f"{name} must be a number >= {minimum}, not {value!r}")
+    # Written so that nan and inf fail too (every comparison with nan is False).
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= maximum:
+        raise ConfigError(f"{name} must be a finite number of seconds from 0 to {maximum}, not {value!r}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,23 +20,41 @@ from .errors import os_errors, storage_error
 
 
 class FileLock:
-    """An exclusive ``flock`` on one file, held by this open file description. Not reentrant."""
+    """An exclusive lock on one file that excludes other processes *and* the other threads
+    of this one. Not reentrant.
+
+    An ``flock`` belongs to an open file description, which every thread of the process
+    shares: on its own it let a second thread "take" a lock another thread held, and one
+    thread's release freed it for all (the maintenance thread and a user's
+    ``compress_sealed()`` then compressed the same segment at once). So a thread lock is
+    taken first and the ``flock`` second; both are held until :meth:`release`, which any
+    thread may call (the appender's flusher releases what a sending thread took). Another
+    ``FileLock`` on the same file, in this process or another, is excluded by the ``flock``.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
         with os_errors("open lock file", path):
             self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        self._threads = threading.Lock()
         self.held = False
 
     def acquire(self, blocking: bool = True) -> bool:
-        """Take the lock; with ``blocking=False`` return False at once if another holder has it."""
-        flags = fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB
+        """Take the lock; with ``blocking=False`` return False at once if another holder has
+        it, a thread of this process or another process."""
+        if not self._threads.acquire(blocking):
+            return False
         try:
-            fcntl.flock(self.fd, flags)
+            fcntl.flock(self.fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            self._threads.release()
             return False
         except OSError as exc:
+            self._threads.release()
             raise storage_error(exc, "lock", self.path) from exc
+        except BaseException:  # e.g. KeyboardInterrupt while waiting for another process
+            self._threads.release()
+            raise
         self.held = True
         return True
 
@@ -49,9 +68,14 @@ class FileLock:
             self.release()
 
     def release(self) -> None:
+        """Release the lock if it is held (by any thread of this process); else do nothing."""
         if self.held:
             self.held = False
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            try:
+                with os_errors("unlock", self.path):
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                self._threads.release()
 
     def close(self) -> None:
         self.release()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import operator
 import struct
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
 from typing import Any, NamedTuple, TypeVar
@@ -42,6 +42,9 @@ FRAME_HEADER_SIZE = FRAME_HEADER.size
 RECORD_PREFIX = struct.Struct("<Bq")
 RECORD_PREFIX_SIZE = RECORD_PREFIX.size
 FRAME_AND_PREFIX = struct.Struct("<IIBq")
+# A send_many batch stays in one segment: its frames may not pass 2 GiB, so that with a
+# segment under 2 GiB (config.MAX_SEGMENT_BYTES) every byte position fits an index's u32.
+MAX_BATCH_BYTES = 2**31
 # Sparse index entries (see filechannel.index): .idx [u32 offset - base][u32 position],
 # .tix [i64 max timestamp before][u32 offset - base]. Here since the batch path makes them.
 OFFSET_ENTRY = struct.Struct("<II")
@@ -94,7 +97,10 @@ def _as_bytes(obj: object, what: str) -> bytes:
 
 
 def encode_payload(value: bytes, key: bytes | None, headers: Headers | None, timestamp: int) -> bytes:
-    """Encode one record's payload (the general form, with key and headers)."""
+    """Encode one record's payload (the general form, with key and headers).
+
+    Raises :class:`RecordTypeError` for a value, key or header of the wrong type.
+    """
     attrs = 0
     parts: list[bytes] = [b""]
     if key is not None:
@@ -102,15 +108,22 @@ def encode_payload(value: bytes, key: bytes | None, headers: Headers | None, tim
         key = _as_bytes(key, "key")
         parts.append(_KEY_LEN.pack(len(key)))
         parts.append(key)
-    if headers:
+    pairs = _header_pairs(headers)
+    if pairs:
         attrs |= ATTR_HEADERS
-        if len(headers) > 0xFFFF:
-            raise RecordTypeError(f"a record may carry at most 65535 headers, not {len(headers)}")
-        parts.append(_HEADER_COUNT.pack(len(headers)))
-        for name, hvalue in headers:
+        if len(pairs) > 0xFFFF:
+            raise RecordTypeError(f"a record may carry at most 65535 headers, not {len(pairs)}")
+        parts.append(_HEADER_COUNT.pack(len(pairs)))
+        for pair in pairs:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise RecordTypeError(f"each header must be a (str, bytes) pair, not {pair!r:.80}")
+            name, hvalue = pair
             if not isinstance(name, str):
                 raise RecordTypeError(f"header names must be str, not {type(name).__name__}")
-            bname = name.encode("utf-8")
+            try:
+                bname = name.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise RecordTypeError(f"header name {name[:40]!r} is not valid Unicode text: {exc.reason}") from None
             if len(bname) > 0xFFFF:
                 raise RecordTypeError(f"header name {name[:40]!r}... is longer than 65535 bytes")
             hvalue = _as_bytes(hvalue, f"header {name!r}")
@@ -121,6 +134,18 @@ def encode_payload(value: bytes, key: bytes | None, headers: Headers | None, tim
     parts[0] = RECORD_PREFIX.pack(attrs, timestamp)
     parts.append(_as_bytes(value, "value"))
     return b"".join(parts)
+
+
+def _header_pairs(headers: object) -> Sequence[object]:
+    """``headers`` as a sequence of what should be (name, value) pairs; empty for None."""
+    if headers is None:
+        return _NO_HEADERS
+    if isinstance(headers, (list, tuple)):
+        return headers
+    if isinstance(headers, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(headers, Iterable):
+        hint = " (for a dict d, pass list(d.items()))" if isinstance(headers, Mapping) else ""
+        raise RecordTypeError(f"headers must be a list of (str, bytes) pairs, not {type(headers).__name__}{hint}")
+    return list(headers)
 
 
 def encode_frame(payload: bytes) -> bytes:
@@ -140,7 +165,7 @@ def encode_record_frames(
 
     Raises :class:`MessageTooLargeError` before touching ``out`` if the payload is too large.
     """
-    if key is None and not headers and type(value) is bytes:
+    if key is None and (headers is None or (type(headers) in (list, tuple) and not headers)) and type(value) is bytes:
         n = len(value) + RECORD_PREFIX_SIZE
         if n > max_record_bytes:
             raise too_large(n, max_record_bytes)
@@ -185,16 +210,21 @@ def encode_value_frames(
     before the batch); ``rel_start`` is the first record's offset minus its segment's base,
     ``pos0`` its byte position in the segment, ``max_before`` the largest timestamp before it.
     """
-    vals = values if isinstance(values, list) else list(values)
+    vals = values if type(values) is list else _listed(values)
     if not vals:
         return Batch(0, 0, b"", b"", since_index)
     if set(map(type, vals)) != {bytes}:
         bad = next(v for v in vals if type(v) is not bytes)
         raise RecordTypeError(f"values must be bytes, not {type(bad).__name__}")
-    lengths = list(map(len, vals))
-    longest = max(lengths)
+    longest = max(map(len, vals))
     if longest + RECORD_PREFIX_SIZE > max_record_bytes:
         raise too_large(longest + RECORD_PREFIX_SIZE, max_record_bytes)
+    head = FRAME_AND_PREFIX.size
+    # The exact sum only when the bound says it may matter: no second pass over a normal batch.
+    if (longest + head) * len(vals) > MAX_BATCH_BYTES and sum(map(len, vals)) + head * len(vals) > MAX_BATCH_BYTES:
+        raise MessageTooLargeError(
+            f"a send_many batch of {len(vals)} records is more than {MAX_BATCH_BYTES} bytes of frames; send it in smaller batches"
+        )
     args = (timestamp, index_interval, since_index, rel_start, pos0, max_before)
     heads, idx, tix, nbytes, since = _codec.encode_batch(vals, *args) if _codec is not None else encode_batch_py(vals, *args)
     frames: list[bytes] = [b""] * (2 * len(vals))
@@ -202,6 +232,18 @@ def encode_value_frames(
     frames[1::2] = vals
     out.extend(frames)
     return Batch(len(vals), nbytes, idx, tix, since)
+
+
+def _listed(values: object) -> list[object]:
+    if isinstance(values, (str, bytes, bytearray, memoryview)):
+        raise RecordTypeError(
+            f"send_many takes an iterable of bytes values, not a single {type(values).__name__}; use send for one record"
+        )
+    try:
+        it = iter(values)  # type: ignore[call-overload]
+    except TypeError:
+        raise RecordTypeError(f"send_many takes an iterable of bytes values, not {type(values).__name__}") from None
+    return list(it)
 
 
 def encode_batch_py(
@@ -233,6 +275,8 @@ def encode_batch_py(
 
 def checked_timestamp(timestamp: object) -> int:
     """A record timestamp given by the caller, as an int, or RecordTypeError."""
+    if type(timestamp) is bool:
+        raise RecordTypeError("timestamp must be an int of milliseconds since the epoch, not bool")
     try:
         ts = operator.index(timestamp)  # type: ignore[call-overload]
     except TypeError:

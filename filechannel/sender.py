@@ -68,12 +68,17 @@ class Sender:
         self._appender.drain(sync=True)
 
     def close(self) -> None:
-        """Flush, then refuse further sends. Closing twice is harmless."""
+        """Flush, then refuse further sends. Closing twice is harmless.
+
+        The sender is closed even if that flush raises (the error is raised after).
+        """
         if not self._closed:
-            if not self._channel.closed:
-                self.flush()
-            self._closed = True
-            del self.send  # falls back to the class method, which refuses
+            try:
+                if not self._channel.closed:
+                    self.flush()
+            finally:
+                self._closed = True
+                del self.send  # falls back to the class method, which refuses
 
     def __enter__(self) -> Sender:
         return self
