@@ -22,7 +22,7 @@ import struct
 
 from crc32c import crc32c
 
-from .errors import CorruptRecordError, os_errors, storage_error
+from .errors import ConfigError, CorruptRecordError, os_errors, storage_error
 from .files import fsync_dir, read_if_exists, unlink_if_exists, write_atomically
 from .names import validate_name
 
@@ -59,8 +59,8 @@ class PositionStore:
     def set(self, name: str, offset: int) -> None:
         """Durably store ``offset`` for ``name``."""
         path = self._path(name)
-        if not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"a position must be an int >= 0, not {offset!r}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < 2**63:
+            raise ConfigError(f"a position must be an int from 0 to 2**63-1, not {offset!r}")
         with os_errors("create folder", self.folder):
             os.makedirs(self.folder, exist_ok=True)
         body = _BODY.pack(_MAGIC, offset)

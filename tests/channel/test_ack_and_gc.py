@@ -159,3 +159,15 @@ def test_position_store_round_trip_and_corruption(tmp_path):
         store.get("a")
     with pytest.raises(InvalidNameError):
         store.set("../x", 1)
+
+
+@pytest.mark.parametrize("bad", [-1, 2**63, True, 1.0, "3", None])
+def test_a_bad_durable_position_is_refused_with_our_error_and_nothing_is_written(tmp_path, bad):
+    from filechannel.errors import ConfigError
+    from filechannel.position import PositionStore
+
+    store = PositionStore(str(tmp_path))
+    store.set("ack.r", 5)
+    with pytest.raises(ConfigError, match="position"):
+        store.set("ack.r", bad)
+    assert store.get("ack.r") == 5
