@@ -59,18 +59,31 @@ class FileChannel:
     ``wakeup`` lets several channels share one :class:`~filechannel.wakeup.Wakeup`, so a
     reader of many channels (a consumer of many partitions) can wait on all at once; the
     caller then closes it.
+
+    ``read_only=True`` opens an existing folder without changing any file: no recovery, no
+    clean-up of what a dead process left, no maintenance thread, indexes that disagree with
+    their frames rebuilt in memory only; receivers and :meth:`check` work, senders, ack
+    receivers, compression, garbage collection and repair raise :class:`ConfigError`.
+    Opening never takes the writer lock either way: only a writer recovers the log.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, wakeup: Wakeup | None = None, **config: object) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, wakeup: Wakeup | None = None, read_only: bool = False, **config: object
+    ) -> None:
         raw = os.fspath(path).rstrip(os.sep)
         validate_name(os.path.basename(raw), "channel name (the folder's last component)")
         self.path = os.path.abspath(raw)
         self.config = ChannelConfig.from_kwargs(**config)
+        self.read_only = bool(read_only)
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise ConfigError(f"channel path {self.path!r} exists and is not a folder")
-        with os_errors("create channel folder", self.path):
-            os.makedirs(self.path, exist_ok=True)
-        self._log = Log(self.path, self.config)
+        if self.read_only:
+            if not os.path.isdir(self.path):
+                raise ConfigError(f"channel folder {self.path!r} does not exist (opened read-only, so it is not created)")
+        else:
+            with os_errors("create channel folder", self.path):
+                os.makedirs(self.path, exist_ok=True)
+        self._log = Log(self.path, self.config, read_only=self.read_only)
         self._own_wakeup = wakeup is None
         self._wakeup = Wakeup(self.path) if wakeup is None else wakeup
         self._wakeup.add_folder(self.path)
@@ -79,6 +92,10 @@ class FileChannel:
         self._mutex = threading.Lock()
         self._appender: Appender | None = None
         self._receivers: weakref.WeakSet[Receiver] = weakref.WeakSet()
+        self._maintenance_wake = threading.Event()
+        self._maintenance: threading.Thread | None = None
+        if self.read_only:  # change nothing: no first segment, no clean-up, no maintenance
+            return
         if not self._log.list_segments():
             with self._log.writer_lock.holding():
                 self._log.create_first_segment()
@@ -88,8 +105,6 @@ class FileChannel:
                 self._log.finish_interrupted_compressions()
             finally:
                 self._log.maintenance_lock.release()
-        self._maintenance_wake = threading.Event()
-        self._maintenance: threading.Thread | None = None
         if self.config.maintenance_interval > 0:
             self._maintenance = threading.Thread(target=self._maintenance_loop, name="filechannel-maintenance", daemon=True)
             self._maintenance.start()
@@ -98,7 +113,7 @@ class FileChannel:
 
     def sender(self) -> Sender:
         """A sender. All senders of this channel object share one buffer and flusher."""
-        self._check_open()
+        self._check_writable()
         with self._mutex:
             if self._appender is None:
                 self._appender = Appender(self._log, self.config, self._wakeup.bump, self._poke_maintenance)
@@ -113,7 +128,7 @@ class FileChannel:
 
     def ack_receiver(self, name: str) -> AckReceiver:
         """An ack receiver named ``name``: resumes at its first unacknowledged record."""
-        self._check_open()
+        self._check_writable()
         rx = AckReceiver(self, name)
         self._receivers.add(rx)
         return rx
@@ -204,13 +219,13 @@ class FileChannel:
 
     def compress_sealed(self) -> list[int]:
         """Compress every sealed raw segment now; return their base offsets."""
-        self._check_open()
+        self._check_writable()
         with self._log.maintenance_lock.holding():
             return self._log.compress_sealed()
 
     def collect_garbage(self) -> list[int]:
         """Delete the sealed segments that every durable position and retention allow."""
-        self._check_open()
+        self._check_writable()
         with self._log.maintenance_lock.holding():
             return self._log.collect_garbage(self.positions.minimum())
 
@@ -224,7 +239,7 @@ class FileChannel:
         writers in other processes); senders go on after it from the new end. Raises
         :class:`OffsetOutOfRangeError` for an offset the valid frames do not reach.
         """
-        self._check_open()
+        self._check_writable()
         if isinstance(after_offset, bool) or not isinstance(after_offset, int):
             raise ConfigError(f"after_offset must be an int, not {after_offset!r}")
         if self._appender is not None:
@@ -376,6 +391,15 @@ class FileChannel:
     def _check_open(self) -> None:
         if self._closed:
             raise ChannelClosedError(f"the channel {self.path!r} is closed")
+
+    def _check_writable(self) -> None:
+        """Open, and not opened with ``read_only=True`` (which never changes a file)."""
+        self._check_open()
+        if self.read_only:
+            raise ConfigError(
+                f"the channel {self.path!r} was opened with read_only=True: sending, acking, compressing, "
+                "collecting and repairing change files; open it without read_only for those"
+            )
 
     def close(self) -> None:
         """Flush buffered records, stop background work, release files. Idempotent."""

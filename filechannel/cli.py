@@ -307,7 +307,7 @@ def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
             desc = admin.describe_topic(topic)
             for p in desc.partitions:
                 task = progress.add_task(f"{topic}[{p.partition}]", total=max(p.size_bytes, 1))
-                with admin.open_partition(topic, p.partition, maintenance_interval=0) as ch:
+                with admin.open_partition(topic, p.partition, read_only=True) as ch:
                     total_records += ch.check(
                         progress=lambda done, total, task=task: progress.update(task, completed=done, total=total)
                     )

@@ -84,9 +84,10 @@ class SegmentRef:
 class Log:
     """The segments of one channel folder (see the module docstring)."""
 
-    def __init__(self, path: str, config: ChannelConfig) -> None:
+    def __init__(self, path: str, config: ChannelConfig, *, read_only: bool = False) -> None:
         self.path = path
         self.config = config
+        self.read_only = read_only  # then index files that disagree with the frames are rebuilt in memory only
         self.writer_lock = FileLock(os.path.join(path, "writer.lock"))
         self.maintenance_lock = FileLock(os.path.join(path, "maintenance.lock"))
         self._mutex = threading.Lock()
@@ -272,6 +273,8 @@ class Log:
         """Replace a sealed segment's index files with ``marks``. Needs no lock: compression
         and GC delete the segment file before its index files, so if the segment is still
         there after our renames, they delete ours too; if it is gone, we delete ours."""
+        if self.read_only:
+            return
         idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
         tix_path = self.file(ref.base_offset, names.TIME_INDEX_SUFFIX)
         write_index_files(idx_path, tix_path, ref.base_offset, marks)

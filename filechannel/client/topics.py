@@ -279,7 +279,7 @@ class Admin:
         meta = self._store.meta(name)
         parts = []
         for p in range(int(meta["partitions"])):
-            with self._store.open_partition(name, p, maintenance_interval=0) as ch:
+            with self._store.open_partition(name, p, read_only=True) as ch:
                 parts.append(PartitionDescription(p, ch.first_offset, ch.end_offset, ch.size_bytes))
         return TopicDescription(name, parts, dict(meta.get("config", {})))
 

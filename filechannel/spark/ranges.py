@@ -61,7 +61,7 @@ def split(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetR
 
 def read_range(r: OffsetRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """The records of ``r`` as Arrow batches, in offset order."""
-    with TopicStore(r.root).open_partition(r.topic, r.partition, maintenance_interval=0) as ch:
+    with TopicStore(r.root).open_partition(r.topic, r.partition, read_only=True) as ch:
         start = r.start
         first = ch.first_offset
         if start < first:

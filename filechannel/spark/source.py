@@ -31,7 +31,7 @@ def partition_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]
     for topic, n in opts.partitions.items():
         out[topic] = {}
         for p in range(n):
-            with store.open_partition(topic, p, maintenance_interval=0) as ch:
+            with store.open_partition(topic, p, read_only=True) as ch:
                 out[topic][str(p)] = (ch.first_offset, ch.end_offset)
     return out
 
