@@ -332,6 +332,7 @@ def consume(
         raise click.UsageError("--from cannot be combined with --from-beginning or --offset")
     props = parse_properties(properties, CONSUMER_PROPERTIES, "consume")
     formatter = ConsoleFormatter(props)
+    Admin(_root(ctx)).describe_topic(topic)  # a missing topic is an error (a Consumer would wait for it to appear)
     consumer = Consumer(
         *(() if partition is not None else (topic,)),
         root=_root(ctx),
@@ -348,6 +349,7 @@ def consume(
         if start is not None:
             _start_offsets(consumer, start)
         stdout = sys.stdout.buffer
+        interrupted = False
         try:
             for rec in _records(consumer, follow, limit, timeout_ms):
                 if fmt == "raw":
@@ -357,10 +359,12 @@ def consume(
                 stdout.flush()
                 count += 1
         except KeyboardInterrupt:
-            pass  # Ctrl-C ends a console consumer: commit what was printed, as Kafka's does on shutdown
+            interrupted = True  # Ctrl-C ends a console consumer: commit what was printed, as Kafka's does on shutdown
         if group is not None:
             consumer.commit()
         err.print(f"Processed a total of {count} messages")
+        if interrupted:
+            ctx.exit(130)  # as a shell expects of a program ended by Ctrl-C
     finally:
         consumer.close(autocommit=False)
 
@@ -579,7 +583,9 @@ def repair(path: str, after: int, yes: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script: our errors become one line on stderr, exit 1."""
     try:
-        cli.main(args=argv, prog_name="filechannel", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="filechannel", standalone_mode=False)
+        if isinstance(code, int) and code:  # ctx.exit(N): click returns N when not standalone
+            sys.exit(code)
     except click.exceptions.Abort:
         err.print("aborted")
         sys.exit(1)

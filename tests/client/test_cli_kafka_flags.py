@@ -7,6 +7,7 @@ execute and clamping; group deletion; Kafka's dotted topic configs.
 """
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -275,3 +276,25 @@ def test_topics_create_takes_kafkas_dotted_configs(tmp_path):
     ]:
         bad = fc(tmp_path, "topics", "create", "u", "--config", item, check=False)
         assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
+
+
+def test_ctrl_c_ends_a_group_consumer_and_commits_what_it_printed(tmp_path):
+    Admin(tmp_path).create_topic("t", partitions=1)
+    _send(tmp_path, "t", [b"a", b"b", b"c"])
+    env = {**os.environ, "FILECHANNEL_ROOT": str(tmp_path)}
+    proc = subprocess.Popen(
+        [str(SCRIPT), "consume", "--topic", "t", "--group", "g", "--from-beginning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert [proc.stdout.readline() for _ in range(3)] == [b"a\n", b"b\n", b"c\n"]  # now waiting for more
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and b"Processed a total of 3 messages" in err and b"Traceback" not in err
+    assert _committed(tmp_path) == {("t", 0): 3}
