@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from .client import Admin, Consumer, TopicPartition
-from .client.group import GroupMember, read_group
+from .client.group import GroupMember, list_groups, read_group
 from .client.topics import GROUPS_DIR
 from .errors import ConfigError, os_errors
 from .position import PositionStore
@@ -225,7 +225,9 @@ def reset_scope(root: str, group: str, topics: Iterable[str], all_topics: bool) 
 
 
 def _live_members(root: str, group: str) -> list[str]:
-    """Members of ``group`` whose process is alive (a probe that joins nothing)."""
+    """Members of ``group`` whose process is alive (a probe that joins nothing); none if there is no such group."""
+    if group not in list_groups(root):
+        return []
     state, _ = read_group(root, group)
     probe = GroupMember(root, group, session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
     try:

@@ -183,6 +183,9 @@ def test_reset_offsets_scenarios_dry_run_then_execute(tmp_path, scenario, want):
 
 def test_reset_offsets_of_some_partitions_and_clamping_warnings(tmp_path):
     _group_with_offsets(tmp_path)
+    # As in Kafka, a group that does not exist yet can be given its starting offsets.
+    fc(tmp_path, "groups", "reset-offsets", "--group", "new", "--topic", "t", "--to-offset", "2", "--execute")
+    assert {tp.partition: off for tp, off in read_group(str(tmp_path), "new")[1].items()} == {0: 2, 1: 2}
     proc = fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--topic", "t:1", "--to-offset", "99", "--execute")
     assert "New offset (99) is higher than latest offset for t-1. Value will be set to 6" in proc.stderr.decode()
     assert _committed(tmp_path) == {("t", 0): 3, ("t", 1): 6}
