@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -274,6 +275,7 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
 @cli.command()
 @click.argument("topic", required=False)
 @click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console consumer flag; same as TOPIC).")
+@click.option("--include", default=None, metavar="REGEX", help="Instead of a topic: every topic whose whole name matches.")
 @click.option("--group", "-g", default=None, help="Consume as a member of this group (commits its offsets).")
 @click.option(
     "--from",
@@ -304,6 +306,7 @@ def consume(
     ctx: click.Context,
     topic: str | None,
     topic_opt: str | None,
+    include: str | None,
     group: str | None,
     start: str | None,
     from_beginning: bool,
@@ -321,7 +324,17 @@ def consume(
     By default from the end (or the group's committed offsets), waiting for new records until
     interrupted, --max-messages or --timeout-ms.
     """
-    topic = _one("topic", topic, topic_opt)
+    if include is not None:
+        if topic or topic_opt:
+            raise click.UsageError("give either a topic or --include, not both")
+        if partition is not None:
+            raise click.UsageError("the topic is required when partition is specified")
+        try:
+            re.compile(include)
+        except re.error as exc:
+            raise click.BadParameter(f"{include!r} is not a regular expression ({exc})", param_hint="--include") from None
+    else:
+        topic = _one("topic", topic, topic_opt)
     if partition is not None and group is not None:
         raise click.UsageError("options --group and --partition cannot be specified together")
     if offset is not None and partition is None:
@@ -332,9 +345,10 @@ def consume(
         raise click.UsageError("--from cannot be combined with --from-beginning or --offset")
     props = parse_properties(properties, CONSUMER_PROPERTIES, "consume")
     formatter = ConsoleFormatter(props)
-    Admin(_root(ctx)).describe_topic(topic)  # a missing topic is an error (a Consumer would wait for it to appear)
+    if topic is not None:
+        Admin(_root(ctx)).describe_topic(topic)  # a missing topic is an error (a Consumer would wait for it to appear)
     consumer = Consumer(
-        *(() if partition is not None else (topic,)),
+        *((topic,) if topic is not None and partition is None else ()),
         root=_root(ctx),
         group_id=group,
         auto_offset_reset="earliest" if from_beginning else "latest",
@@ -342,7 +356,10 @@ def consume(
     )
     count = 0
     try:
+        if include is not None:
+            consumer.subscribe(pattern=f"(?:{include})\\Z")  # Kafka matches the whole name
         if partition is not None:
+            assert topic is not None
             tp = TopicPartition(topic, partition)
             consumer.assign([tp])
             _seek_partition(consumer, tp, offset or ("earliest" if from_beginning else "latest"))

@@ -301,3 +301,17 @@ def test_ctrl_c_ends_a_group_consumer_and_commits_what_it_printed(tmp_path):
             proc.wait()
     assert proc.returncode == 130 and b"Processed a total of 3 messages" in err and b"Traceback" not in err
     assert _committed(tmp_path) == {("t", 0): 3}
+
+
+def test_include_reads_every_topic_whose_whole_name_matches(tmp_path):
+    for topic in ("events", "ev2", "xevents"):
+        _send(tmp_path, topic, [topic.encode()])
+    got = fc(tmp_path, "consume", "--include", "ev.*", "--from-beginning", "--timeout-ms", "300").stdout
+    assert sorted(got.split()) == [b"ev2", b"events"]
+    for args, message in [
+        (["t", "--include", "ev.*"], "either a topic or --include"),
+        (["--include", "ev.*", "--partition", "0"], "the topic is required when partition is specified"),
+        (["--include", "("], "is not a regular expression"),
+    ]:
+        bad = fc(tmp_path, "consume", *args, "--timeout-ms", "100", check=False)
+        assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
