@@ -264,3 +264,17 @@ def test_the_sink_topic_option_overrides_a_topic_column(spark, tmp_path):
     assert Admin(tmp_path).list_topics() == ["chosen"]
     got = _reader(spark, tmp_path, subscribe="chosen").load().collect()
     assert sorted(bytes(r.value) for r in got) == [b"1", b"2"]
+
+
+def test_what_the_sink_cannot_do_fails_clearly_and_writes_nothing(spark, tmp_path):
+    # Spark refuses the default save mode (ErrorIfExists) to every Python data source before
+    # calling it; Kafka's sink (a V1 source) takes it as append. If pyspark ever lets it
+    # through, this test fails and the sink can accept it.
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        df.write.format("filechannel").option("root", str(tmp_path)).option("topic", "s").save()
+    # A null value would be a tombstone in Kafka; a record here always has a value, so it is refused.
+    nulls = spark.createDataFrame([("a",), (None,)], "value string")
+    with pytest.raises(Exception, match="a row has a null value"):
+        nulls.write.mode("append").format("filechannel").option("root", str(tmp_path)).option("topic", "s").save()
+    assert "s" not in Admin(tmp_path).list_topics() or _reader(spark, tmp_path, subscribe="s").load().count() == 0
