@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -18,6 +20,21 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .cli_kafka import (
+    CONSUMER_PROPERTIES,
+    PRODUCER_PROPERTIES,
+    ConsoleFormatter,
+    Reset,
+    delete_group,
+    execute_reset,
+    is_true,
+    parse_datetime,
+    parse_properties,
+    plan_reset,
+    require_inactive,
+    reset_scope,
+    topic_setting,
+)
 from .client import Admin, Consumer, Producer, TopicPartition
 from .client.group import list_groups, read_group
 from .errors import FileChannelError
@@ -33,15 +50,14 @@ def _root(ctx: click.Context) -> str:
     return root
 
 
-def _parse_value(text: str) -> Any:
-    if text.lower() == "null":
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
+def _one(what: str, argument: str | None, option: str | None) -> str:
+    """A topic or group given as an argument or as Kafka's ``--topic``/``--group`` (the same one if both)."""
+    if argument and option and argument != option:
+        raise click.UsageError(f"two {what}s given: {argument!r} and --{what} {option!r}")
+    value = argument or option
+    if not value:
+        raise click.UsageError(f"missing the {what}: pass {what.upper()} or --{what} {what.upper()}")
+    return value
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,7 +83,8 @@ def topics() -> None:
 
 
 @topics.command("create")
-@click.argument("name")
+@click.argument("name", required=False)
+@click.option("--topic", "topic_opt", default=None, help="The topic's name (Kafka's flag; same as NAME).")
 @click.option("--partitions", "-p", default=1, show_default=True, type=click.IntRange(1, 10_000))
 @click.option(
     "--config",
@@ -75,17 +92,32 @@ def topics() -> None:
     "settings",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Topic setting, e.g. retention_ms=3600000 (repeatable).",
+    help="Topic setting, ours (retention_ms=3600000) or Kafka's (retention.ms=3600000) (repeatable).",
 )
+@click.option("--replication-factor", type=click.IntRange(1), default=None, help="Accepted and ignored (one machine).")
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
-def topics_create(ctx: click.Context, name: str, partitions: int, settings: tuple[str, ...]) -> None:
-    """Create topic NAME."""
+def topics_create(
+    ctx: click.Context,
+    name: str | None,
+    topic_opt: str | None,
+    partitions: int,
+    settings: tuple[str, ...],
+    replication_factor: int | None,
+    bootstrap_server: str | None,
+) -> None:
+    """Create topic NAME (or --topic NAME)."""
+    name = _one("topic", name, topic_opt)
     config = {}
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--config")
-        config[key.strip()] = _parse_value(value.strip())
+        setting = topic_setting(key.strip(), value.strip())
+        if setting is None:
+            click.echo(f"note: topic config {key.strip()} means nothing on one machine; ignored", err=True)
+        else:
+            config[setting[0]] = setting[1]
     Admin(_root(ctx)).create_topic(name, partitions, **config)
     out.print(f"created topic {name} with {partitions} partition(s)")
 
@@ -131,13 +163,36 @@ def topics_delete(ctx: click.Context, name: str, yes: bool) -> None:
 
 
 @cli.command()
-@click.argument("topic")
+@click.argument("topic", required=False)
+@click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console producer flag; same as TOPIC).")
 @click.option("--file", "-f", "path", type=click.File("rb"), default="-", help="Read records from this file (default: stdin).")
 @click.option("--key-separator", "-k", default=None, help="Split each line into KEY<sep>VALUE at the first SEP.")
 @click.option("--partition", type=int, default=None, help="Send every record to this partition.")
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Kafka's console producer properties: parse.key=true, key.separator=SEP (default tab), ignore.error=true.",
+)
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
-def produce(ctx: click.Context, topic: str, path: Any, key_separator: str | None, partition: int | None) -> None:
+def produce(
+    ctx: click.Context,
+    topic: str | None,
+    topic_opt: str | None,
+    path: Any,
+    key_separator: str | None,
+    partition: int | None,
+    properties: tuple[str, ...],
+    bootstrap_server: str | None,
+) -> None:
     """Send one record per line of input to TOPIC."""
+    topic = _one("topic", topic, topic_opt)
+    props = parse_properties(properties, PRODUCER_PROPERTIES, "produce")
+    if key_separator is None and is_true(props, "parse.key"):
+        key_separator = props["key.separator"]
+    ignore_error = is_true(props, "ignore.error")
     # os.fsencode: an argument that is not UTF-8 (e.g. -k $'\xff') arrives with surrogate escapes; these
     # are its bytes, so the separator matches what the shell passed.
     sep = os.fsencode(key_separator) if key_separator else None
@@ -149,7 +204,9 @@ def produce(ctx: click.Context, topic: str, path: Any, key_separator: str | None
             if sep is not None:
                 key, found, value = line.partition(sep)
                 if not found:
-                    raise click.BadParameter(f"line {count + 1} has no key separator {key_separator!r}")
+                    if not ignore_error:
+                        raise click.BadParameter(f"line {count + 1} has no key separator {key_separator!r}")
+                    key, value = None, line  # Kafka's ignore.error: the whole line is the value
             else:
                 value = line
             producer.send(topic, value, key=key, partition=partition)
@@ -182,60 +239,166 @@ def _start_offsets(consumer: Consumer, spec: str) -> None:
             consumer.seek(tp, found[tp].offset if found[tp] else ends[tp])
 
 
-def _records(consumer: Consumer, follow: bool, limit: int | None) -> Iterator[Any]:
+def _records(consumer: Consumer, follow: bool, limit: int | None, timeout_ms: int | None) -> Iterator[Any]:
+    """Records as they come: until ``limit``, until ``timeout_ms`` without one, or (not following) the end."""
     ends = consumer.end_offsets(consumer.assignment())
     seen = 0
+    last = time.monotonic()
     while limit is None or seen < limit:
-        batch = consumer.poll(timeout_ms=500, max_records=500 if limit is None else min(500, limit - seen))
+        wait = 500 if timeout_ms is None else max(0, min(500, timeout_ms - int((time.monotonic() - last) * 1000)))
+        batch = consumer.poll(timeout_ms=wait, max_records=500 if limit is None else min(500, limit - seen))
         for recs in batch.values():
             for rec in recs:
                 yield rec
                 seen += 1
+                last = time.monotonic()
         if not follow and all(consumer.position(tp) >= end for tp, end in ends.items() if tp in consumer.assignment()):
+            return
+        if timeout_ms is not None and (time.monotonic() - last) * 1000 >= timeout_ms:
             return
 
 
+def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None:
+    """Kafka's ``--offset``: earliest, latest or an offset (at most the end)."""
+    if offset.lower() == "earliest":
+        consumer.seek_to_beginning(tp)
+    elif offset.lower() == "latest":
+        consumer.seek_to_end(tp)
+    elif offset.isascii() and offset.isdigit():
+        consumer.seek(tp, min(int(offset), consumer.end_offsets([tp])[tp]))
+    else:
+        raise click.BadParameter(
+            f"the offset {offset!r} is incorrect: earliest, latest or a non-negative integer", param_hint="--offset"
+        )
+
+
 @cli.command()
-@click.argument("topic")
+@click.argument("topic", required=False)
+@click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console consumer flag; same as TOPIC).")
+@click.option("--include", default=None, metavar="REGEX", help="Instead of a topic: every topic whose whole name matches.")
 @click.option("--group", "-g", default=None, help="Consume as a member of this group (commits its offsets).")
 @click.option(
     "--from",
     "start",
     default=None,
-    help="earliest, latest, an OFFSET, or an ISO time [default: the group's committed offset, else earliest].",
+    help="earliest, latest, an OFFSET, or an ISO time [default: the group's committed offset, else the end].",
 )
-@click.option("--follow", is_flag=True, help="Keep waiting for new records.")
-@click.option("--max", "limit", type=click.IntRange(1), default=None, help="Stop after N records.")
+@click.option(
+    "--from-beginning", is_flag=True, help="Without a committed offset, start at the earliest record instead of the end."
+)
+@click.option("--partition", type=click.IntRange(0), default=None, help="Read only this partition (not with --group).")
+@click.option("--offset", default=None, help="With --partition: earliest, latest or an offset to start at.")
+@click.option("--follow/--no-follow", default=True, show_default=True, help="Wait for new records; --no-follow stops at the end.")
+@click.option("--max", "--max-messages", "limit", type=click.IntRange(1), default=None, help="Stop after N records.")
+@click.option("--timeout-ms", type=click.IntRange(0), default=None, help="Stop once no record arrived for this long.")
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Kafka's console consumer properties: print.key=true, key.separator=SEP, print.timestamp, print.partition, "
+    "print.offset, print.headers, print.value, line.separator, null.literal.",
+)
 @click.option("--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True)
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def consume(
-    ctx: click.Context, topic: str, group: str | None, start: str | None, follow: bool, limit: int | None, fmt: str
+    ctx: click.Context,
+    topic: str | None,
+    topic_opt: str | None,
+    include: str | None,
+    group: str | None,
+    start: str | None,
+    from_beginning: bool,
+    partition: int | None,
+    offset: str | None,
+    follow: bool,
+    limit: int | None,
+    timeout_ms: int | None,
+    properties: tuple[str, ...],
+    fmt: str,
+    bootstrap_server: str | None,
 ) -> None:
-    """Print TOPIC's records, one per line."""
-    consumer = Consumer(topic, root=_root(ctx), group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
+    """Print TOPIC's records, one per line, as Kafka's console consumer does.
+
+    By default from the end (or the group's committed offsets), waiting for new records until
+    interrupted, --max-messages or --timeout-ms.
+    """
+    if include is not None:
+        if topic or topic_opt:
+            raise click.UsageError("give either a topic or --include, not both")
+        if partition is not None:
+            raise click.UsageError("the topic is required when partition is specified")
+        try:
+            re.compile(include)
+        except re.error as exc:
+            raise click.BadParameter(f"{include!r} is not a regular expression ({exc})", param_hint="--include") from None
+    else:
+        topic = _one("topic", topic, topic_opt)
+    if partition is not None and group is not None:
+        raise click.UsageError("options --group and --partition cannot be specified together")
+    if offset is not None and partition is None:
+        raise click.UsageError("the partition is required when --offset is specified")
+    if offset is not None and from_beginning:
+        raise click.UsageError("options --from-beginning and --offset cannot be specified together")
+    if start is not None and (from_beginning or offset is not None):
+        raise click.UsageError("--from cannot be combined with --from-beginning or --offset")
+    props = parse_properties(properties, CONSUMER_PROPERTIES, "consume")
+    formatter = ConsoleFormatter(props)
+    if topic is not None:
+        Admin(_root(ctx)).describe_topic(topic)  # a missing topic is an error (a Consumer would wait for it to appear)
+    consumer = Consumer(
+        *((topic,) if topic is not None and partition is None else ()),
+        root=_root(ctx),
+        group_id=group,
+        auto_offset_reset="earliest" if from_beginning else "latest",
+        enable_auto_commit=False,
+    )
+    count = 0
     try:
+        if include is not None:
+            consumer.subscribe(pattern=f"(?:{include})\\Z")  # Kafka matches the whole name
+        if partition is not None:
+            assert topic is not None
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            _seek_partition(consumer, tp, offset or ("earliest" if from_beginning else "latest"))
         if start is not None:
             _start_offsets(consumer, start)
         stdout = sys.stdout.buffer
-        for rec in _records(consumer, follow, limit):
-            if fmt == "raw":
-                stdout.write(rec.value + b"\n")
-            else:
-                line = {
-                    "topic": rec.topic,
-                    "partition": rec.partition,
-                    "offset": rec.offset,
-                    "timestamp": rec.timestamp,
-                    "key": rec.key.decode("utf-8", "replace") if rec.key is not None else None,
-                    "value": rec.value.decode("utf-8", "replace"),
-                    "headers": {k: v.decode("utf-8", "replace") for k, v in rec.headers},
-                }
-                stdout.write(json.dumps(line).encode() + b"\n")
-            stdout.flush()
+        interrupted = False
+        try:
+            for rec in _records(consumer, follow, limit, timeout_ms):
+                if fmt == "raw":
+                    stdout.write(formatter.format(rec))
+                else:
+                    stdout.write(json.dumps(_as_json(rec)).encode() + b"\n")
+                stdout.flush()
+                count += 1
+        except KeyboardInterrupt:
+            interrupted = True  # Ctrl-C ends a console consumer: commit what was printed, as Kafka's does on shutdown
         if group is not None:
             consumer.commit()
+        err.print(f"Processed a total of {count} messages")
+        if interrupted:
+            ctx.exit(130)  # as a shell expects of a program ended by Ctrl-C
     finally:
         consumer.close(autocommit=False)
+
+
+def _as_json(rec: Any) -> dict[str, Any]:
+    def text(data: bytes | None) -> str | None:
+        return data.decode("utf-8", "replace") if data is not None else None
+
+    return {
+        "topic": rec.topic,
+        "partition": rec.partition,
+        "offset": rec.offset,
+        "timestamp": rec.timestamp,
+        "key": text(rec.key),
+        "value": text(rec.value),
+        "headers": {k: text(v) for k, v in rec.headers},
+    }
 
 
 # -- groups -------------------------------------------------------------------------------------
@@ -243,7 +406,7 @@ def consume(
 
 @cli.group()
 def groups() -> None:
-    """List consumer groups and show their lag."""
+    """List, describe and delete consumer groups; reset their offsets."""
 
 
 @groups.command("list")
@@ -287,6 +450,83 @@ def groups_describe(ctx: click.Context, group: str) -> None:
                 topic, str(p.partition), "-" if committed is None else str(committed), str(p.end_offset), str(lag), owner
             )
     out.print(table)
+
+
+@groups.command("reset-offsets")
+@click.argument("group", required=False)
+@click.option("--group", "group_opt", default=None, help="The group (Kafka's flag; same as GROUP).")
+@click.option("--topic", "topics_", multiple=True, metavar="TOPIC[:P,...]", help="Reset these partitions (repeatable).")
+@click.option("--all-topics", is_flag=True, help="Reset every partition of the topics the group has offsets for.")
+@click.option("--to-earliest", is_flag=True, help="To the first offset of each partition.")
+@click.option("--to-latest", is_flag=True, help="To the end of each partition.")
+@click.option("--to-offset", type=click.IntRange(0), default=None, help="To this offset (clamped to the partition).")
+@click.option("--to-datetime", default=None, help="To the first record at or after this ISO time (e.g. 2026-01-31T12:00:00.000).")
+@click.option("--shift-by", type=int, default=None, help="Move the committed offsets by N (may be negative).")
+@click.option("--to-current", is_flag=True, help="To the committed offsets (keep them).")
+@click.option("--dry-run", is_flag=True, help="Show the new offsets, change nothing (the default).")
+@click.option("--execute", is_flag=True, help="Commit the new offsets.")
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def groups_reset_offsets(
+    ctx: click.Context,
+    group: str | None,
+    group_opt: str | None,
+    topics_: tuple[str, ...],
+    all_topics: bool,
+    to_earliest: bool,
+    to_latest: bool,
+    to_offset: int | None,
+    to_datetime: str | None,
+    shift_by: int | None,
+    to_current: bool,
+    dry_run: bool,
+    execute: bool,
+    bootstrap_server: str | None,
+) -> None:
+    """Reset GROUP's committed offsets, as kafka-consumer-groups --reset-offsets does.
+
+    Only while no member of the group is alive. Offsets outside a partition's records are
+    set to its first offset or its end, with a warning. Without --execute nothing changes.
+    """
+    group = _one("group", group, group_opt)
+    scenarios = [
+        Reset("earliest") if to_earliest else None,
+        Reset("latest") if to_latest else None,
+        Reset("offset", to_offset) if to_offset is not None else None,
+        Reset("datetime", parse_datetime(to_datetime)) if to_datetime is not None else None,
+        Reset("shift", shift_by) if shift_by is not None else None,
+        Reset("current") if to_current else None,
+    ]
+    chosen = [r for r in scenarios if r is not None]
+    if len(chosen) != 1:
+        raise click.UsageError(
+            "give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by, --to-current"
+        )
+    if dry_run and execute:
+        raise click.UsageError("options --dry-run and --execute cannot be specified together")
+    if not dry_run and not execute:
+        click.echo("WARN: No action will be performed as the --execute option is missing; showing the new offsets.", err=True)
+    root = _root(ctx)
+    tps = reset_scope(root, group, topics_, all_topics)
+    require_inactive(root, group, "offsets can be reset")
+    plan = plan_reset(root, group, tps, chosen[0], lambda msg: click.echo(f"WARN: {msg}", err=True))
+    if execute:
+        execute_reset(root, group, plan)
+    click.echo(f"{'GROUP':<20} {'TOPIC':<30} {'PARTITION':>9} {'NEW-OFFSET':>12}")
+    for tp, off in sorted(plan.items()):
+        click.echo(f"{group:<20} {tp.topic:<30} {tp.partition:>9} {off:>12}")
+
+
+@groups.command("delete")
+@click.argument("group", required=False)
+@click.option("--group", "group_opt", default=None, help="The group (Kafka's flag; same as GROUP).")
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def groups_delete(ctx: click.Context, group: str | None, group_opt: str | None, bootstrap_server: str | None) -> None:
+    """Delete GROUP and its committed offsets (only while no member of it is alive)."""
+    group = _one("group", group, group_opt)
+    delete_group(_root(ctx), group)
+    click.echo(f"Deletion of requested consumer groups ('{group}') was successful.")
 
 
 # -- check / bench ------------------------------------------------------------------------------
@@ -360,7 +600,9 @@ def repair(path: str, after: int, yes: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script: our errors become one line on stderr, exit 1."""
     try:
-        cli.main(args=argv, prog_name="filechannel", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="filechannel", standalone_mode=False)
+        if isinstance(code, int) and code:  # ctx.exit(N): click returns N when not standalone
+            sys.exit(code)
     except click.exceptions.Abort:
         err.print("aborted")
         sys.exit(1)

@@ -1,5 +1,6 @@
 """The README's Python examples run as written (in a temp folder, in a fresh process)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -35,7 +36,12 @@ def test_the_cli_example_runs(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path)},
+        # PYTHONPATH passed on: the console script then runs the checkout under test, not an installed copy.
+        env={
+            "PATH": f"{bindir}:/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
+        },
     )
     assert proc.returncode == 0, proc.stderr
     assert '"value": "hello"' in proc.stdout or "hello" in proc.stdout

@@ -7,7 +7,7 @@ from pyspark.sql.types import StructType
 
 from .errors import SinkError
 from .options import SourceOptions
-from .schema import SCHEMA
+from .schema import schema as source_schema
 from .sink import FileChannelStreamWriter, FileChannelWriter, SinkSpec
 from .source import FileChannelBatchReader, FileChannelStreamReader
 
@@ -21,9 +21,10 @@ class FileChannelDataSource(DataSource):
 
     def schema(self) -> StructType:
         # Spark asks for the schema at load(): checking the options here makes a bad option
-        # fail there, before any query starts. Writes never ask.
-        SourceOptions.parse(self.options, batch=True)
-        return SCHEMA
+        # fail there, before any query starts. pyspark does not say here whether the query is a
+        # batch or a stream, so what only one of them refuses fails when it is planned (a batch's
+        # first action, a stream's start()), before any row is read. Writes never ask.
+        return source_schema(SourceOptions.parse(self.options, batch=None).include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return FileChannelBatchReader(SourceOptions.parse(self.options, batch=True))

@@ -6,6 +6,7 @@ the root, and says what to do if its first records were deleted in the meantime.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterator
@@ -34,28 +35,36 @@ class OffsetRange(InputPartition):
     start: int
     end: int  # exclusive
     fail_on_data_loss: bool = True
+    include_headers: bool = False
 
     @property
     def size(self) -> int:
         return self.end - self.start
 
+    def pieces(self, parts: int) -> list[OffsetRange]:
+        """This range cut into ``parts`` nearly equal pieces, in order."""
+        step = self.size / parts
+        bounds = [self.start + round(i * step) for i in range(parts)] + [self.end]
+        return [dataclasses.replace(self, start=a, end=b) for a, b in itertools.pairwise(bounds)]
 
-def split(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """Split ranges so there are at least ``min_partitions`` tasks, large ranges into most.
 
-    Like Spark's Kafka source: each range gets a share of ``min_partitions`` proportional to
-    its size (at least one), and is cut into that many nearly equal pieces.
+def split(ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None = None) -> list[OffsetRange]:
+    """Split ranges into tasks as Spark's Kafka source does.
+
+    First every range larger than ``max_records`` (maxRecordsPerPartition) is cut into pieces
+    of at most that many records; then, if that makes fewer than ``min_partitions`` tasks, each
+    range gets a share of ``min_partitions`` proportional to its size (at least one) and is
+    cut into that many nearly equal pieces. Empty ranges are dropped.
     """
     ranges = [r for r in ranges if r.size > 0]
+    if max_records:
+        ranges = [piece for r in ranges for piece in r.pieces(-(-r.size // max_records))]
     total = sum(r.size for r in ranges)
     if not min_partitions or min_partitions <= len(ranges) or total == 0:
         return ranges
     out = []
     for r in ranges:
-        parts = max(1, min(r.size, math.floor(r.size / total * min_partitions + 0.5)))
-        step = r.size / parts
-        bounds = [r.start + round(i * step) for i in range(parts)] + [r.end]
-        out.extend(OffsetRange(r.root, r.topic, r.partition, a, b, r.fail_on_data_loss) for a, b in itertools.pairwise(bounds))
+        out.extend(r.pieces(max(1, min(r.size, math.floor(r.size / total * min_partitions + 0.5)))))
     return out
 
 
@@ -70,7 +79,7 @@ def read_range(r: OffsetRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.Reco
             start = min(first, r.end)
         rx = ch.receiver(start)
         pos = start
-        builder = BatchBuilder(r.topic, r.partition)
+        builder = BatchBuilder(r.topic, r.partition, r.include_headers)
         while pos < r.end:
             try:
                 records = rx.recv_many(min(DECODE_ROWS, batch_rows - len(builder), r.end - pos), timeout=0)

@@ -1,4 +1,4 @@
-"""The source's schema (Spark's Kafka source, column for column) and records as Arrow batches.
+"""The source's schema (Spark's Kafka source's, ``headers`` only with includeHeaders) and records as Arrow batches.
 
 ``read()`` yields Arrow record batches: pyspark 4 passes them to the JVM as they are, which
 is several times faster than yielding tuples. Their schema must equal, type for type, the
@@ -28,20 +28,28 @@ from ..record import Record
 
 HEADER_TYPE = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 
-SCHEMA = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("headers", ArrayType(HEADER_TYPE)),
-    ]
-)
+_COLUMNS = [
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+]
+# The headers column exists only with option includeHeaders=true, as in Kafka's source.
+SCHEMA = StructType(_COLUMNS)
+SCHEMA_WITH_HEADERS = StructType([*_COLUMNS, StructField("headers", ArrayType(HEADER_TYPE))])
+CREATE_TIME = 0  # Kafka's TimestampType.CREATE_TIME: the producer's timestamp (or the send time)
+
+
+def schema(include_headers: bool) -> StructType:
+    return SCHEMA_WITH_HEADERS if include_headers else SCHEMA
+
 
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
-_HEADERS_ARROW = ARROW_SCHEMA.field("headers").type
+ARROW_SCHEMA_WITH_HEADERS = to_arrow_schema(SCHEMA_WITH_HEADERS, timezone="UTC")
+_HEADERS_ARROW = ARROW_SCHEMA_WITH_HEADERS.field("headers").type
 _TIMESTAMP_ARROW = ARROW_SCHEMA.field("timestamp").type
 
 
@@ -53,8 +61,9 @@ class BatchBuilder:
     live ``Record`` objects fall out of the CPU cache.
     """
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(self, topic: str, partition: int, include_headers: bool = False) -> None:
         self.topic, self.partition = topic, partition
+        self.include_headers = include_headers
         self._clear()
 
     def _clear(self) -> None:
@@ -88,15 +97,17 @@ class BatchBuilder:
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             pa.array(self._offsets, pa.int64()),
             pc.multiply(ts, 1000).cast(_TIMESTAMP_ARROW),
-            _headers_column(self._headers),
+            pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
         ]
+        if self.include_headers:
+            columns.append(_headers_column(self._headers))
         self._clear()
-        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_WITH_HEADERS if self.include_headers else ARROW_SCHEMA)
 
 
-def records_to_batch(topic: str, partition: int, records: Sequence[Record]) -> pa.RecordBatch:
+def records_to_batch(topic: str, partition: int, records: Sequence[Record], include_headers: bool = False) -> pa.RecordBatch:
     """One Arrow batch of ``records`` of one partition."""
-    builder = BatchBuilder(topic, partition)
+    builder = BatchBuilder(topic, partition, include_headers)
     builder.add(records)
     return builder.build()
 

@@ -37,7 +37,7 @@ from ..errors import ConfigError, UnknownTopicError, os_errors, storage_error
 from ..files import read_if_exists, unlink_if_exists, write_atomically
 from ..names import validate_name
 from .errors import SinkError
-from .options import SINK_OPTIONS, lower_keys, require_root
+from .options import REFUSED_KAFKA_SINK, SINK_OPTIONS, lower_keys, refuse_kafka_options, require_root
 
 STAGING_DIR = ".staging"
 SINKS_DIR = ".sinks"
@@ -63,9 +63,10 @@ class SinkSpec:
     @classmethod
     def parse(cls, options: dict[str, str], schema: StructType, *, streaming: bool) -> SinkSpec:
         opts = lower_keys(options)
-        unknown = sorted(set(opts) - SINK_OPTIONS)
+        unknown = sorted(k for k in set(opts) - SINK_OPTIONS if not k.startswith("kafka."))
         if unknown:
             raise ConfigError(f"unknown sink option(s) {', '.join(unknown)}; the sink takes root, topic, sinkId")
+        refuse_kafka_options(opts, REFUSED_KAFKA_SINK)
         types = {f.name.lower(): f.dataType for f in schema.fields}
         allowed: dict[str, tuple[DataType, ...]] = {
             "value": _TEXT,
@@ -185,6 +186,9 @@ def _as_bytes(column: pa.Array) -> list[Any]:
 class Router:
     """Which partition of which topic each row goes to: given, by key hash, or round-robin.
 
+    The topic is the sink's topic option if set (it overrides a topic column, as in Kafka's
+    sink), else the row's topic column.
+
     Round-robin starts at partition 0 for every commit, so a replayed batch lands the same way.
     """
 
@@ -206,7 +210,7 @@ class Router:
         return n
 
     def route(self, topic: str | None, partition: int | None, key: bytes | None) -> tuple[str, int]:
-        topic = topic or self.topic
+        topic = self.topic or topic  # the topic option overrides a topic column, as in Kafka's sink
         if topic is None:
             raise SinkError("a row has a null topic and the sink has no topic option")
         n = self.partitions(topic)

@@ -9,42 +9,69 @@ advance an optional consumer group so garbage collection can free what Spark pro
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from ..client import Consumer, TopicPartition
 from ..client.topics import TopicStore
+from ..errors import ConfigError
 from .errors import data_loss
-from .options import EARLIEST, LATEST, Offsets, SourceOptions
+from .options import EARLIEST, LATEST, Bound, Offsets, SourceOptions
 from .ranges import OffsetRange, read_range, split
 
 log = logging.getLogger(__name__)
 
 
 def partition_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]]]:
-    """(first offset, end offset) of every subscribed partition, as the files show them now."""
+    """(first offset, end offset) of every partition read, as the files show them now."""
     store = TopicStore(opts.root)
     out: dict[str, dict[str, tuple[int, int]]] = {}
-    for topic, n in opts.partitions.items():
+    for topic, parts in opts.partitions().items():
         out[topic] = {}
-        for p in range(n):
+        for p in parts:
             with store.open_partition(topic, p, read_only=True) as ch:
                 out[topic][str(p)] = (ch.first_offset, ch.end_offset)
     return out
 
 
-def resolve(opts: SourceOptions, name: str, raw: str) -> Offsets:
-    """Option ``name`` (earliest, latest or JSON) as concrete offsets of every partition."""
-    bounds = partition_bounds(opts)
+def resolve(opts: SourceOptions, bound: Bound, *, starting: bool) -> Offsets:
+    """``bound`` as concrete offsets of every partition.
+
+    A timestamp becomes the first offset whose record's timestamp is at least it (Kafka's
+    ``offsetsForTimes``). Where no record is that recent, an ending bound is the partition's
+    end (as in Kafka); a starting one fails, or is the end with
+    ``startingOffsetsByTimestampStrategy=latest``.
+    """
+    spec = opts.spec(bound)
+    store = TopicStore(opts.root)
     out: Offsets = {}
-    for topic, offsets in opts.spec(name, raw).items():
+    for topic, offsets in spec.items():
         out[topic] = {}
-        for p, off in offsets.items():
-            first, end = bounds[topic][p]
-            out[topic][p] = first if off == EARLIEST else end if off == LATEST else off
+        for p, value in offsets.items():
+            with store.open_partition(topic, int(p), read_only=True) as ch:
+                first, end = ch.first_offset, ch.end_offset
+                if bound.kind == "offsets":
+                    off = first if value == EARLIEST else end if value == LATEST else value
+                else:
+                    found = ch.offset_for_time(value)
+                    if found is None and starting and not opts.no_match_latest:
+                        raise ConfigError(
+                            f"{bound.option}: no record of {topic}[{p}] has a timestamp >= {value} (the partition "
+                            f'ends at offset {end}); set option("startingOffsetsByTimestampStrategy", "latest") to start '
+                            "at its end instead"
+                        )
+                    off = end if found is None else max(found, first)
+            out[topic][p] = off
     return out
 
 
@@ -53,13 +80,19 @@ def end_offsets(opts: SourceOptions) -> Offsets:
 
 
 def plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartition]:
-    """The tasks that read ``start`` to ``end``; checks that no record in between is gone."""
+    """The tasks that read ``start`` to ``end``; checks that no record in between is gone.
+
+    A partition missing from ``start`` (a topic or partition created since the query began)
+    is read from its first offset, as Kafka's source reads newly discovered partitions.
+    """
     bounds = partition_bounds(opts)
     ranges = []
     for topic, ends in end.items():
         for p, stop in ends.items():
-            begin = start.get(topic, {}).get(p, 0)
+            if p not in bounds.get(topic, {}):
+                raise data_loss(topic, int(p), stop - 1, 0, missing_tail=True)
             first, last = bounds[topic][p]
+            begin = start.get(topic, {}).get(p, first)
             if stop > last:
                 raise data_loss(topic, int(p), stop - 1, last, missing_tail=True)
             if begin < first:
@@ -67,13 +100,13 @@ def plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartiti
                     raise data_loss(topic, int(p), begin, first)
                 log.warning("%s[%s]: offsets %d to %d are gone; going on from %d", topic, p, begin, first - 1, first)
                 begin = min(first, stop)
-            ranges.append(OffsetRange(opts.root, topic, int(p), begin, stop, opts.fail_on_data_loss))
-    return list(split(ranges, opts.min_partitions))
+            ranges.append(OffsetRange(opts.root, topic, int(p), begin, stop, opts.fail_on_data_loss, opts.include_headers))
+    return list(split(ranges, opts.min_partitions, opts.max_records_per_partition))
 
 
 def limit_rows(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
     """At most ``max_rows`` records past ``start``, shared in proportion to each partition's lag."""
-    lags = {(t, p): max(0, off - start.get(t, {}).get(p, off)) for t, ps in latest.items() for p, off in ps.items()}
+    lags = {(t, p): max(0, off - start.get(t, {}).get(p, 0)) for t, ps in latest.items() for p, off in ps.items()}
     total = sum(lags.values())
     if total <= max_rows:
         return latest
@@ -81,7 +114,7 @@ def limit_rows(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
     left = max_rows - sum(take.values())
     for tp in sorted(lags, key=lambda tp: lags[tp] - take[tp], reverse=True)[:left]:
         take[tp] += 1
-    return {t: {p: start.get(t, {}).get(p, off) + take[(t, p)] for p, off in ps.items()} for t, ps in latest.items()}
+    return {t: {p: min(off, start.get(t, {}).get(p, 0) + take[(t, p)]) for p, off in ps.items()} for t, ps in latest.items()}
 
 
 class FileChannelBatchReader(DataSourceReader):
@@ -91,8 +124,15 @@ class FileChannelBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> list[InputPartition]:
-        start = resolve(self.opts, "startingOffsets", self.opts.starting)
-        end = resolve(self.opts, "endingOffsets", self.opts.ending)
+        start = resolve(self.opts, self.opts.starting, starting=True)
+        end = resolve(self.opts, self.opts.ending, starting=False)
+        for topic, offsets in start.items():
+            for p, off in offsets.items():
+                if off > end[topic][p]:  # a timestamp found past the end, or an offset past it
+                    raise ConfigError(
+                        f"{topic}[{p}]: the query would start at offset {off}, after where it ends ({end[topic][p]}); "
+                        "check startingOffsets/endingOffsets (or their timestamp forms)"
+                    )
         return plan(self.opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -102,27 +142,57 @@ class FileChannelBatchReader(DataSourceReader):
 
 
 class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """``spark.readStream.format("filechannel")``, with admission control and availableNow."""
+    """``spark.readStream.format("filechannel")``, with admission control and availableNow.
 
-    def __init__(self, opts: SourceOptions) -> None:
+    Admission control is Kafka's source's: ``maxOffsetsPerTrigger`` caps a micro-batch;
+    ``minOffsetsPerTrigger`` holds a micro-batch back (``latestOffset`` returns its start,
+    which Spark takes as "no new data") until that many records are waiting or
+    ``maxTriggerDelay`` has passed since the last batch. pyspark has no limit carrying a
+    delay, so the reader keeps the time of the last batch itself (Spark keeps one reader
+    alive for the whole query). An availableNow run never waits: it reads what is there.
+    """
+
+    def __init__(self, opts: SourceOptions, clock: Callable[[], float] = time.monotonic) -> None:
         self.opts = opts
         self._target: Offsets | None = None  # the end of an availableNow run
+        self._clock = clock
+        self._last_trigger: float | None = None  # clock() of the last batch let through
 
     def initialOffset(self) -> dict:
-        return resolve(self.opts, "startingOffsets", self.opts.starting)
+        return resolve(self.opts, self.opts.starting, starting=True)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+        if n:
+            return ReadMaxRows(n)
+        m = self.opts.min_offsets_per_trigger
+        return ReadMinRows(m) if m else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = end_offsets(self.opts)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         latest = self._target if self._target is not None else end_offsets(self.opts)
+        if isinstance(limit, ReadAllAvailable):  # the highest priority, as in Kafka's source
+            return latest
+        if self.opts.min_offsets_per_trigger is not None and self._target is None and self._delay(start, latest):
+            return start
         if isinstance(limit, ReadMaxRows):
             latest = limit_rows(start, latest, limit.max_rows)
         return latest
+
+    def _delay(self, start: Offsets, latest: Offsets) -> bool:
+        """Kafka's ``delayBatch``: hold back while fewer than minOffsetsPerTrigger records wait, up to maxTriggerDelay."""
+        now = self._clock()
+        assert self.opts.min_offsets_per_trigger is not None
+        if self._last_trigger is None or (now - self._last_trigger) * 1000 >= self.opts.max_trigger_delay_ms:
+            self._last_trigger = now
+            return False
+        waiting = sum(max(0, off - start.get(t, {}).get(p, 0)) for t, ps in latest.items() for p, off in ps.items())
+        if waiting < self.opts.min_offsets_per_trigger:
+            return True
+        self._last_trigger = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         return end_offsets(self.opts)

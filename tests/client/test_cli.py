@@ -25,18 +25,18 @@ def test_topics_produce_consume_groups_check(tmp_path):
     fc(tmp_path, "produce", "orders", "--key-separator", ":", input=b"a:1\nb:2\nc:3\nd:4\n")
     described = fc(tmp_path, "topics", "describe", "orders").stdout.decode()
     assert "retention_ms=3600000" in described
-    lines = fc(tmp_path, "consume", "orders", "--format", "json").stdout.decode().splitlines()
+    lines = fc(tmp_path, "consume", "orders", "--from-beginning", "--no-follow", "--format", "json").stdout.decode().splitlines()
     records = [json.loads(line) for line in lines]
     assert sorted((r["key"], r["value"]) for r in records) == [("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")]
-    first = fc(tmp_path, "consume", "orders", "--group", "g", "--max", "3").stdout.decode().split()
-    rest = fc(tmp_path, "consume", "orders", "--group", "g").stdout.decode().split()
+    first = fc(tmp_path, "consume", "orders", "--group", "g", "--from-beginning", "--max", "3").stdout.decode().split()
+    rest = fc(tmp_path, "consume", "orders", "--group", "g", "--from-beginning", "--no-follow").stdout.decode().split()
     assert len(first) == 3 and sorted(first + rest) == ["1", "2", "3", "4"]
     assert fc(tmp_path, "groups", "list").stdout.decode().split() == ["g"]
     described = fc(tmp_path, "groups", "describe", "g").stdout.decode()
     assert "orders" in described and "lag" in described
     checked = fc(tmp_path, "check")
     assert "every CRC matches" in checked.stdout.decode()
-    from_offset = fc(tmp_path, "consume", "orders", "--from", "latest").stdout
+    from_offset = fc(tmp_path, "consume", "orders", "--from", "latest", "--no-follow").stdout
     assert from_offset == b""
     fc(tmp_path, "topics", "delete", "orders", "--yes")
     assert fc(tmp_path, "topics", "list").stdout == b""
@@ -44,9 +44,9 @@ def test_topics_produce_consume_groups_check(tmp_path):
 
 def test_consume_from_an_iso_time(tmp_path):
     fc(tmp_path, "produce", "t", input=b"old\n")
-    out = fc(tmp_path, "consume", "t", "--from", "2000-01-01T00:00:00").stdout.decode().split()
+    out = fc(tmp_path, "consume", "t", "--from", "2000-01-01T00:00:00", "--no-follow").stdout.decode().split()
     assert out == ["old"]
-    assert fc(tmp_path, "consume", "t", "--from", "2999-01-01T00:00:00").stdout == b""
+    assert fc(tmp_path, "consume", "t", "--from", "2999-01-01T00:00:00", "--no-follow").stdout == b""
 
 
 def test_check_names_the_first_corrupt_record(tmp_path):

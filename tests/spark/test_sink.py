@@ -21,7 +21,7 @@ def test_batch_write_with_keys_headers_and_partitions(spark, tmp_path):
         [(str(i), f"k{i % 4}", i % 3 if i % 2 else None) for i in range(300)], "value string, key string, partition int"
     ).selectExpr("value", "key", "partition", "array(named_struct('key', 'src', 'value', cast('t' as binary))) as headers")
     df.write.mode("append").format("filechannel").option("root", str(tmp_path)).option("topic", "out").save()
-    rows = read(spark, tmp_path, "out").collect()
+    rows = read(spark, tmp_path, "out", includeHeaders="true").collect()
     assert sorted(int(bytes(r.value)) for r in rows) == list(range(300))
     for r in rows:
         i = int(bytes(r.value))

@@ -21,10 +21,10 @@ def test_schema_and_a_binary_round_trip(spark, tmp_path):
         p.send("bin", value=values[0], key=b"\xff\x00", headers=[("h1", b"\x00\x01"), ("h2", b"")], timestamp_ms=ts)
         for v in values[1:]:
             p.send("bin", value=v, timestamp_ms=ts + 1)
-    df = read(spark, tmp_path, "bin")
+    df = read(spark, tmp_path, "bin", includeHeaders="true")
     assert df.schema.simpleString() == (
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
-        "headers:array<struct<key:string,value:binary>>>"
+        "timestampType:int,headers:array<struct<key:string,value:binary>>>"
     )
     rows = sorted(df.collect(), key=lambda r: r.offset)
     assert [bytes(r.value) for r in rows] == values

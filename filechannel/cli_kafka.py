@@ -1,0 +1,310 @@
+"""What the ``filechannel`` command takes from Kafka's console tools, kept out of ``cli.py``.
+
+- Kafka's dotted topic configs (``retention.ms``, ``segment.bytes``, ...) as topic settings.
+- The console consumer's ``--property`` names (``print.key``, ``key.separator``, ...): how a
+  record is printed; the console producer's (``parse.key``, ``key.separator``, ``ignore.error``).
+- ``kafka-consumer-groups --reset-offsets`` (its scenarios, its clamping to the log's range)
+  and ``--delete``, both refused while the group has a live member, as Kafka refuses them
+  for a group that is not empty.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .client import Admin, Consumer, TopicPartition
+from .client.group import GroupMember, list_groups, read_group
+from .client.topics import GROUPS_DIR
+from .errors import ConfigError, os_errors
+from .position import PositionStore
+
+# Kafka topic config -> (our setting, how its value converts). None: accepted, means nothing here.
+_UNLIMITED = -1  # Kafka's "no limit" for retention.ms / retention.bytes
+
+
+def _int(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"topic config {name} must be an integer, not {raw!r}") from None
+
+
+def _limit(name: str, raw: str) -> int | None:
+    value = _int(name, raw)
+    return None if value == _UNLIMITED else value
+
+
+def _compression(name: str, raw: str) -> str:
+    codecs = {"zstd": "zstd", "uncompressed": "none", "none": "none"}
+    if raw.lower() not in codecs:
+        raise ConfigError(f"{name}={raw}: sealed segments are compressed with zstd or not at all (zstd, uncompressed)")
+    return codecs[raw.lower()]
+
+
+def _flush_messages(name: str, raw: str) -> str:
+    if _int(name, raw) != 1:
+        raise ConfigError(f'{name}={raw}: only 1 (an fsync per record: fsync="always") can be honoured here')
+    return "always"
+
+
+def _cleanup(name: str, raw: str) -> None:
+    if raw.lower() != "delete":
+        raise ConfigError(f"{name}={raw}: only delete is supported (old segments are deleted; there is no compaction)")
+
+
+def _timestamp_type(name: str, raw: str) -> None:
+    if raw != "CreateTime":
+        raise ConfigError(f"{name}={raw}: records keep the producer's timestamp (CreateTime) only")
+
+
+KAFKA_TOPIC_CONFIGS: dict[str, tuple[str | None, Any]] = {
+    "retention.ms": ("retention_ms", _limit),
+    "retention.bytes": ("retention_bytes", _limit),
+    "segment.bytes": ("segment_bytes", _int),
+    "segment.ms": ("segment_ms", _int),
+    "max.message.bytes": ("max_record_bytes", _int),
+    "index.interval.bytes": ("index_interval_bytes", _int),
+    "compression.type": ("compression", _compression),
+    "compression.zstd.level": ("compression_level", _int),
+    "flush.messages": ("fsync", _flush_messages),
+    "flush.ms": ("fsync_interval", lambda name, raw: _int(name, raw) / 1000),
+    "cleanup.policy": (None, _cleanup),
+    "message.timestamp.type": (None, _timestamp_type),
+    # Replication and broker housekeeping: nothing to do on one machine.
+    "min.insync.replicas": (None, None),
+    "unclean.leader.election.enable": (None, None),
+    "preallocate": (None, None),
+    "file.delete.delay.ms": (None, None),
+    "segment.jitter.ms": (None, None),
+}
+
+
+def topic_setting(key: str, raw: str) -> tuple[str, Any] | None:
+    """``KEY=VALUE`` of ``topics create --config``, with Kafka's dotted names mapped; None if ignored.
+
+    An underscore name is ours (``retention_ms``), passed on as it is; a dotted name is
+    Kafka's, converted (``retention.ms=-1`` is no limit, ``flush.ms`` becomes seconds).
+    """
+    if "." not in key:
+        return key, _plain_value(raw)
+    if key not in KAFKA_TOPIC_CONFIGS:
+        raise ConfigError(f"unknown topic config {key!r}; Kafka's configs taken here: {', '.join(sorted(KAFKA_TOPIC_CONFIGS))}")
+    setting, convert = KAFKA_TOPIC_CONFIGS[key]
+    value = convert(key, raw) if convert is not None else None
+    return (setting, value) if setting is not None else None
+
+
+def _plain_value(text: str) -> Any:
+    if text.lower() == "null":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_properties(items: Iterable[str], known: dict[str, str], tool: str) -> dict[str, str]:
+    """``--property NAME=VALUE`` items, each a name in ``known`` (its default is the value there)."""
+    props = dict(known)
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--property {item!r} is not NAME=VALUE")
+        if name not in known:
+            raise ConfigError(f"unknown --property {name!r} for {tool}; known: {', '.join(sorted(known))}")
+        props[name] = value
+    return props
+
+
+# Kafka's DefaultMessageFormatter properties and defaults.
+CONSUMER_PROPERTIES = {
+    "print.timestamp": "false",
+    "print.key": "false",
+    "print.offset": "false",
+    "print.partition": "false",
+    "print.headers": "false",
+    "print.value": "true",
+    "key.separator": "\t",
+    "line.separator": "\n",
+    "headers.separator": ",",
+    "headers.key.separator": ":",
+    "null.literal": "null",
+}
+# Kafka's LineMessageReader properties we honour.
+PRODUCER_PROPERTIES = {"parse.key": "false", "key.separator": "\t", "ignore.error": "false"}
+
+
+def is_true(props: dict[str, str], name: str) -> bool:
+    value = props[name].strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"--property {name} must be true or false, not {props[name]!r}")
+    return value == "true"
+
+
+class ConsoleFormatter:
+    """A record as Kafka's console consumer prints it (DefaultMessageFormatter's layout)."""
+
+    def __init__(self, props: dict[str, str]) -> None:
+        self.flags = {name: is_true(props, name) for name in CONSUMER_PROPERTIES if name.startswith("print.")}
+        self.sep = props["key.separator"].encode()
+        self.line_sep = props["line.separator"].encode()
+        self.headers_sep = props["headers.separator"].encode()
+        self.header_key_sep = props["headers.key.separator"].encode()
+        self.null = props["null.literal"].encode()
+
+    def format(self, rec: Any) -> bytes:
+        parts: list[bytes] = []
+        if self.flags["print.timestamp"]:
+            parts.append(b"CreateTime:%d" % rec.timestamp)
+        if self.flags["print.partition"]:
+            parts.append(b"Partition:%d" % rec.partition)
+        if self.flags["print.offset"]:
+            parts.append(b"Offset:%d" % rec.offset)
+        if self.flags["print.headers"]:
+            headers = [k.encode() + self.header_key_sep + (v if v is not None else self.null) for k, v in rec.headers]
+            parts.append(self.headers_sep.join(headers) if headers else b"NO_HEADERS")
+        if self.flags["print.key"]:
+            parts.append(rec.key if rec.key is not None else self.null)
+        if self.flags["print.value"]:
+            parts.append(rec.value if rec.value is not None else self.null)
+        return self.sep.join(parts) + self.line_sep
+
+
+# -- kafka-consumer-groups ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reset:
+    """A ``--reset-offsets`` scenario: ``kind`` earliest, latest, offset, datetime, shift or current."""
+
+    kind: str
+    value: int = 0
+
+
+def parse_datetime(text: str) -> int:
+    """``--to-datetime`` (Kafka's 'YYYY-MM-DDTHH:mm:SS.sss', a zone optional) as epoch milliseconds."""
+    try:
+        when = datetime.fromisoformat(text)
+        if when.tzinfo is None:
+            when = when.astimezone()
+        return int(when.timestamp() * 1000)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise ConfigError(f"--to-datetime {text!r} is not a time like 2026-01-31T12:00:00.000 ({exc})") from None
+
+
+def reset_scope(root: str, group: str, topics: Iterable[str], all_topics: bool) -> list[TopicPartition]:
+    """The partitions ``--topic T`` / ``--topic T:0,1`` or ``--all-topics`` (the group's topics) name."""
+    topics = list(topics)
+    if bool(topics) == all_topics:
+        raise ConfigError("say which partitions to reset: --topic TOPIC[:P,...] (repeatable) or --all-topics")
+    admin = Admin(root)
+    if all_topics:
+        state, offsets = read_group(root, group)
+        names = sorted({tp.topic for tp in offsets} | set(state.partitions))
+        return [TopicPartition(t, p.partition) for t in names for p in admin.describe_topic(t).partitions]
+    out = []
+    for spec in topics:
+        name, _, parts = spec.partition(":")
+        count = len(admin.describe_topic(name).partitions)
+        if not parts:
+            out += [TopicPartition(name, p) for p in range(count)]
+            continue
+        for p in parts.split(","):
+            if not re.fullmatch(r"\d+", p.strip()) or int(p) >= count:
+                raise ConfigError(f"--topic {spec}: {name} has partitions 0 to {count - 1}, not {p!r}")
+            out.append(TopicPartition(name, int(p)))
+    return sorted(set(out))
+
+
+def _live_members(root: str, group: str) -> list[str]:
+    """Members of ``group`` whose process is alive (a probe that joins nothing); none if there is no such group."""
+    if group not in list_groups(root):
+        return []
+    state, _ = read_group(root, group)
+    probe = GroupMember(root, group, session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
+    try:
+        return [m for m in state.members if probe._alive(m)]
+    finally:
+        probe.leave()
+
+
+def require_inactive(root: str, group: str, what: str) -> None:
+    live = _live_members(root, group)
+    if live:
+        raise ConfigError(
+            f"{what} only when group {group!r} is inactive, but it has {len(live)} live member(s) "
+            f"({', '.join(live)}); stop its consumers first"
+        )
+
+
+def plan_reset(root: str, group: str, tps: list[TopicPartition], reset: Reset, warn: Any) -> dict[TopicPartition, int]:
+    """The new offset of each partition, clamped to the log's range as Kafka clamps it (with a warning)."""
+    consumer = Consumer(root=root, group_id=group, enable_auto_commit=False)
+    try:
+        firsts = consumer.beginning_offsets(tps)
+        ends = consumer.end_offsets(tps)
+        found = consumer.offsets_for_times({tp: reset.value for tp in tps}) if reset.kind == "datetime" else {}
+        out = {}
+        for tp in tps:
+            if reset.kind == "earliest":
+                target = firsts[tp]
+            elif reset.kind == "latest":
+                target = ends[tp]
+            elif reset.kind == "offset":
+                target = reset.value
+            elif reset.kind == "datetime":
+                target = found[tp].offset if found.get(tp) else ends[tp]
+            else:
+                current = consumer.committed(tp)
+                if current is None:
+                    raise ConfigError(
+                        f"group {group!r} has no committed offset for {tp.topic}[{tp.partition}] to "
+                        f"{'shift' if reset.kind == 'shift' else 'keep'}; use --to-earliest, --to-latest or --to-offset"
+                    )
+                target = current + reset.value if reset.kind == "shift" else current
+            name = f"{tp.topic}-{tp.partition}"
+            if target > ends[tp]:
+                warn(f"New offset ({target}) is higher than latest offset for {name}. Value will be set to {ends[tp]}")
+                target = ends[tp]
+            elif target < firsts[tp]:
+                warn(f"New offset ({target}) is lower than earliest offset for {name}. Value will be set to {firsts[tp]}")
+                target = firsts[tp]
+            out[tp] = target
+        return out
+    finally:
+        consumer.close(autocommit=False)
+
+
+def execute_reset(root: str, group: str, offsets: dict[TopicPartition, int]) -> None:
+    """Commit ``offsets`` for ``group`` (a manual commit: refused for a partition a live member owns)."""
+    consumer = Consumer(root=root, group_id=group, enable_auto_commit=False)
+    try:
+        consumer.assign(offsets)
+        consumer.commit(offsets)
+    finally:
+        consumer.close(autocommit=False)
+
+
+def delete_group(root: str, group: str) -> None:
+    """Delete ``group``: its committed offsets kept in the partitions' durable positions, then its folder.
+
+    In that order, so a delete killed half-way leaves the group listed (its offsets.json
+    intact) and running it again finishes it; never positions that hold back garbage
+    collection for a group that is gone.
+    """
+    state, offsets = read_group(root, group)
+    require_inactive(root, group, "a group can be deleted")
+    partitions = set(offsets) | {TopicPartition(t, p) for t, n in state.partitions.items() for p in range(n)}
+    for tp in sorted(partitions):
+        PositionStore(os.path.join(root, tp.topic, str(tp.partition))).delete(f"group.{group}")
+    folder = os.path.join(root, GROUPS_DIR, group)
+    with os_errors("delete group folder", folder):
+        shutil.rmtree(folder)

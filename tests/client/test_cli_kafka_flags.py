@@ -1,0 +1,317 @@
+"""Kafka's console tools' flags on the filechannel command, run as a real console script.
+
+Modelled on what ConsoleConsumerTest / ConsoleProducerTest / ResetConsumerGroupOffsetTest /
+DeleteConsumerGroupsTest check: the console consumer starts at the end and waits, its flags
+and --property formatting; the producer's parse.key; reset-offsets scenarios with dry-run,
+execute and clamping; group deletion; Kafka's dotted topic configs.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from filechannel.client import Admin, Consumer, Producer, TopicPartition
+from filechannel.client.group import list_groups, read_group
+from filechannel.position import PositionStore
+
+SCRIPT = Path(sys.executable).parent / "filechannel"
+
+
+def fc(root, *args, input=None, check=True):
+    env = {**os.environ, "FILECHANNEL_ROOT": str(root)}
+    proc = subprocess.run([str(SCRIPT), *args], input=input, capture_output=True, env=env, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"filechannel {' '.join(args)} failed: {proc.stderr.decode()}")
+    return proc
+
+
+def _send(root, topic, values, partition=None, key=None):
+    with Producer(str(root)) as p:
+        for v in values:
+            p.send(topic, value=v, key=key, partition=partition)
+
+
+def test_consume_starts_at_the_end_and_waits_for_new_records(tmp_path):
+    Admin(tmp_path).create_topic("t", partitions=1)
+    _send(tmp_path, "t", [b"old"])
+    env = {**os.environ, "FILECHANNEL_ROOT": str(tmp_path)}
+    proc = subprocess.Popen(
+        [str(SCRIPT), "consume", "--topic", "t", "--max-messages", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        i = 0
+        while proc.poll() is None and time.monotonic() < deadline:
+            _send(tmp_path, "t", [b"new-%d" % i])  # until the waiting consumer, positioned at the end, sees one
+            i += 1
+            try:
+                proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err.decode()
+    assert out.startswith(b"new-") and out.count(b"\n") == 1  # never the record there before it started
+    assert b"Processed a total of 1 messages" in err
+
+
+def test_timeout_ms_ends_an_idle_consumer_and_from_beginning_starts_at_the_first_record(tmp_path):
+    _send(tmp_path, "t", [b"a", b"b"])
+    proc = fc(tmp_path, "consume", "--topic", "t", "--from-beginning", "--timeout-ms", "300")
+    assert proc.stdout == b"a\nb\n" and b"Processed a total of 2 messages" in proc.stderr
+    assert fc(tmp_path, "consume", "--topic", "t", "--timeout-ms", "300").stdout == b""  # from the end
+
+
+def test_partition_and_offset(tmp_path):
+    Admin(tmp_path).create_topic("t", partitions=2)
+    _send(tmp_path, "t", [b"p0-%d" % i for i in range(3)], partition=0)
+    _send(tmp_path, "t", [b"p1-%d" % i for i in range(5)], partition=1)
+    got = fc(tmp_path, "consume", "--topic", "t", "--partition", "1", "--offset", "2", "--max-messages", "2").stdout
+    assert got == b"p1-2\np1-3\n"
+    got = fc(tmp_path, "consume", "--topic", "t", "--partition", "0", "--from-beginning", "--timeout-ms", "300").stdout
+    assert got == b"p0-0\np0-1\np0-2\n"
+    got = fc(tmp_path, "consume", "--topic", "t", "--partition", "1", "--offset", "earliest", "--max-messages", "1").stdout
+    assert got == b"p1-0\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--offset", "3"], "the partition is required when --offset is specified"),
+        (["--partition", "0", "--group", "g"], "--group and --partition cannot be specified together"),
+        (["--partition", "0", "--offset", "1", "--from-beginning"], "--from-beginning and --offset cannot"),
+        (["--partition", "0", "--offset", "-4"], "the offset '-4' is incorrect"),
+        (["--property", "print.colour=true"], "unknown --property 'print.colour'"),
+        (["--property", "print.key=yes"], "print.key must be true or false"),
+    ],
+)
+def test_consumer_flag_combinations_kafka_refuses(tmp_path, args, message):
+    _send(tmp_path, "t", [b"x"])
+    proc = fc(tmp_path, "consume", "--topic", "t", "--timeout-ms", "100", *args, check=False)
+    assert proc.returncode != 0 and message in proc.stderr.decode() and "Traceback" not in proc.stderr.decode()
+
+
+def test_print_properties_follow_kafkas_default_formatter(tmp_path):
+    Admin(tmp_path).create_topic("t", partitions=1)
+    with Producer(str(tmp_path)) as p:
+        p.send("t", value=b"v1", key=b"k1", timestamp_ms=1234, headers=[("h", b"x")])
+        p.send("t", value=b"v2", timestamp_ms=1235)
+    base = ["consume", "--topic", "t", "--from-beginning", "--timeout-ms", "300"]
+    assert fc(tmp_path, *base, "--property", "print.key=true").stdout == b"k1\tv1\nnull\tv2\n"
+    got = fc(
+        tmp_path,
+        *base,
+        "--property",
+        "print.key=true",
+        "--property",
+        "key.separator=:",
+        "--property",
+        "print.timestamp=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "null.literal=-",
+    ).stdout
+    assert got == b"CreateTime:1234:Partition:0:Offset:0:h:x:k1:v1\nCreateTime:1235:Partition:0:Offset:1:NO_HEADERS:-:v2\n"
+
+
+def test_produce_with_kafkas_flags(tmp_path):
+    fc(tmp_path, "produce", "--topic", "t", "--property", "parse.key=true", input=b"k1\tv1\nk2\tv2\n")
+    fc(tmp_path, "produce", "--topic", "t", "--property", "parse.key=true", "--property", "key.separator=:", input=b"k3:v3\n")
+    got = fc(tmp_path, "consume", "--topic", "t", "--from-beginning", "--timeout-ms", "300", "--property", "print.key=true")
+    assert sorted(got.stdout.splitlines()) == [b"k1\tv1", b"k2\tv2", b"k3\tv3"]
+    bad = fc(tmp_path, "produce", "--topic", "t", "--property", "parse.key=true", input=b"no-separator\n", check=False)
+    assert bad.returncode != 0 and "no key separator" in bad.stderr.decode()
+    fc(tmp_path, "produce", "--topic", "u", "--property", "parse.key=true", "--property", "ignore.error=true", input=b"whole\n")
+    got = fc(tmp_path, "consume", "--topic", "u", "--from-beginning", "--timeout-ms", "300", "--property", "print.key=true")
+    assert got.stdout == b"null\twhole\n"
+
+
+def _group_with_offsets(root):
+    """Group g has committed offsets 3 and 1 on t's partitions, each holding 6 records."""
+    Admin(root).create_topic("t", partitions=2)
+    for p in (0, 1):
+        _send(root, "t", [b"%d" % i for i in range(6)], partition=p)
+
+    c = Consumer(root=str(root), group_id="g", enable_auto_commit=False)
+    c.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
+    c.commit({TopicPartition("t", 0): 3, TopicPartition("t", 1): 1})
+    c.close(autocommit=False)
+
+
+def _committed(root):
+    return {(tp.topic, tp.partition): off for tp, off in read_group(str(root), "g")[1].items()}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "want"),
+    [
+        (["--to-earliest"], {("t", 0): 0, ("t", 1): 0}),
+        (["--to-latest"], {("t", 0): 6, ("t", 1): 6}),
+        (["--to-offset", "4"], {("t", 0): 4, ("t", 1): 4}),
+        (["--shift-by", "-2"], {("t", 0): 1, ("t", 1): 0}),  # 1 - 2 is clamped to the first offset
+        (["--shift-by", "4"], {("t", 0): 6, ("t", 1): 5}),  # 3 + 4 is clamped to the end
+        (["--to-current"], {("t", 0): 3, ("t", 1): 1}),
+        (["--to-datetime", "2000-01-01T00:00:00.000"], {("t", 0): 0, ("t", 1): 0}),
+        (["--to-datetime", "2999-01-01T00:00:00.000"], {("t", 0): 6, ("t", 1): 6}),
+    ],
+)
+def test_reset_offsets_scenarios_dry_run_then_execute(tmp_path, scenario, want):
+    _group_with_offsets(tmp_path)
+    before = _committed(tmp_path)
+    dry = fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--topic", "t", *scenario, "--dry-run")
+    rows = [line.split() for line in dry.stdout.decode().splitlines()[1:]]
+    assert {(r[1], int(r[2])): int(r[3]) for r in rows} == want
+    assert _committed(tmp_path) == before  # a dry run changes nothing
+    plain = fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--topic", "t", *scenario)
+    assert "No action will be performed" in plain.stderr.decode() and _committed(tmp_path) == before
+    fc(tmp_path, "groups", "reset-offsets", "g", "--topic", "t", *scenario, "--execute")
+    assert _committed(tmp_path) == want
+
+
+def test_reset_offsets_of_some_partitions_and_clamping_warnings(tmp_path):
+    _group_with_offsets(tmp_path)
+    # As in Kafka, a group that does not exist yet can be given its starting offsets.
+    fc(tmp_path, "groups", "reset-offsets", "--group", "new", "--topic", "t", "--to-offset", "2", "--execute")
+    assert {tp.partition: off for tp, off in read_group(str(tmp_path), "new")[1].items()} == {0: 2, 1: 2}
+    proc = fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--topic", "t:1", "--to-offset", "99", "--execute")
+    assert "New offset (99) is higher than latest offset for t-1. Value will be set to 6" in proc.stderr.decode()
+    assert _committed(tmp_path) == {("t", 0): 3, ("t", 1): 6}
+    for args, message in [
+        (["--topic", "t", "--to-earliest", "--to-latest"], "exactly one of"),
+        (["--to-earliest"], "--all-topics"),
+        (["--topic", "t:7", "--to-earliest"], "t has partitions 0 to 1"),
+        (["--topic", "t", "--to-earliest", "--dry-run", "--execute"], "--dry-run and --execute cannot"),
+    ]:
+        bad = fc(tmp_path, "groups", "reset-offsets", "--group", "g", *args, check=False)
+        assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
+
+
+def _live_member(root):
+    """A real consumer process in group g, alive until its stdin closes."""
+    code = (
+        "import sys\n"
+        "from filechannel.client import Consumer\n"
+        f"c = Consumer('t', root={str(root)!r}, group_id='g')\n"
+        "c.poll(timeout_ms=100)\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.read()\n"
+        "c.close()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_reset_and_delete_are_refused_while_the_group_has_a_live_member(tmp_path):
+    _group_with_offsets(tmp_path)
+    member = _live_member(tmp_path)
+    try:
+        for args in (["reset-offsets", "--group", "g", "--all-topics", "--to-earliest", "--execute"], ["delete", "--group", "g"]):
+            proc = fc(tmp_path, "groups", *args, check=False)
+            assert proc.returncode != 0 and "inactive" in proc.stderr.decode(), proc.stderr.decode()
+        assert list_groups(str(tmp_path)) == ["g"]
+    finally:
+        member.stdin.close()
+        member.wait(timeout=60)
+    fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--all-topics", "--to-earliest", "--execute")
+    assert set(_committed(tmp_path).values()) == {0}
+
+
+def test_delete_removes_the_group_and_its_durable_positions(tmp_path):
+    _group_with_offsets(tmp_path)
+    assert "group.g" in PositionStore(str(tmp_path / "t" / "0")).names()
+    proc = fc(tmp_path, "groups", "delete", "--group", "g")
+    assert "Deletion of requested consumer groups ('g') was successful." in proc.stdout.decode()
+    assert list_groups(str(tmp_path)) == []
+    assert all("group.g" not in PositionStore(str(tmp_path / "t" / str(p))).names() for p in (0, 1))
+    missing = fc(tmp_path, "groups", "delete", "g", check=False)
+    assert missing.returncode != 0 and "no consumer group 'g'" in missing.stderr.decode()
+
+
+def test_topics_create_takes_kafkas_dotted_configs(tmp_path):
+    proc = fc(
+        tmp_path,
+        "topics",
+        "create",
+        "--topic",
+        "t",
+        "--partitions",
+        "2",
+        "--replication-factor",
+        "1",
+        "--config",
+        "retention.ms=3600000",
+        "--config",
+        "retention.bytes=-1",
+        "--config",
+        "segment.bytes=1048576",
+        "--config",
+        "max.message.bytes=2048",
+        "--config",
+        "compression.type=uncompressed",
+        "--config",
+        "cleanup.policy=delete",
+        "--config",
+        "min.insync.replicas=2",
+    )
+    assert "min.insync.replicas means nothing on one machine" in proc.stderr.decode()
+    config = Admin(tmp_path).describe_topic("t").config
+    assert config["retention_ms"] == 3600000 and config.get("retention_bytes") is None
+    assert config["segment_bytes"] == 1048576 and config["max_record_bytes"] == 2048 and config["compression"] == "none"
+    for item, message in [
+        ("compression.type=gzip", "zstd or not at all"),
+        ("cleanup.policy=compact", "no compaction"),
+        ("retention.msec=1", "unknown topic config 'retention.msec'"),
+        ("segment.bytes=big", "must be an integer"),
+    ]:
+        bad = fc(tmp_path, "topics", "create", "u", "--config", item, check=False)
+        assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
+
+
+def test_ctrl_c_ends_a_group_consumer_and_commits_what_it_printed(tmp_path):
+    Admin(tmp_path).create_topic("t", partitions=1)
+    _send(tmp_path, "t", [b"a", b"b", b"c"])
+    env = {**os.environ, "FILECHANNEL_ROOT": str(tmp_path)}
+    proc = subprocess.Popen(
+        [str(SCRIPT), "consume", "--topic", "t", "--group", "g", "--from-beginning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert [proc.stdout.readline() for _ in range(3)] == [b"a\n", b"b\n", b"c\n"]  # now waiting for more
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and b"Processed a total of 3 messages" in err and b"Traceback" not in err
+    assert _committed(tmp_path) == {("t", 0): 3}
+
+
+def test_include_reads_every_topic_whose_whole_name_matches(tmp_path):
+    for topic in ("events", "ev2", "xevents"):
+        _send(tmp_path, topic, [topic.encode()])
+    got = fc(tmp_path, "consume", "--include", "ev.*", "--from-beginning", "--timeout-ms", "300").stdout
+    assert sorted(got.split()) == [b"ev2", b"events"]
+    for args, message in [
+        (["t", "--include", "ev.*"], "either a topic or --include"),
+        (["--include", "ev.*", "--partition", "0"], "the topic is required when partition is specified"),
+        (["--include", "("], "is not a regular expression"),
+    ]:
+        bad = fc(tmp_path, "consume", *args, "--timeout-ms", "100", check=False)
+        assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
