@@ -212,6 +212,7 @@ def consume(
     ctx: click.Context, topic: str, group: str | None, start: str | None, follow: bool, limit: int | None, fmt: str
 ) -> None:
     """Print TOPIC's records, one per line."""
+    Admin(_root(ctx)).describe_topic(topic)  # a missing topic is an error (a Consumer would wait for it to appear)
     consumer = Consumer(topic, root=_root(ctx), group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
     try:
         if start is not None:
