@@ -299,6 +299,9 @@ size_of(PyObject *obj)
     if (obj == Py_None) {
         return -1;
     }
+    if (PyBytes_CheckExact(obj)) {
+        return PyBytes_GET_SIZE(obj);
+    }
     Py_ssize_t n = PyObject_Length(obj);
     return n < 0 ? -2 : n;
 }
@@ -307,6 +310,9 @@ size_of(PyObject *obj)
 static Py_ssize_t
 headers_size(PyObject *headers)
 {
+    if (PyTuple_CheckExact(headers) && PyTuple_GET_SIZE(headers) == 0) {
+        return -1; /* the shared () of a record without headers: the common case */
+    }
     PyObject *seq = PySequence_Fast(headers, "headers must be a sequence");
     if (seq == NULL) {
         return -2;

@@ -25,7 +25,8 @@ class TopicPartition(NamedTuple):
 
 
 class RecordMetadata(NamedTuple):
-    """Where a produced record landed (kafka-python's ``RecordMetadata``).
+    """Where a produced record landed: kafka-python's ``RecordMetadata`` fields, then aiokafka's
+    two others (``timestamp_type`` 0, CreateTime; ``log_start_offset`` -1, not looked up).
 
     The serialized sizes are in bytes, -1 for an absent key or for no headers.
     """
@@ -39,6 +40,8 @@ class RecordMetadata(NamedTuple):
     serialized_key_size: int = -1
     serialized_value_size: int = -1
     serialized_header_size: int = -1
+    timestamp_type: int = 0
+    log_start_offset: int = -1
 
 
 class ConsumerRecord(NamedTuple):
