@@ -602,3 +602,16 @@ def test_a_position_past_the_end_with_reset_none_raises(root):
             c.poll(timeout_ms=0)
         c.seek(TP0, 4)
         assert [r.offset for r in c.poll(timeout_ms=0)[TP0]] == [4]
+
+
+def test_a_committed_offset_past_the_end_is_reset_by_auto_offset_reset(root):
+    with Consumer(root=root, group_id="g", enable_auto_commit=False) as c:
+        c.assign([TP0])
+        c.commit({TP0: 5})
+    # What a log that lost its tail leaves: the committed offset is beyond the partition's end.
+    (root / ".groups" / "g" / "offsets.json").write_text('{"t/0": 100}')
+    with Consumer(root=root, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        c.assign([TP0])
+        assert c.committed(TP0) == 100
+        assert c.position(TP0) == 0
+        assert [r.offset for r in _poll_until(c, 5)] == [0, 1, 2, 3, 4]
