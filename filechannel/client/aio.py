@@ -77,7 +77,7 @@ class RecordDelivery:
         return self.future.done()
 
     def result(self) -> RecordMetadata:
-        """The metadata once done (raises the record's error; ``InvalidStateError``-like Timeout if pending)."""
+        """The metadata once done (raises the record's error); :class:`Timeout` while pending."""
         return self.future.get(timeout=0)  # type: ignore[no-any-return]
 
     def exception(self) -> BaseException | None:
