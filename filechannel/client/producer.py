@@ -22,6 +22,7 @@ from .records import RecordMetadata, TopicPartition
 from .topics import TopicStore
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_new_metadata = tuple.__new__
 
 
 def _not_bytes(what: str, obj: Any, serializer: Callable[[Any], bytes] | None) -> RecordTypeError:
@@ -265,15 +266,24 @@ class Producer:
             offset = sender.send(vbytes, key=kbytes, headers=headers, timestamp=timestamp_ms)
         except MessageTooLargeError as exc:  # kafka-python: a failed future, as with fsync="always"
             return RecordFuture.rejected(exc)
+        tp = self._tps.get((topic, partition)) or self._tp(topic, partition)
+        # tuple.__new__: the namedtuple's Python-level __new__ with 11 arguments cost more than the rest
         return RecordFuture.resolved(
-            RecordMetadata(
-                topic,
-                partition,
-                self._tp(topic, partition),
-                offset,
-                timestamp_ms,
-                None,
-                *serialized_sizes(kbytes, vbytes, headers),
+            _new_metadata(
+                RecordMetadata,
+                (
+                    topic,
+                    partition,
+                    tp,
+                    offset,
+                    timestamp_ms,
+                    None,
+                    -1 if kbytes is None else len(kbytes),
+                    len(vbytes),
+                    serialized_sizes(None, None, headers)[2] if headers else -1,
+                    0,
+                    -1,
+                ),
             )
         )
 
