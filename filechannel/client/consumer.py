@@ -547,17 +547,21 @@ class Consumer:
         kd, vd = self._key_de, self._value_de
         if kd is None and vd is None:
             return prefixed(ConsumerRecord, (topic, partition), recs, CONSUMER_RECORD_SUFFIX, True)
+        new, suffix = tuple.__new__, CONSUMER_RECORD_SUFFIX  # tuple.__new__: the namedtuple's __new__ is slower
         return [
-            ConsumerRecord(
-                topic,
-                partition,
-                r.offset,
-                r.timestamp,
-                kd(r.key) if (kd and r.key is not None) else r.key,
-                vd(r.value) if vd else r.value,
-                r.headers,
-                *CONSUMER_RECORD_SUFFIX,
-                *serialized_sizes(r.key, r.value, r.headers),
+            new(
+                ConsumerRecord,
+                (
+                    topic,
+                    partition,
+                    r.offset,
+                    r.timestamp,
+                    kd(r.key) if (kd and r.key is not None) else r.key,
+                    vd(r.value) if vd else r.value,
+                    r.headers,
+                    *suffix,
+                    *serialized_sizes(r.key, r.value, r.headers),
+                ),
             )
             for r in recs
         ]
