@@ -53,7 +53,8 @@ _HEADER_VALUE_LEN = struct.Struct("<I")
 
 ATTR_KEY = 0x01
 ATTR_HEADERS = 0x02
-_ATTR_KNOWN = ATTR_KEY | ATTR_HEADERS
+ATTR_NULL_VALUE = 0x04  # the value is absent (a tombstone), not empty: no value bytes follow
+_ATTR_KNOWN = ATTR_KEY | ATTR_HEADERS | ATTR_NULL_VALUE
 
 Headers = Sequence[tuple[str, bytes]]
 _NO_HEADERS: tuple[tuple[str, bytes], ...] = ()
@@ -70,11 +71,11 @@ class Record(NamedTuple):
     offset: int
     timestamp: int
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a tombstone (sent with value=None), distinct from b""
     headers: Headers = ()
 
     def __repr__(self) -> str:
-        value = self.value[:32] + (b"..." if len(self.value) > 32 else b"")
+        value = None if self.value is None else self.value[:32] + (b"..." if len(self.value) > 32 else b"")
         return (
             f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
             f"value={value!r}, headers={list(self.headers)!r})"
@@ -93,9 +94,9 @@ def _as_bytes(obj: object, what: str) -> bytes:
     raise RecordTypeError(f"{what} must be bytes, bytearray or memoryview, not {type(obj).__name__}")
 
 
-def encode_payload(value: bytes, key: bytes | None, headers: Headers | None, timestamp: int) -> bytes:
-    """Encode one record's payload (the general form, with key and headers)."""
-    attrs = 0
+def encode_payload(value: bytes | None, key: bytes | None, headers: Headers | None, timestamp: int) -> bytes:
+    """Encode one record's payload (the general form: key, headers, or an absent value)."""
+    attrs = 0 if value is not None else ATTR_NULL_VALUE
     parts: list[bytes] = [b""]
     if key is not None:
         attrs |= ATTR_KEY
@@ -119,7 +120,8 @@ def encode_payload(value: bytes, key: bytes | None, headers: Headers | None, tim
             parts.append(_HEADER_VALUE_LEN.pack(len(hvalue)))
             parts.append(hvalue)
     parts[0] = RECORD_PREFIX.pack(attrs, timestamp)
-    parts.append(_as_bytes(value, "value"))
+    if value is not None:
+        parts.append(_as_bytes(value, "value"))
     return b"".join(parts)
 
 
@@ -283,7 +285,10 @@ def decode_payload(payload: bytes | memoryview, offset: int) -> Record:
         raise CorruptRecordError(f"record at offset {offset} is malformed: {exc}") from exc
     if p > len(payload):
         raise CorruptRecordError(f"record at offset {offset} is malformed: fields run past its payload")
-    return _new_record(Record, (offset, timestamp, key, bytes(payload[p:]), headers))
+    if attrs & ATTR_NULL_VALUE and p != len(payload):
+        raise CorruptRecordError(f"record at offset {offset} is malformed: it has no value, yet {len(payload) - p} bytes follow")
+    value = None if attrs & ATTR_NULL_VALUE else bytes(payload[p:])
+    return _new_record(Record, (offset, timestamp, key, value, headers))
 
 
 def decode_records(

@@ -557,7 +557,7 @@ class Consumer:
                     r.offset,
                     r.timestamp,
                     kd(r.key) if (kd and r.key is not None) else r.key,
-                    vd(r.value) if vd else r.value,
+                    vd(r.value) if (vd and r.value is not None) else r.value,  # a tombstone stays None
                     r.headers,
                     *suffix,
                     *serialized_sizes(r.key, r.value, r.headers),

@@ -243,7 +243,7 @@ class Producer:
         kbytes = self._key_serializer(key) if (self._key_serializer and key is not None) else key
         vbytes = self._value_serializer(value) if self._value_serializer else value
         if vbytes is None:
-            vbytes = b""
+            pass  # a tombstone: read back with value None, distinct from b""
         elif vbytes.__class__ is not bytes and not isinstance(vbytes, _BYTES_LIKE):
             raise _not_bytes("value", vbytes, self._value_serializer)
         if kbytes is not None and kbytes.__class__ is not bytes and not isinstance(kbytes, _BYTES_LIKE):
@@ -279,7 +279,7 @@ class Producer:
                     timestamp_ms,
                     None,
                     -1 if kbytes is None else len(kbytes),
-                    len(vbytes),
+                    -1 if vbytes is None else len(vbytes),
                     serialized_sizes(None, None, headers)[2] if headers else -1,
                     0,
                     -1,

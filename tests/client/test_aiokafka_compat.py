@@ -186,3 +186,14 @@ async def test_async_for_yields_aiokafka_shaped_records(tmp_path, anyio_backend)
     (msg,) = got
     assert (msg.topic, msg.partition, msg.offset, msg.key, msg.value) == ("t", 0, 0, b"k", b"abc")
     assert (msg.serialized_key_size, msg.serialized_value_size, list(msg.headers)) == (1, 3, [("h", b"1")])
+
+
+@pytest.mark.anyio
+async def test_a_tombstone_as_aiokafka_sends_it(tmp_path, anyio_backend):
+    async with AsyncProducer(tmp_path) as producer:
+        md = await producer.send_and_wait("t", None, b"deleted-key")  # value None, key required: a delete
+        assert md.serialized_value_size == -1
+    async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest") as consumer:
+        with anyio.fail_after(10):
+            msg = await consumer.getone()
+    assert (msg.key, msg.value) == (b"deleted-key", None)

@@ -615,3 +615,32 @@ def test_a_committed_offset_past_the_end_is_reset_by_auto_offset_reset(root):
         assert c.committed(TP0) == 100
         assert c.position(TP0) == 0
         assert [r.offset for r in _poll_until(c, 5)] == [0, 1, 2, 3, 4]
+
+
+# -- tombstones ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fsync", ["never", "always"])
+def test_a_tombstone_is_read_back_with_value_none_distinct_from_empty(tmp_path, fsync):
+    Admin(tmp_path).create_topic("t", fsync=fsync)
+    with Producer(tmp_path) as p:
+        tomb = p.send("t", value=None, key=b"user-1").get(timeout=10)
+        empty = p.send("t", value=b"", key=b"user-2").get(timeout=10)
+        p.send("t", value=None, headers=[("h", b"1")]).get(timeout=10)
+        p.flush()
+    assert (tomb.serialized_value_size, empty.serialized_value_size) == (-1, 0)
+    for kwargs in ({}, {"value_deserializer": bytes.decode}):
+        with Consumer("t", root=tmp_path, auto_offset_reset="earliest", **kwargs) as c:  # a fresh open: read from the files
+            got = _poll_until(c, 3)
+        assert [(r.key, r.value) for r in got[:2]] == [(b"user-1", None), (b"user-2", b"" if not kwargs else "")]
+        assert got[2].value is None and list(got[2].headers) == [("h", b"1")]
+        assert [r.serialized_value_size for r in got] == [-1, 0, -1]
+
+
+def test_a_tombstone_with_bytes_after_its_fields_is_corrupt():
+    from filechannel.errors import CorruptRecordError
+
+    payload = record.encode_payload(None, b"k", None, 5)
+    assert record.decode_payload(payload, 7) == (7, 5, b"k", None, ())
+    with pytest.raises(CorruptRecordError, match=r"offset 7.*no value, yet 2 bytes follow"):
+        record.decode_payload(payload + b"xx", 7)
