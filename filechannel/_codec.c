@@ -287,16 +287,68 @@ done:
 }
 
 PyDoc_STRVAR(prefixed_doc,
-             "prefixed(record_type, prefix: tuple, records: list[tuple]) -> list\n\n"
-             "record_type(*prefix, *r) for each r of records, built as tuples (record_type: a\n"
-             "tuple subclass). See record.prefixed_py.");
+             "prefixed(record_type, prefix: tuple, records: list[tuple], suffix: tuple = (), sizes: bool = False)"
+             " -> list\n\n"
+             "record_type(*prefix, *r, *suffix[, key_size, value_size, header_size]) for each r of records, built\n"
+             "as tuples (record_type: a tuple subclass). See record.prefixed_py.");
+
+/* len(obj) of a bytes-like key or value, -1 for None; -2 with an exception set. */
+static Py_ssize_t
+size_of(PyObject *obj)
+{
+    if (obj == Py_None) {
+        return -1;
+    }
+    if (PyBytes_CheckExact(obj)) {
+        return PyBytes_GET_SIZE(obj);
+    }
+    Py_ssize_t n = PyObject_Length(obj);
+    return n < 0 ? -2 : n;
+}
+
+/* Kafka's serialized header size: UTF-8 names plus values, -1 without headers; -2 on error. */
+static Py_ssize_t
+headers_size(PyObject *headers)
+{
+    if (PyTuple_CheckExact(headers) && PyTuple_GET_SIZE(headers) == 0) {
+        return -1; /* the shared () of a record without headers: the common case */
+    }
+    PyObject *seq = PySequence_Fast(headers, "headers must be a sequence");
+    if (seq == NULL) {
+        return -2;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = n ? 0 : -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
+            PyErr_SetString(PyExc_TypeError, "a header must be a (str, bytes) tuple");
+            Py_DECREF(seq);
+            return -2;
+        }
+        Py_ssize_t name_len;
+        if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &name_len) == NULL) {
+            Py_DECREF(seq);
+            return -2;
+        }
+        Py_ssize_t value_len = size_of(PyTuple_GET_ITEM(pair, 1));
+        if (value_len == -2) {
+            Py_DECREF(seq);
+            return -2;
+        }
+        total += name_len + (value_len < 0 ? 0 : value_len);
+    }
+    Py_DECREF(seq);
+    return total;
+}
 
 static PyObject *
 prefixed(PyObject *self, PyObject *args)
 {
     PyTypeObject *record_type;
-    PyObject *prefix, *records;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &record_type, &PyTuple_Type, &prefix, &PyList_Type, &records)) {
+    PyObject *prefix, *records, *suffix = NULL;
+    int sizes = 0;
+    if (!PyArg_ParseTuple(args, "O!O!O!|O!p", &PyType_Type, &record_type, &PyTuple_Type, &prefix, &PyList_Type, &records,
+                          &PyTuple_Type, &suffix, &sizes)) {
         return NULL;
     }
     if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
@@ -304,6 +356,7 @@ prefixed(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_ssize_t np = PyTuple_GET_SIZE(prefix), n = PyList_GET_SIZE(records);
+    Py_ssize_t ns = suffix == NULL ? 0 : PyTuple_GET_SIZE(suffix);
     PyObject *out = PyList_New(n);
     if (out == NULL) {
         return NULL;
@@ -316,7 +369,22 @@ prefixed(PyObject *self, PyObject *args)
             return NULL;
         }
         Py_ssize_t nr = PyTuple_GET_SIZE(r);
-        PyObject *t = record_type->tp_alloc(record_type, np + nr);
+        Py_ssize_t measured[3];
+        if (sizes) {
+            if (nr != 5) {
+                PyErr_SetString(PyExc_TypeError, "sizes needs (offset, timestamp, key, value, headers) records");
+                Py_DECREF(out);
+                return NULL;
+            }
+            measured[0] = size_of(PyTuple_GET_ITEM(r, 2));
+            measured[1] = measured[0] == -2 ? -2 : size_of(PyTuple_GET_ITEM(r, 3));
+            measured[2] = measured[1] == -2 ? -2 : headers_size(PyTuple_GET_ITEM(r, 4));
+            if (measured[2] == -2) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        PyObject *t = record_type->tp_alloc(record_type, np + nr + ns + (sizes ? 3 : 0));
         if (t == NULL) {
             Py_DECREF(out);
             return NULL;
@@ -333,8 +401,28 @@ prefixed(PyObject *self, PyObject *args)
             PyTuple_SET_ITEM(t, np + k, item);
             may_cycle |= PyObject_IS_GC(item) && PyObject_GC_IsTracked(item);
         }
+        for (Py_ssize_t k = 0; k < ns; k++) {
+            PyObject *item = PyTuple_GET_ITEM(suffix, k);
+            Py_INCREF(item);
+            PyTuple_SET_ITEM(t, np + nr + k, item);
+        }
+        if (sizes) {
+            for (int k = 0; k < 3; k++) {
+                PyObject *size = PyLong_FromSsize_t(measured[k]);
+                if (size == NULL) {
+                    Py_DECREF(t);
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                PyTuple_SET_ITEM(t, np + nr + ns + k, size);
+            }
+        }
         for (Py_ssize_t k = 0; k < np && !may_cycle; k++) {
             PyObject *item = PyTuple_GET_ITEM(prefix, k);
+            may_cycle |= PyObject_IS_GC(item) && PyObject_GC_IsTracked(item);
+        }
+        for (Py_ssize_t k = 0; k < ns && !may_cycle; k++) {
+            PyObject *item = PyTuple_GET_ITEM(suffix, k);
             may_cycle |= PyObject_IS_GC(item) && PyObject_GC_IsTracked(item);
         }
         if (!may_cycle) {

@@ -3,7 +3,7 @@
 A frame on disk is ``[u32 length][u32 CRC-32C of payload][payload]`` (little-endian).
 The payload of every frame is one record::
 
-    u8   attributes   bit 0: a key follows, bit 1: headers follow
+    u8   attributes   bit 0: a key follows, bit 1: headers follow, bit 2: no value (a tombstone)
     i64  timestamp    milliseconds since the epoch
     [u32 key length][key bytes]                          if bit 0
     [u16 count]{[u16 name length][name utf-8][u32 value length][value]}*  if bit 1
@@ -56,7 +56,8 @@ _HEADER_VALUE_LEN = struct.Struct("<I")
 
 ATTR_KEY = 0x01
 ATTR_HEADERS = 0x02
-_ATTR_KNOWN = ATTR_KEY | ATTR_HEADERS
+ATTR_NULL_VALUE = 0x04  # the value is absent (a tombstone), not empty: no value bytes follow
+ATTR_KNOWN = ATTR_KEY | ATTR_HEADERS | ATTR_NULL_VALUE  # every bit a record may set (the resync scan looks for these)
 
 Headers = Sequence[tuple[str, bytes]]
 _NO_HEADERS: tuple[tuple[str, bytes], ...] = ()
@@ -73,11 +74,11 @@ class Record(NamedTuple):
     offset: int
     timestamp: int
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a tombstone (sent with value=None), distinct from b""
     headers: Headers = ()
 
     def __repr__(self) -> str:
-        value = self.value[:32] + (b"..." if len(self.value) > 32 else b"")
+        value = None if self.value is None else self.value[:32] + (b"..." if len(self.value) > 32 else b"")
         return (
             f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
             f"value={value!r}, headers={list(self.headers)!r})"
@@ -96,12 +97,12 @@ def _as_bytes(obj: object, what: str) -> bytes:
     raise RecordTypeError(f"{what} must be bytes, bytearray or memoryview, not {type(obj).__name__}")
 
 
-def encode_payload(value: bytes, key: bytes | None, headers: Headers | None, timestamp: int) -> bytes:
-    """Encode one record's payload (the general form, with key and headers).
+def encode_payload(value: bytes | None, key: bytes | None, headers: Headers | None, timestamp: int) -> bytes:
+    """Encode one record's payload (the general form: key, headers, or an absent value).
 
     Raises :class:`RecordTypeError` for a value, key or header of the wrong type.
     """
-    attrs = 0
+    attrs = 0 if value is not None else ATTR_NULL_VALUE
     parts: list[bytes] = [b""]
     if key is not None:
         attrs |= ATTR_KEY
@@ -132,7 +133,8 @@ def encode_payload(value: bytes, key: bytes | None, headers: Headers | None, tim
             parts.append(_HEADER_VALUE_LEN.pack(len(hvalue)))
             parts.append(hvalue)
     parts[0] = RECORD_PREFIX.pack(attrs, timestamp)
-    parts.append(_as_bytes(value, "value"))
+    if value is not None:
+        parts.append(_as_bytes(value, "value"))
     return b"".join(parts)
 
 
@@ -298,7 +300,7 @@ def too_large(size: int, limit: int) -> MessageTooLargeError:
 def decode_payload(payload: bytes | memoryview, offset: int) -> Record:
     """Decode one payload (the general form). Raises :class:`CorruptRecordError` if malformed."""
     attrs, timestamp = RECORD_PREFIX.unpack_from(payload, 0)
-    if attrs & ~_ATTR_KNOWN:
+    if attrs & ~ATTR_KNOWN:
         raise CorruptRecordError(f"record at offset {offset} has unknown attribute bits {attrs:#x}")
     p = RECORD_PREFIX_SIZE
     key = None
@@ -327,7 +329,10 @@ def decode_payload(payload: bytes | memoryview, offset: int) -> Record:
         raise CorruptRecordError(f"record at offset {offset} is malformed: {exc}") from exc
     if p > len(payload):
         raise CorruptRecordError(f"record at offset {offset} is malformed: fields run past its payload")
-    return _new_record(Record, (offset, timestamp, key, bytes(payload[p:]), headers))
+    if attrs & ATTR_NULL_VALUE and p != len(payload):
+        raise CorruptRecordError(f"record at offset {offset} is malformed: it has no value, yet {len(payload) - p} bytes follow")
+    value = None if attrs & ATTR_NULL_VALUE else bytes(payload[p:])
+    return _new_record(Record, (offset, timestamp, key, value, headers))
 
 
 def decode_records(
@@ -363,18 +368,31 @@ def decode_records(
             return pos, offset - first
 
 
-def prefixed(record_type: type[T], prefix: tuple[Any, ...], records: list[Record]) -> list[T]:
-    """``record_type(*prefix, *r)`` for each record: a consumer's records are a receiver's
-    with their topic and partition in front. In C when it is built (the Python loop took
-    two thirds of a Kafka-like consumer's time at 100 B)."""
+def prefixed(
+    record_type: type[T], prefix: tuple[Any, ...], records: list[Record], suffix: tuple[Any, ...] = (), sizes: bool = False
+) -> list[T]:
+    """``record_type(*prefix, *r, *suffix)`` for each record: a consumer's records are a receiver's
+    with their topic and partition in front (and kafka-python's other fields after). With
+    ``sizes``, each also gets Kafka's serialized key, value and header sizes (-1: none). In C
+    when it is built (the Python loop took two thirds of a Kafka-like consumer's time at 100 B)."""
     if _codec is not None:
-        return _codec.prefixed(record_type, prefix, records)  # type: ignore[no-any-return]
-    return prefixed_py(record_type, prefix, records)
+        return _codec.prefixed(record_type, prefix, records, suffix, sizes)  # type: ignore[no-any-return]
+    return prefixed_py(record_type, prefix, records, suffix, sizes)
 
 
-def prefixed_py(record_type: type[T], prefix: tuple[Any, ...], records: list[Record]) -> list[T]:
+def serialized_sizes(key: bytes | None, value: bytes | None, headers: Headers) -> tuple[int, int, int]:
+    """Kafka's serialized key, value and header sizes of a record: bytes, -1 for none."""
+    hsize = sum(len(name.encode()) + (0 if v is None else len(v)) for name, v in headers) if headers else -1
+    return (-1 if key is None else len(key), -1 if value is None else len(value), hsize)
+
+
+def prefixed_py(
+    record_type: type[T], prefix: tuple[Any, ...], records: list[Record], suffix: tuple[Any, ...] = (), sizes: bool = False
+) -> list[T]:
     """:func:`prefixed` in Python: the reference the C version is tested against."""
-    return [_new_record(record_type, prefix + r) for r in records]
+    if sizes:
+        return [_new_record(record_type, prefix + r + suffix + serialized_sizes(r[2], r[3], r[4])) for r in records]
+    return [_new_record(record_type, prefix + r + suffix) for r in records]
 
 
 def decode_records_py(buf: bytes | memoryview, pos: int, offset: int, max_records: int, out: list[Record]) -> tuple[int, int]:

@@ -36,7 +36,7 @@ from crc32c import crc32c
 
 from . import names
 from .errors import CorruptRecordError, os_errors
-from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE, _codec, decode_payload
+from .record import ATTR_KNOWN, FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE, _codec, decode_payload
 
 SEGMENT_MAGIC = b"FCHS"
 FORMAT_VERSION = 1
@@ -249,8 +249,8 @@ def find_valid_frame(fd: int, path: str, start: int, size: int | None = None, ma
         with os_errors("stat", path):
             size = os.fstat(fd).st_size
     top = min(0xFF, min(size, max_payload) >> 24)
-    # [4-byte length, top byte small][4-byte CRC][attributes: bits 0-1 only]
-    candidate = re.compile(b"(?=[\\x00-\\xff]{3}[\\x00-\\x%02x][\\x00-\\xff]{4}[\\x00-\\x03])" % top)
+    # [4-byte length, top byte small][4-byte CRC][attributes: known bits only]
+    candidate = re.compile(b"(?=[\\x00-\\xff]{3}[\\x00-\\x%02x][\\x00-\\xff]{4}[\\x00-\\x%02x])" % (top, ATTR_KNOWN))
     nonzero = re.compile(b"[^\\x00]")
     chunk_start = start
     while chunk_start + FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE <= size:

@@ -1,7 +1,8 @@
 """The Kafka-like client: topics of partitions under one root folder, no server.
 
 Names and semantics follow kafka-python (``Producer``, ``Consumer``, ``poll``, ``commit``,
-``seek``, ``offsets_for_times``) and aiokafka for the async variants.
+``seek``, ``offsets_for_times``; every configuration name, see ``kafka_names``) and aiokafka
+for the async variants. The README's "Coming from Kafka" section maps one onto the other.
 """
 
 from .aio import AsyncConsumer, AsyncProducer

@@ -13,10 +13,11 @@ buffer: they take microseconds and run inline.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Collection
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Collection, Generator, Iterable
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.to_thread
@@ -24,18 +25,126 @@ import anyio.to_thread
 from ..errors import ChannelClosedError, ConfigError
 from ..record import Headers
 from .consumer import Consumer, check_timeout_ms, to_tp
-from .producer import Producer
-from .records import ConsumerRecord, RecordMetadata, TopicPartition
+from .futures import RecordFuture
+from .producer import Producer, Serializer
+from .records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
+
+# aiokafka's constructor names that kafka-python does not have: what each becomes here (None: ignored).
+_AIOKAFKA_PRODUCER = {"loop": None, "max_batch_size": "batch_size"}
+_AIOKAFKA_CONSUMER = {"loop": None, "group_instance_id": None, "rebalance_timeout_ms": None}
+
+
+def _aiokafka_names(kwargs: dict[str, Any], names: dict[str, str | None]) -> dict[str, Any]:
+    """``kwargs`` with aiokafka's own names dropped or renamed to kafka-python's."""
+    out = {}
+    for name, value in kwargs.items():
+        if name not in names:
+            out[name] = value
+        elif names[name] is not None:
+            out[names[name]] = value
+    return out
+
+
+class RecordDelivery:
+    """What ``await AsyncProducer.send(...)`` gives: a future to await for the record's
+    :class:`RecordMetadata` (aiokafka's two steps: ``await (await producer.send(...))``).
+
+    Awaiting it does not block the event loop: under asyncio it wraps the underlying
+    ``concurrent.futures.Future``; under trio a worker thread waits (only with
+    ``fsync="always"``: otherwise the record's offset is known on send and it is done).
+    It can be awaited any number of times, and by ``asyncio.gather``.
+    """
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: RecordFuture) -> None:
+        self.future = future
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> RecordMetadata:
+        future = self.future
+        if future.done():
+            return future.result()  # type: ignore[no-any-return]
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # trio: a worker thread waits
+            return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)  # type: ignore[no-any-return]
+        return await asyncio.wrap_future(future)  # type: ignore[no-any-return]
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self) -> RecordMetadata:
+        """The metadata once done (raises the record's error); :class:`Timeout` while pending."""
+        return self.future.get(timeout=0)  # type: ignore[no-any-return]
+
+    def exception(self) -> BaseException | None:
+        return self.future.exception(timeout=0)
+
+
+class BatchRecord(NamedTuple):
+    """What ``BatchBuilder.append`` returns (aiokafka's): the record's place in its batch."""
+
+    offset: int  # relative to the batch's first record
+    timestamp: int | None
+    crc: None
+    size: int
+
+
+class BatchBuilder:
+    """aiokafka's batch: records for one partition, sent together by :meth:`AsyncProducer.send_batch`.
+
+    ``append`` returns None once the batch holds ``max_batch_size`` bytes (the producer's
+    ``batch_size``; a first record is always taken) or after ``close()``.
+    """
+
+    def __init__(self, max_bytes: int, key_serializer: Serializer | None, value_serializer: Serializer | None) -> None:
+        self._max_bytes = max_bytes
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._records: list[tuple[Any, Any, int | None, Headers | None]] = []
+        self._size = 0
+        self._closed = False
+
+    def append(self, *, timestamp: int | None, key: Any, value: Any, headers: Headers | None = None) -> BatchRecord | None:
+        """Add a record (``timestamp`` in ms, None: now); None if the batch is full or closed."""
+        if self._closed:
+            return None
+        kbytes = self._key_serializer(key) if (self._key_serializer and key is not None) else key
+        vbytes = self._value_serializer(value) if self._value_serializer else value
+        size = (0 if kbytes is None else len(kbytes)) + (0 if vbytes is None else len(vbytes))
+        if self._records and self._size + size > self._max_bytes:
+            return None
+        self._records.append((kbytes, vbytes, timestamp, headers or None))
+        self._size += size
+        return BatchRecord(len(self._records) - 1, timestamp, None, size)
+
+    def close(self) -> None:
+        """No more appends."""
+        self._closed = True
+
+    def size(self) -> int:
+        """The bytes of the keys and values appended."""
+        return self._size
+
+    def record_count(self) -> int:
+        return len(self._records)
 
 
 class AsyncProducer:
-    """``Producer`` for async code: ``await producer.send(topic, value)`` -> RecordMetadata.
+    """``Producer`` for async code, aiokafka style: ``await (await producer.send(topic, value))``
+    -> RecordMetadata, or ``await producer.send_and_wait(topic, value)``.
 
-    Takes the same arguments as :class:`Producer`.
+    Takes the same arguments as :class:`Producer` (kafka-python's names), and aiokafka's
+    ``max_batch_size`` (= ``batch_size``) and ``loop`` (ignored).
     """
 
     def __init__(self, root: Any, **kwargs: Any) -> None:
+        kwargs = _aiokafka_names(kwargs, _AIOKAFKA_PRODUCER)
         self._producer = Producer(root, **kwargs)
+        self._batch_bytes = kwargs.get("batch_size", 16384)
 
     async def start(self) -> None:
         """Nothing to start (no server); kept for aiokafka compatibility."""
@@ -45,16 +154,50 @@ class AsyncProducer:
         topic: str,
         value: Any = None,
         key: Any = None,
-        headers: Headers | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> RecordMetadata:
-        future = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
-        if future.done():
-            return future.result()
-        return await anyio.to_thread.run_sync(future.result)  # fsync="always": wait off the loop
+        headers: Headers | None = None,
+    ) -> RecordDelivery:
+        """Buffer one record (aiokafka's argument order); returns a future to await for its metadata.
 
-    send_and_wait = send
+        An error about the arguments (not bytes, no such partition) raises here; one about
+        the record once written (too large) is raised by the future.
+        """
+        return RecordDelivery(self._producer.send(topic, value, key, headers, partition, timestamp_ms))
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> RecordMetadata:
+        """Send one record and wait for its metadata (one step)."""
+        return await (await self.send(topic, value, key, partition, timestamp_ms, headers))
+
+    def create_batch(self) -> BatchBuilder:
+        """An empty batch of at most ``batch_size`` bytes, filled with ``append`` and sent with :meth:`send_batch`."""
+        return BatchBuilder(self._batch_bytes, self._producer._key_serializer, self._producer._value_serializer)
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> RecordDelivery:
+        """Send ``batch``'s records to ``partition`` in order; a future of the first record's metadata
+        (aiokafka's: the batch's base offset). The batch is closed. Records other producers
+        send at the same time may land between its records."""
+        batch.close()
+        first: RecordDelivery | None = None
+        for key, value, timestamp, headers in batch._records:
+            future = self._producer.send(topic, value, key, headers, partition, timestamp)
+            if first is None:
+                first = RecordDelivery(future)
+        if first is None:
+            raise ConfigError("send_batch: the batch is empty")
+        return first
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic`` (creating it if allowed and missing, as aiokafka's)."""
+        return await anyio.to_thread.run_sync(self._producer.partitions_for, topic)
 
     async def flush(self) -> None:
         await anyio.to_thread.run_sync(self._producer.flush)
@@ -75,15 +218,27 @@ _STEP = 1.0  # seconds a worker thread waits at most per step (bounds an abandon
 
 
 class AsyncConsumer:
-    """``Consumer`` for async code: ``await getone()``, ``await getmany(timeout_ms=...)``,
-    ``async for record in consumer``. Takes the same arguments as :class:`Consumer`.
+    """``Consumer`` for async code, aiokafka's surface: ``await getone()``, ``await
+    getmany(timeout_ms=...)``, ``async for record in consumer``; awaitable where aiokafka's
+    are (``commit``, ``committed``, ``position``, ``seek_to_*``, ``beginning_offsets``,
+    ``end_offsets``, ``offsets_for_times``, ``topics``), plain where aiokafka's are
+    (``seek``, ``subscribe``, ``assign``, ``pause``, ``highwater``, ...).
+
+    Takes the same arguments as :class:`Consumer` (kafka-python's names), and aiokafka's
+    ``loop``, ``group_instance_id`` and ``rebalance_timeout_ms`` (ignored) and
+    ``max_poll_records=None`` (the default).
 
     As in aiokafka, ``getmany(tp)`` / ``getone(tp)`` read only the partitions given:
     records of the others are neither fetched nor dropped, and positions move only past
-    records returned. Not for concurrent use by several tasks.
+    records returned. Not for concurrent use by several tasks. The plain methods take the
+    consumer's lock, which a worker thread abandoned by a cancelled ``getmany`` may hold
+    for at most one step (1 s).
     """
 
     def __init__(self, *topics: str, **kwargs: Any) -> None:
+        kwargs = _aiokafka_names(kwargs, _AIOKAFKA_CONSUMER)
+        if kwargs.get("max_poll_records", 0) is None:
+            del kwargs["max_poll_records"]
         self._consumer = Consumer(*topics, **kwargs)
         self._io = threading.Lock()  # held by whoever touches the consumer's files or pending records
         self._closed = False
@@ -161,13 +316,108 @@ class AsyncConsumer:
                 raise StopAsyncIteration from None
             raise
 
-    def _locked(self, fn: Any, *args: Any) -> Any:
+    def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
         with self._io:
             return fn(*args)
 
-    async def commit(self, offsets: Any = None) -> None:
+    async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread, holding the consumer's lock (file work stays off the loop)."""
+        if self._closed:
+            raise ChannelClosedError("this consumer is closed")
+        return await anyio.to_thread.run_sync(self._locked, fn, *args)
+
+    # -- awaitable, as aiokafka's ------------------------------------------------------------------
+
+    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
         """Commit ``offsets`` (default: the positions, i.e. what was handed out), off the event loop."""
-        await anyio.to_thread.run_sync(self._locked, self._consumer.commit, offsets)
+        await self._off_loop(self._consumer.commit, offsets)
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset of ``partition``, or None."""
+        return await self._off_loop(self._consumer.committed, partition)  # type: ignore[no-any-return]
+
+    async def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record to be returned from ``partition``."""
+        return await self._off_loop(self._consumer.position, partition)  # type: ignore[no-any-return]
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        await self._off_loop(self._consumer.seek_to_beginning, *partitions)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        await self._off_loop(self._consumer.seek_to_end, *partitions)
+
+    async def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int | None]:
+        """Seek each partition (default: all assigned) to its committed offset; returns them
+        (None where nothing is committed: that partition keeps its position)."""
+        return await self._off_loop(self._seek_to_committed, partitions)  # type: ignore[no-any-return]
+
+    def _seek_to_committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        consumer = self._consumer
+        tps = [to_tp(tp) for tp in partitions] or sorted(consumer.assignment())
+        committed = {tp: consumer.committed(tp) for tp in tps}
+        for tp, offset in committed.items():
+            if offset is not None:
+                consumer.seek(tp, offset)
+        return committed
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self._off_loop(self._consumer.beginning_offsets, list(partitions))  # type: ignore[no-any-return]
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self._off_loop(self._consumer.end_offsets, list(partitions))  # type: ignore[no-any-return]
+
+    async def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        return await self._off_loop(self._consumer.offsets_for_times, timestamps)  # type: ignore[no-any-return]
+
+    async def topics(self) -> set[str]:
+        return await self._off_loop(self._consumer.topics)  # type: ignore[no-any-return]
+
+    # -- plain, as aiokafka's ---------------------------------------------------------------------
+
+    def _now(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn`` on the loop, under the consumer's lock (quick state changes and lookups)."""
+        if self._closed:
+            raise ChannelClosedError("this consumer is closed")
+        with self._io:
+            return fn(*args, **kwargs)
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
+        self._now(self._consumer.subscribe, topics, pattern, listener)
+
+    def subscription(self) -> set[str] | None:
+        return self._now(self._consumer.subscription)  # type: ignore[no-any-return]
+
+    def unsubscribe(self) -> None:
+        self._now(self._consumer.unsubscribe)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._now(self._consumer.assign, partitions)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._consumer.assignment()
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._now(self._consumer.seek, partition, offset)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._now(self._consumer.pause, *partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._now(self._consumer.resume, *partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._consumer.paused()
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return self._consumer.partitions_for_topic(topic)
+
+    def highwater(self, partition: TopicPartition) -> int:
+        """The end offset of an assigned partition."""
+        return self._now(self._consumer.highwater, partition)  # type: ignore[no-any-return]
+
+    def last_stable_offset(self, partition: TopicPartition) -> int:
+        """The same as :meth:`highwater`: there are no transactions, every record is stable."""
+        return self.highwater(partition)
 
     async def stop(self) -> None:
         """Commit (with auto-commit) and close, off the event loop; pending iterations end."""

@@ -8,6 +8,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ..channel import FileChannel
@@ -15,19 +16,37 @@ from ..errors import (
     ChannelClosedError,
     CommitFailedError,
     ConfigError,
+    FileChannelError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
 from ..receiver import Receiver
-from ..record import prefixed
+from ..record import prefixed, serialized_sizes
 from ..wakeup import Wakeup
 from .group import GroupMember
-from .records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .kafka_names import CONSUMER_IGNORED, check_names
+from .records import CONSUMER_RECORD_SUFFIX, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .topics import TopicStore
 
 Deserializer = Callable[[bytes], Any]
 _RESETS = ("earliest", "latest", "none")
+_HONOURED = (
+    "auto_commit_interval_ms",
+    "auto_offset_reset",
+    "client_id",
+    "consumer_timeout_ms",
+    "default_offset_commit_callback",
+    "enable_auto_commit",
+    "group_id",
+    "heartbeat_interval_ms",
+    "isolation_level",
+    "key_deserializer",
+    "max_poll_records",
+    "metadata_max_age_ms",
+    "session_timeout_ms",
+    "value_deserializer",
+)
 
 
 class ConsumerRebalanceListener(Protocol):
@@ -67,6 +86,12 @@ def _take_pending(pending: deque[ConsumerRecord], budget: int) -> list[ConsumerR
         pending.clear()
         return recs
     return [pending.popleft() for _ in range(budget)]
+
+
+def _no_wait(timeout_ms: Any) -> None:
+    """Check a kafka-python ``timeout_ms=`` of a call that never waits here (None or a number >= 0)."""
+    if timeout_ms is not None:
+        check_timeout_ms(timeout_ms)
 
 
 def check_timeout_ms(timeout_ms: Any, name: str = "timeout_ms") -> float:
@@ -118,6 +143,16 @@ class Consumer:
     session_timeout_ms: a member that has not polled for this long is evicted (default 10000).
     heartbeat_interval_ms: how often a member heartbeats and looks for dead members (1000).
     consumer_timeout_ms: iteration stops after this long without a record (default: never).
+    metadata_max_age_ms: how often a subscription looks for topics created since (a topic
+        matching its pattern, or a subscribed topic that did not exist yet); default 1000,
+        so such a topic is read within about a second (plus a rebalance in a group).
+    default_offset_commit_callback: ``f(offsets, response)`` called by :meth:`commit_async`
+        without a callback of its own.
+    client_id: names this consumer in :meth:`metrics`.
+    isolation_level: "read_uncommitted" or "read_committed"; the same here (there are no
+        transactions: every record written is committed).
+    Every other kafka-python name is accepted and ignored (see kafka_names.py and the
+    README); an unknown name is a :class:`ConfigError`.
     """
 
     def __init__(
@@ -134,7 +169,17 @@ class Consumer:
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 1_000,
         consumer_timeout_ms: float = float("inf"),
+        **configs: Any,
     ) -> None:
+        check_names("Consumer", configs, CONSUMER_IGNORED, _HONOURED)
+        if configs.get("isolation_level", "read_uncommitted") not in ("read_uncommitted", "read_committed"):
+            raise ConfigError(
+                f"isolation_level must be 'read_uncommitted' or 'read_committed', not {configs['isolation_level']!r}"
+            )
+        metadata_max_age_ms = configs.get("metadata_max_age_ms", 1000)
+        commit_callback = configs.get("default_offset_commit_callback")
+        if commit_callback is not None and not callable(commit_callback):
+            raise ConfigError(f"default_offset_commit_callback must be callable, not {commit_callback!r}")
         if auto_offset_reset not in _RESETS:
             raise ConfigError(f"auto_offset_reset must be one of {', '.join(_RESETS)}, not {auto_offset_reset!r}")
         for name, value in (
@@ -142,6 +187,7 @@ class Consumer:
             ("max_poll_records", max_poll_records),
             ("session_timeout_ms", session_timeout_ms),
             ("heartbeat_interval_ms", heartbeat_interval_ms),
+            ("metadata_max_age_ms", metadata_max_age_ms),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an int >= 1, not {value!r}")
@@ -160,6 +206,12 @@ class Consumer:
         self._key_de = key_deserializer
         self._value_de = value_deserializer
         self._consumer_timeout = consumer_timeout_ms / 1000
+        self._metadata_max_age = metadata_max_age_ms / 1000
+        self._next_metadata = math.inf  # when a subscription next looks for new topics
+        self._counts: dict[str, int] = {}  # the subscribed topics that exist, with their partition counts
+        self._commit_callback = commit_callback
+        self.client_id = str(configs.get("client_id") or f"filechannel-consumer-{os.getpid()}-{id(self):x}")
+        self._iterator: Iterator[ConsumerRecord] | None = None
         self._wakeup = Wakeup()
         self._parts: dict[TopicPartition, _Partition] = {}
         self._subscription: list[str] = []
@@ -192,7 +244,13 @@ class Consumer:
     def subscribe(
         self, topics: Iterable[str] = (), pattern: str | None = None, listener: ConsumerRebalanceListener | None = None
     ) -> None:
-        """Subscribe to ``topics`` or to every topic matching the regex ``pattern``."""
+        """Subscribe to ``topics`` or to every topic matching the regex ``pattern``.
+
+        ``pattern`` matches as ``re.match`` does (at the start of a name, as kafka-python).
+        A subscribed topic that does not exist yet, and a topic created later that matches
+        the pattern, is read from the first poll at least ``metadata_max_age_ms`` after it
+        appeared (``listener`` is told, as for any rebalance).
+        """
         self._check_open()
         topics = [topics] if isinstance(topics, str) else list(topics)
         if bool(topics) == bool(pattern):
@@ -204,7 +262,10 @@ class Consumer:
         except (re.error, TypeError) as exc:
             raise ConfigError(f"subscribe: {pattern!r} is not a regular expression ({exc})") from None
         for topic in topics:
-            self._topics.partitions(topic)  # an unknown or badly named topic fails here, changing nothing
+            try:
+                self._topics.partitions(topic)  # a badly named topic (or a lost topic.json) fails here, changing nothing
+            except UnknownTopicError:
+                pass  # read once it is created
         self._pattern = compiled
         self._subscription = topics
         self._listener = listener
@@ -212,12 +273,19 @@ class Consumer:
         self._joined = False
         self._refresh_assignment(force=True)
 
-    def subscription(self) -> set[str]:
+    def subscription(self) -> set[str] | None:
+        """The subscribed topics (those matching the pattern, for a pattern); None without a subscription."""
+        if not self._subscription and self._pattern is None:
+            return None
         return set(self._matching_topics())
 
     def unsubscribe(self) -> None:
+        """Drop the subscription (or the assignment): nothing is read until the next subscribe/assign."""
+        self._check_open()
         self._set_assignment(set())
         self._subscription, self._pattern = [], None
+        self._manual = False
+        self._counts, self._next_metadata = {}, math.inf
         if self._group is not None and self._joined:
             self._group.join([], {})
         self._joined = False
@@ -239,33 +307,44 @@ class Consumer:
 
     def _matching_topics(self) -> list[str]:
         if self._pattern is not None:
-            return [t for t in self._topics.list() if self._pattern.fullmatch(t)]
+            return [t for t in self._topics.list() if self._pattern.match(t)]
         return list(self._subscription)
 
     def _partition_counts(self) -> dict[str, int]:
+        """The subscribed topics that exist now, with their partition counts."""
         counts = {}
         for topic in self._matching_topics():
             try:
                 counts[topic] = self._topics.partitions(topic)
             except UnknownTopicError:
-                if self._pattern is None:
-                    raise
+                pass  # not created yet (or deleted): looked for again every metadata_max_age_ms
         return counts
 
     def _refresh_assignment(self, force: bool = False) -> None:
-        """Bring the set of partitions read up to date (group rebalance, new topics)."""
-        if self._manual:
+        """Bring the set of partitions read up to date (group rebalance, new topics).
+
+        Every ``metadata_max_age_ms`` a subscription lists its topics again; a topic that
+        appeared (or whose partition count changed) joins the group again with the new
+        topic set, or, without a group, is simply opened.
+        """
+        if self._manual or (not self._subscription and self._pattern is None):
             return
+        now = time.monotonic()
+        topics_changed = False
+        if force or now >= self._next_metadata:
+            counts = self._partition_counts()
+            topics_changed = counts != self._counts
+            self._counts = counts
+            self._next_metadata = now + self._metadata_max_age
         if self._group is None:
-            if force:
-                counts = self._partition_counts()
-                self._set_assignment({TopicPartition(t, p) for t, n in counts.items() for p in range(n)})
+            if force or topics_changed:
+                self._rebalance_alone({TopicPartition(t, p) for t, n in self._counts.items() for p in range(n)})
             return
         group = self._group
-        if not force and not group.changed() and not group.heartbeat_due():
+        if not force and not topics_changed and not group.changed() and not group.heartbeat_due():
             return
-        counts = self._partition_counts()
-        if not self._joined:
+        counts = self._counts
+        if not self._joined or topics_changed:
             group.join(list(counts), counts)
             self._joined = True
         assigned, owned = group.sync(counts, release=set())
@@ -286,6 +365,16 @@ class Consumer:
         if added and self._listener is not None:
             self._listener.on_partitions_assigned(added)
         self._assigned = assigned
+
+    def _rebalance_alone(self, tps: set[TopicPartition]) -> None:
+        """A subscription without a group: read ``tps``, telling the listener what changed."""
+        revoked = set(self._parts) - tps
+        if revoked and self._listener is not None:
+            self._listener.on_partitions_revoked(revoked)
+        added = tps - set(self._parts)
+        self._set_assignment(tps)
+        if added and self._listener is not None:
+            self._listener.on_partitions_assigned(added)
 
     def _set_assignment(self, tps: set[TopicPartition]) -> None:
         for tp in set(self._parts) - tps:
@@ -333,14 +422,20 @@ class Consumer:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+    def poll(
+        self, timeout_ms: float = 0, max_records: int | None = None, update_offsets: bool = True
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records from the assigned, unpaused partitions: what is there, else waits up to ``timeout_ms``.
 
-        Positions move past every record returned (the whole batch is handed out). Raises
-        :class:`NoOffsetForPartitionError` for an unpaused partition that has no position
-        (``auto_offset_reset="none"`` and nothing committed) until it is seeked.
+        Positions move past every record returned (the whole batch is handed out); with
+        ``update_offsets=False`` (kafka-python's) they do not: the same records come again.
+        Raises :class:`NoOffsetForPartitionError` for an unpaused partition that has no
+        position (``auto_offset_reset="none"`` and nothing committed) until it is seeked.
         """
-        return self._poll(timeout_ms, max_records, None)
+        batch = self._poll(timeout_ms, max_records, None)
+        if not update_offsets:
+            self._unread(batch)
+        return batch
 
     def _poll(
         self, timeout_ms: float, max_records: int | None, only: Collection[TopicPartition] | None
@@ -395,6 +490,10 @@ class Consumer:
                         rx.seek(self._reset_offset(tp, part.channel))
                         raw = rx.recv_many(budget, timeout=0)
                     if not raw:
+                        if rx.position > part.channel.end_offset:
+                            # Past the end (a seek there, or a committed offset beyond a log that
+                            # lost its tail): as Kafka, reset by auto_offset_reset, never wait forever.
+                            rx.seek(self._reset_offset(tp, part.channel))
                         continue
                     try:
                         recs = self._convert(tp, raw)
@@ -447,28 +546,48 @@ class Consumer:
         topic, partition = tp
         kd, vd = self._key_de, self._value_de
         if kd is None and vd is None:
-            return prefixed(ConsumerRecord, (topic, partition), recs)
+            return prefixed(ConsumerRecord, (topic, partition), recs, CONSUMER_RECORD_SUFFIX, True)
+        new, suffix = tuple.__new__, CONSUMER_RECORD_SUFFIX  # tuple.__new__: the namedtuple's __new__ is slower
         return [
-            ConsumerRecord(
-                topic,
-                partition,
-                r.offset,
-                r.timestamp,
-                kd(r.key) if (kd and r.key is not None) else r.key,
-                vd(r.value) if vd else r.value,
-                r.headers,
+            new(
+                ConsumerRecord,
+                (
+                    topic,
+                    partition,
+                    r.offset,
+                    r.timestamp,
+                    kd(r.key) if (kd and r.key is not None) else r.key,
+                    vd(r.value) if (vd and r.value is not None) else r.value,  # a tombstone stays None
+                    r.headers,
+                    *suffix,
+                    *serialized_sizes(r.key, r.value, r.headers),
+                ),
             )
             for r in recs
         ]
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        """Yields records one at a time; stops after ``consumer_timeout_ms`` without one, or at close.
+        return self
 
-        A partition's position moves past a record only as it is yielded (kafka-python:
+    def __next__(self) -> ConsumerRecord:
+        """The next record; waits for one. ``StopIteration`` after ``consumer_timeout_ms``
+        without one, or once closed (kafka-python's ``next(consumer)``); the next call
+        (or ``for`` loop) starts waiting again.
+
+        A partition's position moves past a record only as it is returned (kafka-python:
         the position is the next record to be returned), so a ``break`` loses nothing and
         a commit never covers a record the loop has not received: the rest of the fetched
         batch stays pending, returned first by the next iteration or :meth:`poll`.
         """
+        if self._iterator is None:
+            self._iterator = self._records()
+        try:
+            return next(self._iterator)
+        except BaseException:  # StopIteration, or an error that ended the generator: start anew next time
+            self._iterator = None
+            raise
+
+    def _records(self) -> Iterator[ConsumerRecord]:
         idle_since = time.monotonic()
         while not self._closed:
             if not self._fill(min(1000.0, self._consumer_timeout * 1000), None):
@@ -490,11 +609,13 @@ class Consumer:
             raise ConfigError(f"{tp} is not assigned to this consumer (assignment: {sorted(self._parts)})")
         return part
 
-    def position(self, tp: TopicPartition) -> int:
+    def position(self, tp: TopicPartition, timeout_ms: float | None = None) -> int:
         """The offset of the next record to be returned from ``tp`` (not of the next fetched).
 
         Raises :class:`NoOffsetForPartitionError` if ``tp`` has no position yet (reset "none").
+        ``timeout_ms``: kafka-python's; nothing here waits, so it only has to be valid.
         """
+        _no_wait(timeout_ms)
         offset = self._part(tp).position()
         if offset is None:
             raise self._no_offset(to_tp(tp))
@@ -536,14 +657,54 @@ class Consumer:
         with self._topics.open_partition(tp[0], tp[1], maintenance_interval=0) as ch:
             return fn(ch)
 
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
+    ) -> dict[TopicPartition, int]:
+        """The first offset each partition still holds."""
+        _no_wait(timeout_ms)
         return {to_tp(tp): self._with_channel(tp, lambda ch: ch.first_offset) for tp in partitions}
 
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    def end_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None) -> dict[TopicPartition, int]:
+        """One past each partition's last record (the offset the next record gets)."""
+        _no_wait(timeout_ms)
         return {to_tp(tp): self._with_channel(tp, lambda ch: ch.end_offset) for tp in partitions}
 
-    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        """For each partition, the first offset whose timestamp is >= the given ms, by time index."""
+    def highwater(self, tp: TopicPartition) -> int:
+        """The end offset of an assigned partition (kafka-python's high watermark: every
+        record written is readable at once here, so it is always current)."""
+        return self._part(tp).channel.end_offset
+
+    def topics(self) -> set[str]:
+        """The names of every topic under the root."""
+        return set(self._topics.list())
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition numbers of ``topic``; None if there is no such topic (as kafka-python)."""
+        try:
+            return set(range(self._topics.partitions(topic)))
+        except UnknownTopicError:
+            return None
+
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """kafka-python's ``metrics()``, small and computed on call (nothing counted per record):
+        the assigned and paused partitions and the largest lag (end offset - position)."""
+        lags = [part.channel.end_offset - pos for part in self._parts.values() if (pos := part.position()) is not None]
+        return {
+            "consumer-fetch-manager-metrics": {
+                "assigned-partitions": float(len(self._parts)),
+                "paused-partitions": float(len(self.paused())),
+                "records-lag-max": float(max(lags, default=0)),
+            }
+        }
+
+    def offsets_for_times(
+        self, timestamps: dict[TopicPartition, int], timeout_ms: float | None = None
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first offset whose timestamp is >= the given ms, by time index.
+
+        A negative timestamp raises :class:`ConfigError` (a ``ValueError``, as kafka-python's).
+        """
+        _no_wait(timeout_ms)
 
         def lookup(ch: FileChannel, ts: int) -> OffsetAndTimestamp | None:
             offset = ch.offset_for_time(ts)
@@ -567,30 +728,80 @@ class Consumer:
             checked[tp] = ts
         return {tp: self._with_channel(tp, lambda ch, ts=ts: lookup(ch, ts)) for tp, ts in checked.items()}
 
-    def committed(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset of ``tp`` (the next record to consume), or None."""
+    def committed(
+        self, tp: TopicPartition, metadata: bool = False, timeout_ms: float | None = None
+    ) -> int | OffsetAndMetadata | None:
+        """The group's committed offset of ``tp`` (the next record to consume), or None.
+
+        ``metadata=True``: an :class:`OffsetAndMetadata` with the metadata committed with it.
+        """
+        _no_wait(timeout_ms)
+        tp = to_tp(tp)
         if self._group is None:
             return None
-        return self._group.committed_offset(to_tp(tp), self._topics.root)
+        offset = self._group.committed_offset(tp, self._topics.root)
+        if offset is None or not metadata:
+            return offset
+        return OffsetAndMetadata(offset, self._group.committed_metadata(tp), -1)
 
-    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+    def commit(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None, timeout_ms: float | None = None
+    ) -> None:
         """Commit ``offsets`` (default: the positions of the assigned partitions, i.e. the
         records handed out so far).
 
-        Every offset is checked (an int, from 0 to the partition's end offset) before
-        anything is written, so a rejected commit leaves the group's offsets as they were.
-        Raises :class:`CommitFailedError` if this consumer no longer owns one of them.
+        Values are offsets or :class:`OffsetAndMetadata` (whose metadata is stored too,
+        returned by ``committed(tp, metadata=True)``). Every offset is checked (an int,
+        from 0 to the partition's end offset) before anything is written, so a rejected
+        commit leaves the group's offsets as they were. Raises :class:`CommitFailedError`
+        if this consumer no longer owns one of them.
         """
         self._check_open()
+        _no_wait(timeout_ms)
         if self._group is None:
             raise ConfigError("commit needs a group_id: create the Consumer with group_id=...")
+        texts: dict[TopicPartition, str] = {}
         if offsets is None:
             plain = self._positions()
         else:
             if not isinstance(offsets, dict):
                 raise ConfigError(f"commit takes a dict {{TopicPartition: offset}}, not {type(offsets).__name__}")
             plain = {to_tp(tp): check_offset(to_tp(tp), o, "commit") for tp, o in offsets.items()}
-        self._commit_checked(plain, check_ends=offsets is not None)
+            for tp, o in offsets.items():
+                if isinstance(o, OffsetAndMetadata) and o.metadata:
+                    if not isinstance(o.metadata, str):
+                        raise ConfigError(f"commit {tp}: the metadata must be a str, not {type(o.metadata).__name__}")
+                    texts[to_tp(tp)] = o.metadata
+        self._commit_checked(plain, check_ends=offsets is not None, metadata=texts)
+
+    def commit_async(
+        self,
+        offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None,
+        callback: Callable[[dict[TopicPartition, OffsetAndMetadata], Any], Any] | None = None,
+    ) -> Future[None]:
+        """kafka-python's ``commit_async``: commits (a commit here is a local file write, done
+        at once), then calls ``callback(offsets, response)``, or ``default_offset_commit_callback``:
+        ``offsets`` as ``{tp: OffsetAndMetadata}``, ``response`` None or the exception the
+        commit raised. Returns a done future of the same outcome; nothing is raised here.
+        """
+        future: Future[None] = Future()
+        committed: dict[TopicPartition, OffsetAndMetadata] = {}
+        try:
+            if offsets is None:
+                self._check_open()
+                offsets = dict(self._positions())
+            committed = {
+                to_tp(tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()
+            }
+            self.commit(offsets)
+        except FileChannelError as exc:
+            future.set_exception(exc)
+        else:
+            future.set_result(None)
+        callback = callback or self._commit_callback
+        if callback is not None:
+            callback(committed, future.exception())
+        return future
 
     def _check_ends(self, offsets: dict[TopicPartition, int]) -> None:
         """ConfigError unless each offset is at most its partition's end offset (the partition exists)."""
@@ -602,7 +813,9 @@ class Consumer:
                     "commit the offset of the next record to read (last offset read + 1)"
                 )
 
-    def _commit_checked(self, offsets: dict[TopicPartition, int], check_ends: bool = False) -> None:
+    def _commit_checked(
+        self, offsets: dict[TopicPartition, int], check_ends: bool = False, metadata: dict[TopicPartition, str] | None = None
+    ) -> None:
         """Store ``offsets`` (ints in range) in the group and in the partitions' durable positions.
 
         ``check_ends``: also check them against the partitions' end offsets, after the
@@ -612,7 +825,7 @@ class Consumer:
         group = self._group
         if group is None or not offsets:
             return
-        group.commit(offsets, manual=self._manual, check=self._check_ends if check_ends else None)
+        group.commit(offsets, manual=self._manual, check=self._check_ends if check_ends else None, metadata=metadata)
         key = f"group.{group.group_id}"
         for tp, off in offsets.items():
             self._with_channel(tp, lambda ch, off=off: ch.positions.set(key, off))
@@ -646,8 +859,9 @@ class Consumer:
         if self._closed:
             raise ChannelClosedError("this consumer is closed")
 
-    def close(self, autocommit: bool = True) -> None:
+    def close(self, autocommit: bool = True, timeout_ms: float | None = None) -> None:
         """Commit (if auto-commit is on and ``autocommit``), leave the group, release files."""
+        _no_wait(timeout_ms)
         if self._closed:
             return
         try:

@@ -22,9 +22,9 @@ from collections import deque
 from typing import Any
 
 from ..errors import ChannelClosedError, FileChannelError
-from ..record import Headers
+from ..record import Headers, serialized_sizes
 from .futures import RecordFuture, complete
-from .records import RecordMetadata
+from .records import RecordMetadata, TopicPartition
 
 _Entry = tuple[RecordFuture, Any, "bytes | None", "Headers | None", int]
 _MARKER = object()  # a queue entry whose future completes when everything before it is durable
@@ -33,15 +33,15 @@ _MARKER = object()  # a queue entry whose future completes when everything befor
 class GroupSync:
     """Appends one partition's records, fsyncs them in groups, and completes their futures."""
 
-    def __init__(self, sender: Any, topic: str, partition: int) -> None:
+    def __init__(self, sender: Any, topic: str, partition: int, client_id: str = "filechannel") -> None:
         self._sender = sender
-        self._topic = topic
-        self._partition = partition
+        self._tp = TopicPartition(topic, partition)
+        self._topic, self._partition = topic, partition
         self._queue: deque[_Entry] = deque()
         self._wake = threading.Event()
         self._done = threading.Condition()  # shared by this partition's futures (see futures.py)
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name=f"filechannel-sync-{topic}-{partition}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{client_id}-sync-{topic}-{partition}", daemon=True)
         self._thread.start()
 
     def add(self, value: bytes, key: bytes | None, headers: Headers | None, timestamp_ms: int) -> RecordFuture:
@@ -79,7 +79,7 @@ class GroupSync:
         Runs of key-less records with one timestamp go in with one ``send_many``.
         """
         send, send_many = self._sender.send, self._sender.send_many
-        topic, partition = self._topic, self._partition
+        topic, partition, tp = self._topic, self._partition, self._tp
         done: list[tuple[RecordFuture, Any]] = []
         i, n = 0, len(batch)
         one_by_one_until = 0
@@ -96,7 +96,10 @@ class GroupSync:
                 except (FileChannelError, TypeError, ValueError):
                     one_by_one_until, j = j, i + 1  # one is refused (send_many checks all first)
                 else:
-                    done.extend((e[0], RecordMetadata(topic, partition, off, ts)) for e, off in zip(run, offsets, strict=True))
+                    done.extend(
+                        (e[0], RecordMetadata(topic, partition, tp, off, ts, None, -1, len(e[1]), -1))
+                        for e, off in zip(run, offsets, strict=True)
+                    )
                     i = j
                     continue
             i = j
@@ -108,7 +111,7 @@ class GroupSync:
             except (FileChannelError, TypeError, ValueError) as exc:
                 future.set_exception(exc)
                 continue
-            done.append((future, RecordMetadata(topic, partition, offset, ts)))
+            done.append((future, RecordMetadata(topic, partition, tp, offset, ts, None, *serialized_sizes(key, value, headers))))
         return done
 
     def marker(self) -> RecordFuture:

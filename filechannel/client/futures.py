@@ -13,16 +13,25 @@ producer's partition, creates its waiter and callback lists only when someone as
 them, and a whole fsync's worth of them is completed under one lock with one notify
 (:func:`complete`). Waiting loops until its own future is done, since one notify wakes
 the waiters of many futures.
+
+It is also kafka-python's ``FutureRecordMetadata``: ``get(timeout)``, ``add_callback`` /
+``add_errback`` / ``add_both`` (chainable, extra arguments first, as kafka-python calls
+them), ``succeeded()``, ``failed()``, ``is_done``, ``value``. One name cannot be both:
+kafka-python's ``exception`` is an attribute, ``concurrent.futures.Future.exception`` a
+method that ``asyncio.wrap_future`` calls; it stays the method (``future.exception()``).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import FINISHED, PENDING  # the states Future's own methods test
 from typing import Any
+
+from ..errors import Timeout
 
 
 class RecordFuture(Future):
@@ -39,6 +48,14 @@ class RecordFuture(Future):
         """A future that is done already (a record whose offset is known on send)."""
         future = cls(_DONE)
         future._result = result
+        future._state = FINISHED
+        return future
+
+    @classmethod
+    def rejected(cls, error: BaseException) -> RecordFuture:
+        """A future that failed already (a record refused on send)."""
+        future = cls(_DONE)
+        future._exception = error
         future._state = FINISHED
         return future
 
@@ -64,6 +81,46 @@ class RecordFuture(Future):
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
         return self._exception
+
+    # -- kafka-python's FutureRecordMetadata ---------------------------------------------------
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The result, waiting up to ``timeout`` s; :class:`Timeout` (a ``TimeoutError``) if not done by then."""
+        try:
+            return self.result(timeout)
+        except FutureTimeout:
+            raise Timeout(f"the record was not written within {timeout} s") from None
+
+    @property
+    def is_done(self) -> bool:
+        return self._state == FINISHED
+
+    @property
+    def value(self) -> Any:
+        """The result once succeeded, else None (kafka-python's attribute)."""
+        return self._result if self._state == FINISHED else None
+
+    def succeeded(self) -> bool:
+        return self._state == FINISHED and self._exception is None
+
+    def failed(self) -> bool:
+        return self._state == FINISHED and self._exception is not None
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RecordFuture:
+        """Call ``fn(*args, result, **kwargs)`` once the record is written (at once if it is); returns self."""
+        call = functools.partial(fn, *args, **kwargs)
+        self.add_done_callback(lambda f: call(f._result) if f._exception is None else None)
+        return self
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RecordFuture:
+        """Call ``fn(*args, exception, **kwargs)`` if the record fails (at once if it did); returns self."""
+        call = functools.partial(fn, *args, **kwargs)
+        self.add_done_callback(lambda f: call(f._exception) if f._exception is not None else None)
+        return self
+
+    def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RecordFuture:
+        """``fn`` as both callback and errback; returns self."""
+        return self.add_callback(fn, *args, **kwargs).add_errback(fn, *args, **kwargs)
 
     def _wait(self, timeout: float | None) -> None:
         if self._state == FINISHED:

@@ -6,7 +6,7 @@ Everything lives in ``ROOT/.groups/GROUP/``:
     state.json          {"generation": G, "members": {id: {"topics": [...], "pid": ...}},
                          "assignment": {id: [[topic, partition], ...]},
                          "owners": {"topic/partition": id}, "partitions": {topic: count}}
-    offsets.json        {"topic/partition": committed offset}
+    offsets.json        {"topic/partition": committed offset, ".metadata": {"topic/partition": text}}
     members/ID.lock     flocked by member ID for as long as its process lives; its mtime
                         is the member's last heartbeat
 
@@ -69,6 +69,9 @@ from .records import TopicPartition
 from .topics import GROUPS_DIR
 
 log = logging.getLogger("filechannel")
+
+# The key of offsets.json holding commit metadata (topic names cannot start with "." so it names no partition).
+METADATA_KEY = ".metadata"
 
 # Temp files of write_atomically: NAME.PID.tmp or NAME.PID.THREAD.tmp.
 _TMP = re.compile(r"^(?:state|offsets)\.json\.(\d+)(?:\.\d+)?\.tmp$")
@@ -317,14 +320,23 @@ class GroupMember:
         offset = self.committed().get(tp)
         return offset if offset is not None else durable_offset(root, self.group_id, tp)
 
+    def committed_metadata(self, tp: TopicPartition) -> str:
+        """The metadata committed with ``tp``'s offset ("" if none, or if offsets.json was lost:
+        the durable positions keep offsets only)."""
+        return read_metadata(self.offsets_path).get(tp_key(tp), "")
+
     def commit(
         self,
         offsets: dict[TopicPartition, int],
         *,
         manual: bool = False,
         check: Callable[[dict[TopicPartition, int]], None] | None = None,
+        metadata: dict[TopicPartition, str] | None = None,
     ) -> None:
         """Store ``offsets`` if this member owns every one of those partitions (fencing).
+
+        Each committed partition's metadata becomes ``metadata``'s text for it, else ""
+        (as in Kafka, a commit replaces the metadata with its own).
 
         A ``manual`` commit (a consumer that called ``assign``, or Spark's source) belongs
         to no generation: like Kafka's, it is accepted for partitions no live member owns.
@@ -347,8 +359,17 @@ class GroupMember:
                     )
             if check is not None:
                 check(offsets)
-            current = {tp_key(tp): off for tp, off in self.committed().items()}
+            current: dict[str, Any] = {tp_key(tp): off for tp, off in self.committed().items()}
             current.update({tp_key(tp): int(off) for tp, off in offsets.items()})
+            texts = read_metadata(self.offsets_path)
+            for tp in offsets:
+                text = (metadata or {}).get(tp, "")
+                if text:
+                    texts[tp_key(tp)] = text
+                else:
+                    texts.pop(tp_key(tp), None)
+            if texts:
+                current[METADATA_KEY] = texts
             write_atomically(self.offsets_path, json.dumps(current, sort_keys=True).encode())
 
 
@@ -371,7 +392,7 @@ def read_offsets(path: str) -> dict[TopicPartition, int]:
         return {}
     try:
         raw = json.loads(data)
-        offsets = {tp_from_key(k): v for k, v in raw.items()}
+        offsets = {tp_from_key(k): v for k, v in raw.items() if k != METADATA_KEY}
         if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in offsets.values()):
             raise ValueError("an offset is not an int from 0 to 2**63-1")
         return offsets
@@ -386,6 +407,19 @@ def read_offsets(path: str) -> dict[TopicPartition, int]:
             exc,
         )
         return {}
+
+
+def read_metadata(path: str) -> dict[str, str]:
+    """The commit metadata stored in offsets file ``path`` by partition key; {} if none or unreadable
+    (:func:`read_offsets` reports an unreadable file)."""
+    data = read_if_exists(path, "group offsets")
+    try:
+        texts = json.loads(data).get(METADATA_KEY, {}) if data else {}
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(texts, dict):
+        return {}
+    return {k: v for k, v in texts.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def durable_offset(root: str, group_id: str, tp: TopicPartition) -> int | None:

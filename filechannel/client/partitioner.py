@@ -7,6 +7,7 @@ without a key are spread round-robin.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Callable
 
@@ -55,3 +56,30 @@ class DefaultPartitioner:
             # next() of an itertools.count is atomic in CPython: no lock on the send path
             return next(self._counter) % partitions
         return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def as_partitioner(fn: Callable[..., int]) -> Partitioner:
+    """``fn`` as this module's ``f(key_bytes, partition_count)``.
+
+    kafka-python 2.x calls a partitioner ``f(key_bytes, all_partitions, available_partitions)``
+    with lists of partition numbers; one that takes three positional arguments is called
+    that way (every partition is always available here), with the lists made once per
+    partition count, not per send.
+    """
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: ours
+        return fn
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in params if p.kind in positional and p.default is inspect.Parameter.empty]
+    if len(required) < 3:
+        return fn
+    lists: dict[int, list[int]] = {}
+
+    def kafka_python_style(key: bytes | None, partitions: int) -> int:
+        every = lists.get(partitions)
+        if every is None:
+            every = lists[partitions] = list(range(partitions))
+        return fn(key, every, every)
+
+    return kafka_python_style

@@ -7,20 +7,22 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..channel import FileChannel
-from ..errors import ChannelClosedError, ConfigError, RecordTypeError, Timeout, UnknownTopicError
-from ..record import Headers, checked_timestamp
+from ..config import ChannelConfig
+from ..errors import ChannelClosedError, ConfigError, MessageTooLargeError, RecordTypeError, Timeout, UnknownTopicError
+from ..record import Headers, checked_timestamp, serialized_sizes
 from .durable import GroupSync
 from .futures import RecordFuture
-from .partitioner import DefaultPartitioner, Partitioner
-from .records import RecordMetadata
+from .kafka_names import PRODUCER_IGNORED, check_names
+from .partitioner import DefaultPartitioner, as_partitioner
+from .records import RecordMetadata, TopicPartition
 from .topics import TopicStore
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_new_metadata = tuple.__new__
 
 
 def _not_bytes(what: str, obj: Any, serializer: Callable[[Any], bytes] | None) -> RecordTypeError:
@@ -36,6 +38,23 @@ def _not_bytes(what: str, obj: Any, serializer: Callable[[Any], bytes] | None) -
 Serializer = Callable[[Any], bytes]
 
 
+_ACKS = {0: None, 1: None, -1: "always", "all": "always"}  # kafka-python's acks -> the fsync it asks for
+_COMPRESSIONS = (None, "gzip", "snappy", "lz4", "zstd")
+_HONOURED = (
+    "acks",
+    "allow_auto_create_topics",
+    "batch_size",
+    "client_id",
+    "compression_type",
+    "key_serializer",
+    "linger_ms",
+    "max_request_size",
+    "partitioner",
+    "transactional_id",
+    "value_serializer",
+)
+
+
 class Producer:
     """Sends records to topics under ``root``. Thread-safe; any number of producers, in any
     number of processes, may send to the same topics at once.
@@ -46,19 +65,32 @@ class Producer:
     batch_size: bytes buffered per partition before a write is forced; default 1 MiB.
     fsync: "never", "interval" or "always" (a send's future completes once the record is on
         disk); default: the topic's setting.
-    partitioner: ``f(key_bytes_or_None, partition_count) -> partition``; default Kafka's
+    acks: kafka-python's: 0 or 1 keep the topic's fsync policy; "all" (or -1) means
+        ``fsync="always"`` unless ``fsync`` is given.
+    partitioner: ``f(key_bytes_or_None, partition_count) -> partition``, or kafka-python
+        2.x's ``f(key_bytes, all_partitions, available_partitions)``; default Kafka's
         (murmur2 of the key, round-robin without one).
     key_serializer / value_serializer: turn keys / values into bytes; default: they must be
         bytes already.
-    auto_create_topics: create a missing topic (1 partition, default settings) on first
-        send; with False, sending to it raises :class:`UnknownTopicError`.
+    auto_create_topics (kafka-python: allow_auto_create_topics): create a missing topic
+        (1 partition, default settings) on first send; with False, sending to it raises
+        :class:`UnknownTopicError`.
+    compression_type: kafka-python's; the compression of a topic this producer auto-creates
+        (None: "none", any other: "zstd"). An existing topic keeps its own.
+    max_request_size: the largest record (key, value and headers) this producer writes;
+        at most the topic's ``max_record_bytes``.
+    client_id: names this producer in its threads and errors.
+    Every other kafka-python name is accepted and ignored (see kafka_names.py and the
+    README); an unknown name is a :class:`ConfigError`. ``transactional_id`` is refused:
+    there are no transactions.
 
-    ``send`` returns a ``concurrent.futures.Future`` of :class:`RecordMetadata`. The offset
+    ``send`` returns a :class:`~.futures.RecordFuture` (a ``concurrent.futures.Future``
+    and kafka-python's ``FutureRecordMetadata``) of :class:`RecordMetadata`. The offset
     is known when the record is buffered, so the future is already done on return, except
     with ``fsync="always"``: then ``send`` returns at once and the future completes once an
     fsync covered the record (records sent meanwhile, by any thread, share that fsync); the
     record is queued, appended by a background thread, and its offset known only then, so
-    an error about the record itself (too large, not bytes) is raised by its future.
+    an error about the record itself (too large) is raised by its future.
     """
 
     def __init__(
@@ -68,11 +100,13 @@ class Producer:
         linger_ms: float = 5,
         batch_size: int = 1024 * 1024,
         fsync: str | None = None,
-        partitioner: Partitioner | None = None,
+        partitioner: Callable[..., int] | None = None,
         key_serializer: Serializer | None = None,
         value_serializer: Serializer | None = None,
         auto_create_topics: bool = True,
+        **configs: Any,
     ) -> None:
+        check_names("Producer", configs, PRODUCER_IGNORED, _HONOURED)
         if isinstance(linger_ms, bool) or not isinstance(linger_ms, (int, float)) or not 0 <= linger_ms < math.inf:
             # inf would keep the partitions' writer lock from other processes for good; nan is no time
             raise ConfigError(f"linger_ms must be a finite number >= 0, not {linger_ms!r}")
@@ -80,6 +114,21 @@ class Producer:
             raise ConfigError(f"batch_size must be an int >= 1, not {batch_size!r}")
         if fsync not in (None, "never", "interval", "always"):
             raise ConfigError(f"fsync must be 'never', 'interval' or 'always', not {fsync!r}")
+        acks = configs.get("acks", 1)
+        if isinstance(acks, bool) or acks not in _ACKS:
+            raise ConfigError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
+        compression = configs.get("compression_type")
+        if compression not in _COMPRESSIONS:
+            raise ConfigError(f"compression_type must be one of {_COMPRESSIONS}, not {compression!r}")
+        max_request = configs.get("max_request_size")
+        if max_request is not None and (isinstance(max_request, bool) or not isinstance(max_request, int) or max_request < 1):
+            raise ConfigError(f"max_request_size must be an int >= 1, not {max_request!r}")
+        if configs.get("transactional_id") is not None:
+            raise ConfigError(
+                "transactional_id: filechannel has no transactions (there is no broker to coordinate them); "
+                "leave it out, and commit consumed offsets after producing instead"
+            )
+        auto_create_topics = configs.get("allow_auto_create_topics", auto_create_topics)
         for name, fn in (
             ("partitioner", partitioner),
             ("key_serializer", key_serializer),
@@ -88,10 +137,17 @@ class Producer:
             if fn is not None and not callable(fn):
                 raise ConfigError(f"{name} must be callable, not {fn!r}")
         self._topics = TopicStore(root)
+        self.client_id = str(configs.get("client_id") or f"filechannel-producer-{os.getpid()}-{id(self):x}")
         self._overrides: dict[str, Any] = {"flush_interval": linger_ms / 1000, "buffer_bytes": batch_size}
+        if fsync is None:
+            fsync = _ACKS[acks]
         if fsync is not None:
             self._overrides["fsync"] = fsync
-        self._partitioner = partitioner or DefaultPartitioner()
+        self._max_request = max_request
+        self._new_topic_config = (
+            {} if "compression_type" not in configs else {"compression": "none" if compression is None else "zstd"}
+        )
+        self._partitioner = as_partitioner(partitioner) if partitioner is not None else DefaultPartitioner()
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._auto_create = auto_create_topics
@@ -99,6 +155,8 @@ class Producer:
         self._channels: dict[tuple[str, int], FileChannel] = {}
         self._senders: dict[tuple[str, int], Any] = {}
         self._syncs: dict[tuple[str, int], GroupSync] = {}
+        self._tps: dict[tuple[str, int], TopicPartition] = {}
+        self._sent = 0
         self._closed = False
 
     def _sender(self, topic: str, partition: int) -> Any:
@@ -112,20 +170,40 @@ class Producer:
             sender = self._senders.get(key)
             if sender is None:
                 overrides = self._overrides
-                durable = overrides.get("fsync", self._topics.meta(topic).get("config", {}).get("fsync")) == "always"
+                topic_config = self._topics.meta(topic).get("config", {})
+                if self._max_request is not None:  # only ever lowers the topic's limit: readers keep theirs
+                    limit = topic_config.get("max_record_bytes", ChannelConfig.max_record_bytes)
+                    overrides = {**overrides, "max_record_bytes": min(limit, self._max_request)}
+                durable = overrides.get("fsync", topic_config.get("fsync")) == "always"
                 if durable:  # the GroupSync fsyncs; the channel itself must not block sends
                     overrides = {**overrides, "fsync": "never"}
                 ch = self._topics.open_partition(topic, partition, **overrides)
                 self._channels[key] = ch
                 sender = ch.sender()
                 if durable:
-                    self._syncs[key] = GroupSync(sender, topic, partition)
+                    self._syncs[key] = GroupSync(sender, topic, partition, self.client_id)
                 self._senders[key] = sender
         return sender
 
+    def _tp(self, topic: str, partition: int) -> TopicPartition:
+        """The TopicPartition of a partition, made once (every RecordMetadata carries it)."""
+        tp = self._tps.get((topic, partition))
+        if tp is None:
+            tp = self._tps.setdefault((topic, partition), TopicPartition(topic, partition))
+        return tp
+
     def partitions_for(self, topic: str) -> set[int]:
-        """The partition numbers of ``topic`` (creating it if allowed and missing)."""
+        """The partition numbers of ``topic`` (creating it if allowed and missing, as kafka-python's does)."""
         return set(range(self._partition_count(topic)))
+
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """kafka-python's ``metrics()``, small: records sent and partitions open, under ``producer-metrics``."""
+        return {
+            "producer-metrics": {
+                "record-send-total": float(self._sent),
+                "partitions-open": float(len(self._senders)),
+            }
+        }
 
     def _partition_count(self, topic: str, partition: int | None = None) -> int:
         """The topic's partition count; a missing topic is created with one partition (if allowed
@@ -140,7 +218,7 @@ class Producer:
                     f"topic {topic!r} does not exist and would be created with one partition, so it has no partition "
                     f"{partition}; create it first: Admin(root).create_topic({topic!r}, partitions=N)"
                 ) from None
-            self._topics.create(topic, 1, {}, exist_ok=True)
+            self._topics.create(topic, 1, dict(self._new_topic_config), exist_ok=True)
             return self._topics.partitions(topic)
 
     def send(
@@ -151,14 +229,21 @@ class Producer:
         headers: Headers | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> Future[RecordMetadata]:
-        """Send one record; returns a future of where it landed."""
+    ) -> RecordFuture:
+        """Send one record; returns a future of where it landed (kafka-python's argument order).
+
+        Errors, as kafka-python reports them: a key or value that is not bytes (after the
+        serializers), a bad partition or timestamp, a closed producer raise here, before
+        anything is written (kafka-python raises these from ``send`` too); a record too large
+        fails its future with :class:`MessageTooLargeError` (kafka-python returns a future
+        failed with ``MessageSizeTooLargeError``), the same with every fsync policy.
+        """
         if self._closed:
             raise ChannelClosedError("this producer is closed")
         kbytes = self._key_serializer(key) if (self._key_serializer and key is not None) else key
         vbytes = self._value_serializer(value) if self._value_serializer else value
         if vbytes is None:
-            vbytes = b""
+            pass  # a tombstone: read back with value None, distinct from b""
         elif vbytes.__class__ is not bytes and not isinstance(vbytes, _BYTES_LIKE):
             raise _not_bytes("value", vbytes, self._value_serializer)
         if kbytes is not None and kbytes.__class__ is not bytes and not isinstance(kbytes, _BYTES_LIKE):
@@ -174,10 +259,33 @@ class Producer:
             raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {count - 1}")
         sender = self._sender(topic, partition)
         sync = self._syncs.get((topic, partition))
+        self._sent += 1  # not atomic across threads: metrics() is an estimate, as Kafka's are
         if sync is not None:
             return sync.add(vbytes, kbytes, headers, timestamp_ms)
-        offset = sender.send(vbytes, key=kbytes, headers=headers, timestamp=timestamp_ms)
-        return RecordFuture.resolved(RecordMetadata(topic, partition, offset, timestamp_ms))
+        try:
+            offset = sender.send(vbytes, key=kbytes, headers=headers, timestamp=timestamp_ms)
+        except MessageTooLargeError as exc:  # kafka-python: a failed future, as with fsync="always"
+            return RecordFuture.rejected(exc)
+        tp = self._tps.get((topic, partition)) or self._tp(topic, partition)
+        # tuple.__new__: the namedtuple's Python-level __new__ with 11 arguments cost more than the rest
+        return RecordFuture.resolved(
+            _new_metadata(
+                RecordMetadata,
+                (
+                    topic,
+                    partition,
+                    tp,
+                    offset,
+                    timestamp_ms,
+                    None,
+                    -1 if kbytes is None else len(kbytes),
+                    -1 if vbytes is None else len(vbytes),
+                    serialized_sizes(None, None, headers)[2] if headers else -1,
+                    0,
+                    -1,
+                ),
+            )
+        )
 
     def flush(self, timeout: float | None = None) -> None:
         """Write every buffered record (and fsync, unless the policy is "never").
@@ -200,7 +308,10 @@ class Producer:
                 pass  # the records' own futures carry the error
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush and release the partitions. Closing twice is harmless."""
+        """Flush and release the partitions. Closing twice is harmless.
+
+        ``timeout`` (seconds, kafka-python's) bounds the wait for records queued for an fsync.
+        """
         with self._lock:
             if self._closed:
                 return

@@ -491,6 +491,9 @@ def test_the_resync_scan_finds_the_first_valid_frame_after_damage_and_nothing_in
     # across the 1 MiB read chunks: a frame that starts a few bytes before a chunk's end
     for lead in (1 << 20) - 20, (1 << 20) - 3, (1 << 20) + 1:
         assert resync(tmp_path, bytes(lead) + frame) == lead, lead
-    # a frame whose record does not decode is not a frame a writer made
-    undecodable = encode_frame(b"\x04" + bytes(8))
+    # a frame whose record does not decode (an unknown attribute bit) is not a frame a writer made
+    undecodable = encode_frame(b"\x08" + bytes(8))
     assert resync(tmp_path, undecodable) is None
+    # a tombstone (attribute bit 2, no value) is a valid frame: damage before one is damage, not a torn tail
+    tombstone = encode_frame(encode_payload(None, b"key", None, 7))
+    assert resync(tmp_path, bytes(bad) + tombstone, start=1) == len(bad)

@@ -16,7 +16,7 @@ def anyio_backend(request):
 @pytest.mark.anyio
 async def test_send_then_getone_and_getmany(tmp_path, anyio_backend):
     async with AsyncProducer(tmp_path) as producer:
-        md = await producer.send("t", b"one", key=b"k")
+        md = await (await producer.send("t", b"one", key=b"k"))  # aiokafka's two steps
         assert (md.topic, md.partition, md.offset) == ("t", 0, 0)
         await producer.send_and_wait("t", b"two")
         async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest") as consumer:

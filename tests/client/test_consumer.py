@@ -187,9 +187,21 @@ def test_consumer_arguments_are_validated(root, kwargs):
         Consumer("t", root=root, **kwargs)
 
 
-def test_unknown_topic(root):
-    with pytest.raises(UnknownTopicError):
-        Consumer("missing", root=root)
+def test_a_subscribed_topic_that_does_not_exist_yet_is_read_once_created(root):
+    # kafka-python subscribes to a missing topic without an error and reads it once it exists.
+    with Consumer("missing", root=root, auto_offset_reset="earliest", metadata_max_age_ms=50) as c:
+        assert c.assignment() == set() and c.poll(timeout_ms=0) == {}
+        with Producer(root, auto_create_topics=False) as p, pytest.raises(UnknownTopicError):
+            p.send("missing", b"x")
+        Admin(root).create_topic("missing")
+        with Producer(root) as p:
+            p.send("missing", b"first")
+        got: list[bytes] = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            got = [r.value for recs in c.poll(timeout_ms=100).values() for r in recs]
+        assert got == [b"first"]
+        assert c.assignment() == {TopicPartition("missing", 0)}
 
 
 def test_durable_producer_futures_complete_after_their_fsync(tmp_path, monkeypatch):
