@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -239,16 +241,19 @@ def _start_offsets(consumer: Consumer, spec: str) -> None:
             consumer.seek(tp, found[tp].offset if found[tp] else ends[tp])
 
 
-def _records(consumer: Consumer, follow: bool, limit: int | None, timeout_ms: int | None) -> Iterator[Any]:
-    """Records as they come: until ``limit``, until ``timeout_ms`` without one, or (not following) the end."""
+def _records(consumer: Consumer, follow: bool, limit: int | None, timeout_ms: int | None, stop: threading.Event) -> Iterator[Any]:
+    """Records as they come: until ``limit``, until ``timeout_ms`` without one, (not following) the
+    end, or ``stop`` (set by a signal; seen within one poll's wait, 0.5 s)."""
     ends = consumer.end_offsets(consumer.assignment())
     seen = 0
     last = time.monotonic()
-    while limit is None or seen < limit:
+    while (limit is None or seen < limit) and not stop.is_set():
         wait = 500 if timeout_ms is None else max(0, min(500, timeout_ms - int((time.monotonic() - last) * 1000)))
         batch = consumer.poll(timeout_ms=wait, max_records=500 if limit is None else min(500, limit - seen))
         for recs in batch.values():
             for rec in recs:
+                if stop.is_set():
+                    return
                 yield rec
                 seen += 1
                 last = time.monotonic()
@@ -366,22 +371,37 @@ def consume(
         if start is not None:
             _start_offsets(consumer, start)
         stdout = sys.stdout.buffer
-        interrupted = False
+        # Ctrl-C or SIGTERM ends a console consumer between two records, never inside one: then
+        # exactly what was written to stdout is counted and (with a group) committed, as Kafka's
+        # console consumer commits on shutdown. poll hands out whole batches, so the commit names
+        # the offsets printed rather than the consumer's positions.
+        stop = threading.Event()
+        signals = {signal.SIGINT: 130, signal.SIGTERM: 143}
+        caught: list[int] = []
+
+        def on_signal(signum: int, _frame: object) -> None:
+            caught.append(signum)
+            stop.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in signals}
+        printed: dict[TopicPartition, int] = {}
         try:
-            for rec in _records(consumer, follow, limit, timeout_ms):
+            for rec in _records(consumer, follow, limit, timeout_ms, stop):
                 if fmt == "raw":
                     stdout.write(formatter.format(rec))
                 else:
                     stdout.write(json.dumps(_as_json(rec)).encode() + b"\n")
                 stdout.flush()
+                printed[TopicPartition(rec.topic, rec.partition)] = rec.offset + 1
                 count += 1
-        except KeyboardInterrupt:
-            interrupted = True  # Ctrl-C ends a console consumer: commit what was printed, as Kafka's does on shutdown
-        if group is not None:
-            consumer.commit()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if group is not None and printed:
+            consumer.commit(printed)
         err.print(f"Processed a total of {count} messages")
-        if interrupted:
-            ctx.exit(130)  # as a shell expects of a program ended by Ctrl-C
+        if caught:
+            ctx.exit(signals[caught[0]])  # 130 after Ctrl-C, as a shell expects; 143 after SIGTERM
     finally:
         consumer.close(autocommit=False)
 

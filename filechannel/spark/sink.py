@@ -242,8 +242,6 @@ def staged_rows(spec: SinkSpec, messages: list[Any], router: Router) -> dict[tup
         values, keys = _as_bytes(col("value")), _as_bytes(col("key"))
         topics, parts, headers = col("topic").to_pylist(), col("partition").to_pylist(), col("headers").to_pylist()
         for value, key, topic, part, hdrs in zip(values, keys, topics, parts, headers, strict=True):
-            if value is None:
-                raise SinkError("a row has a null value; the sink writes only non-null values")
             h = [(e["key"], e["value"].encode() if isinstance(e["value"], str) else e["value"]) for e in hdrs] if hdrs else []
             out.setdefault(router.route(topic, part, key), []).append((value, key, h))
     return out

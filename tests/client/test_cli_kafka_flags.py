@@ -281,7 +281,8 @@ def test_topics_create_takes_kafkas_dotted_configs(tmp_path):
         assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
 
 
-def test_ctrl_c_ends_a_group_consumer_and_commits_what_it_printed(tmp_path):
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_ends_a_group_consumer_and_commits_what_it_printed(tmp_path, sig, code):
     Admin(tmp_path).create_topic("t", partitions=1)
     _send(tmp_path, "t", [b"a", b"b", b"c"])
     env = {**os.environ, "FILECHANNEL_ROOT": str(tmp_path)}
@@ -293,13 +294,13 @@ def test_ctrl_c_ends_a_group_consumer_and_commits_what_it_printed(tmp_path):
     )
     try:
         assert [proc.stdout.readline() for _ in range(3)] == [b"a\n", b"b\n", b"c\n"]  # now waiting for more
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130 and b"Processed a total of 3 messages" in err and b"Traceback" not in err
+    assert proc.returncode == code and b"Processed a total of 3 messages" in err and b"Traceback" not in err
     assert _committed(tmp_path) == {("t", 0): 3}
 
 

@@ -11,6 +11,7 @@ import json
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
+from filechannel import FileChannel
 from filechannel.client import Admin, Producer
 from filechannel.spark.options import SourceOptions
 from filechannel.spark.source import FileChannelStreamReader
@@ -273,8 +274,15 @@ def test_what_the_sink_cannot_do_fails_clearly_and_writes_nothing(spark, tmp_pat
     df = spark.createDataFrame([("v",)], "value string")
     with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
         df.write.format("filechannel").option("root", str(tmp_path)).option("topic", "s").save()
-    # A null value would be a tombstone in Kafka; a record here always has a value, so it is refused.
-    nulls = spark.createDataFrame([("a",), (None,)], "value string")
-    with pytest.raises(Exception, match="a row has a null value"):
-        nulls.write.mode("append").format("filechannel").option("root", str(tmp_path)).option("topic", "s").save()
-    assert "s" not in Admin(tmp_path).list_topics() or _reader(spark, tmp_path, subscribe="s").load().count() == 0
+    assert "s" not in Admin(tmp_path).list_topics()
+
+
+def test_a_null_value_writes_a_tombstone(spark, tmp_path):
+    # As Kafka's sink: a null value is a record without a value (a tombstone), not an empty one.
+    rows = spark.createDataFrame([("k1", "a"), ("k2", None), ("k3", "")], "key string, value string")
+    rows.write.mode("append").format("filechannel").option("root", str(tmp_path)).option("topic", "s").save()
+    with FileChannel(tmp_path / "s" / "0", read_only=True) as ch:
+        got = {r.key: r.value for r in ch.receiver("earliest").recv_many(10, timeout=5)}
+    assert got == {b"k1": b"a", b"k2": None, b"k3": b""}
+    back = {r["key"]: r["value"] for r in _reader(spark, tmp_path, subscribe="s").load().collect()}
+    assert back == {b"k1": b"a", b"k2": None, b"k3": b""}
