@@ -19,7 +19,6 @@ import weakref
 from collections.abc import Callable
 
 from .appender import Appender
-from .compressed import CompressedSegment
 from .config import ChannelConfig
 from .cursor import Cursor
 from .errors import (
@@ -36,7 +35,6 @@ from .files import folder_bytes
 from .log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from .names import validate_name
 from .position import PositionStore
-from .readahead import BlockReadahead
 from .receiver import AckReceiver, Receiver
 from .record import Record, checked_timestamp, decode_records
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, find_valid_frame, read_segment_header, valid_frame_at
@@ -268,7 +266,7 @@ class FileChannel:
         """
         self._check_open()
         refs = self._log.list_segments()
-        total = sum(self._log.segment_bytes_on_disk(r) for r in refs)
+        total = sum(self._segment_bytes(r) for r in refs)
         done = count = 0
         active = refs[-1].base_offset if refs else None
         expected: int | None = None  # where the records of the segment checked before end
@@ -293,38 +291,42 @@ class FileChannel:
                 )
             expected = ref.base_offset + n
             count += n
-            done += self._log.segment_bytes_on_disk(ref)
+            done += self._segment_bytes(ref)
             if progress is not None:
                 progress(done, total)
             i += 1
         return count
 
+    def _segment_bytes(self, ref: SegmentRef) -> int:
+        """Bytes ``check`` reads of a segment: its file, or its chunks in tier-2."""
+        return ref.remote.size if ref.remote is not None else self._log.segment_bytes_on_disk(ref)
+
     def _check_segment(self, ref: SegmentRef, sealed: bool) -> int:
         """Check every frame of one segment; return its number of records."""
         if ref.compressed:
-            seg = CompressedSegment.open(ref.path)
-            blocks = BlockReadahead(seg)
+            blocks = self._log.open_compressed(ref)  # a local .seg.z, or one uploaded to tier-2
             try:
-                info = seg.info
+                info = blocks.info
                 n = 0
                 for i, block in enumerate(info.blocks):
                     out: list[Record] = []
                     data = blocks.block(i)
+                    where = blocks.where(i)
                     try:
                         end, got = decode_records(data, 0, block.first_offset, len(data), out)
                     except CorruptRecordError as exc:
                         raise CorruptRecordError(
-                            f"compressed segment {ref.path!r}: block {i} (offsets from {block.first_offset}): {exc}"
+                            f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}"
                         ) from exc
                     if end != len(data):
                         raise CorruptRecordError(
-                            f"compressed segment {ref.path!r}: block {i} ends in a partial frame "
+                            f"compressed segment {where!r}: block {i} ends in a partial frame "
                             f"at offset {block.first_offset + got}"
                         )
                     following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
                     if block.first_offset + got != following:
                         raise CorruptRecordError(
-                            f"compressed segment {ref.path!r}: block {i} holds offsets {block.first_offset} to "
+                            f"compressed segment {where!r}: block {i} holds offsets {block.first_offset} to "
                             f"{block.first_offset + got - 1}, but the next block or the segment's end is at {following}"
                         )
                     n += got
@@ -336,7 +338,6 @@ class FileChannel:
                 return n
             finally:
                 blocks.close()
-                seg.close()
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:

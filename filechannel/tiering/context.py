@@ -25,6 +25,7 @@ from ..config import ChannelConfig
 from ..errors import TierError
 from .layout import validate_channel
 from .metadata import TierMetadata
+from .remote_segment import RemoteReader
 from .storage import ChunkStorage, open_storage, redact_url
 
 STANDALONE_METADATA = os.path.join("tier", "metadata.db")
@@ -39,14 +40,26 @@ class TierContext:
     logged: they may come from the environment with credentials).
     """
 
-    def __init__(self, url: str, options: dict[str, Any], metadata_path: str, name: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        options: dict[str, Any],
+        metadata_path: str,
+        name: str,
+        *,
+        cache_bytes: int = ChannelConfig.tier_cache_bytes,
+        concurrency: int = ChannelConfig.tier_concurrency,
+    ) -> None:
         self.url = url
+        self.cache_bytes = cache_bytes
+        self.concurrency = concurrency
         self.name = validate_channel(name)
         self.metadata_path = os.fspath(metadata_path)
         self._options = dict(options)
         self._lock = threading.Lock()
         self._storage: ChunkStorage | None = None
         self._metadata: TierMetadata | None = None
+        self._reader: RemoteReader | None = None
         self._closed = False
 
     def _check_open(self) -> None:
@@ -72,12 +85,25 @@ class TierContext:
                 self._metadata = TierMetadata(self.metadata_path)
             return self._metadata
 
+    @property
+    def reader(self) -> RemoteReader:
+        """The read side (tables, the block cache of ``cache_bytes``, prefetch threads), made on first use."""
+        storage = self.storage
+        with self._lock:
+            self._check_open()
+            if self._reader is None:
+                self._reader = RemoteReader(storage, self.cache_bytes, self.concurrency)
+            return self._reader
+
     def close(self) -> None:
-        """Close what was opened (idempotent)."""
+        """Close what was opened (idempotent); the prefetch threads stop before the storage closes."""
         with self._lock:
             self._closed = True
             storage, self._storage = self._storage, None
             metadata, self._metadata = self._metadata, None
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
         try:
             if storage is not None:
                 storage.close()
@@ -110,4 +136,11 @@ def tier_context_for(
         metadata_path = os.path.join(path, STANDALONE_METADATA)
     if name is None:
         name = os.path.basename(path)
-    return TierContext(config.tier, config.tier_options or {}, metadata_path, name)
+    return TierContext(
+        config.tier,
+        config.tier_options or {},
+        metadata_path,
+        name,
+        cache_bytes=config.tier_cache_bytes,
+        concurrency=config.tier_concurrency,
+    )
