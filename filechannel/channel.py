@@ -17,6 +17,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .appender import Appender
 from .config import ChannelConfig
@@ -41,6 +42,9 @@ from .segment import SEGMENT_HEADER_SIZE, FrameScanner, find_valid_frame, read_s
 from .sender import Sender
 from .wakeup import Wakeup
 
+if TYPE_CHECKING:  # imported lazily at run time, only when the config has a tier
+    from .tiering.context import TierContext
+
 log = logging.getLogger("filechannel")
 
 Progress = Callable[[int, int], None]
@@ -57,9 +61,23 @@ class FileChannel:
     ``wakeup`` lets several channels share one :class:`~filechannel.wakeup.Wakeup`, so a
     reader of many channels (a consumer of many partitions) can wait on all at once; the
     caller then closes it.
+
+    With ``tier`` set in the config, the channel has a tier-2 (see DESIGN.md "Tier-2"):
+    ``tier_metadata`` is the metadata store's path (default ``CHANNEL/tier/metadata.db``)
+    and ``tier_name`` the channel's name in tier-2 (default the folder's name); the client
+    passes ``ROOT/.tier/metadata.db`` and ``TOPIC/PARTITION``. Only the tiering daemon
+    uploads and deletes; this channel's maintenance only compresses.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, wakeup: Wakeup | None = None, **config: object) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        wakeup: Wakeup | None = None,
+        tier_metadata: str | None = None,
+        tier_name: str | None = None,
+        **config: object,
+    ) -> None:
         raw = os.fspath(path).rstrip(os.sep)
         validate_name(os.path.basename(raw), "channel name (the folder's last component)")
         self.path = os.path.abspath(raw)
@@ -68,7 +86,13 @@ class FileChannel:
             raise ConfigError(f"channel path {self.path!r} exists and is not a folder")
         with os_errors("create channel folder", self.path):
             os.makedirs(self.path, exist_ok=True)
-        self._log = Log(self.path, self.config)
+        self._tier: TierContext | None = None
+        if self.config.tier is not None:
+            # FileChannel composes the layers: the engine below it never imports tiering.
+            from .tiering.context import tier_context_for
+
+            self._tier = tier_context_for(self.path, self.config, tier_metadata, tier_name)
+        self._log = Log(self.path, self.config, tier=self._tier)
         self._own_wakeup = wakeup is None
         self._wakeup = Wakeup(self.path) if wakeup is None else wakeup
         self._wakeup.add_folder(self.path)
@@ -77,7 +101,7 @@ class FileChannel:
         self._mutex = threading.Lock()
         self._appender: Appender | None = None
         self._receivers: weakref.WeakSet[Receiver] = weakref.WeakSet()
-        if not self._log.list_segments():
+        if not self._log.local_segments():
             with self._log.writer_lock.holding():
                 self._log.create_first_segment()
         self.positions.remove_stale_temp_files()
@@ -395,6 +419,8 @@ class FileChannel:
             if self._own_wakeup:
                 self._wakeup.close()
             self._log.close()
+            if self._tier is not None:
+                self._tier.close()
 
     def __enter__(self) -> FileChannel:
         return self

@@ -16,6 +16,10 @@ Invariants (every process that opens the folder keeps them):
   frames before a reader or recovery starts from them.
 - Compression and garbage collection run only under ``maintenance.lock``; they touch
   sealed segments only, and delete a prefix of them, never a hole.
+- With a tier (``tier`` is not None), :meth:`Log.collect_garbage` deletes nothing: only
+  the tiering daemon deletes segments, and only once they are uploaded (see
+  filechannel/tiering/daemon.py), so no retention rule or reader position can delete a
+  segment that exists nowhere else.
 
 This class keeps an in-process cache of the listing and of sealed segments' indexes; it
 is shared by the channel's senders and receivers and is thread-safe.
@@ -112,7 +116,7 @@ class Log:
     def __init__(self, path: str, config: ChannelConfig, tier: TierContext | None = None) -> None:
         self.path = path
         self.config = config
-        self.tier = tier  # None without tiering
+        self.tier = tier  # tier-2 of this channel, built by FileChannel; None without tiering
         self.writer_lock = FileLock(os.path.join(path, "writer.lock"))
         self.maintenance_lock = FileLock(os.path.join(path, "maintenance.lock"))
         self._mutex = threading.Lock()
@@ -877,7 +881,10 @@ class Log:
         A sealed segment goes when all of its records lie below ``hold`` (the smallest
         durable reader position, None if there is none), or when retention says so.
         Only a prefix of the sealed segments is ever deleted. Caller holds maintenance.lock.
+        With a tier it deletes nothing: the tiering daemon deletes, uploaded segments only.
         """
+        if self.tier is not None:
+            return []
         refs = self.local_segments()
         sealed = refs[:-1]
         if not sealed:
@@ -901,15 +908,24 @@ class Log:
                 total -= sizes[j]
                 j += 1
             k = max(k, j)
+        return self.delete_sealed_prefix(ends[k - 1]) if k else []
+
+    def delete_sealed_prefix(self, upto: int) -> list[int]:
+        """Delete the sealed segments whose records all lie below ``upto``, oldest first (a crash
+        midway leaves a shorter prefix, never a hole); never the active segment. Return their
+        base offsets. Caller holds maintenance.lock."""
+        refs = self.list_segments()
         deleted = []
-        for ref in sealed[:k]:
+        for ref, end in zip(refs[:-1], [r.base_offset for r in refs[1:]], strict=True):
+            if end > upto:
+                break
             for suffix in (names.COMPRESSED_SUFFIX, names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
                 unlink_if_exists(self.file(ref.base_offset, suffix))
             deleted.append(ref.base_offset)
         if deleted:
             fsync_dir(self.path)
             self.list_segments()
-            log.info("channel %s: deleted %d sealed segment(s) below offset %d", self.path, len(deleted), ends[k - 1])
+            log.info("channel %s: deleted %d sealed segment(s) below offset %d", self.path, len(deleted), upto)
         return deleted
 
     def close(self) -> None:
