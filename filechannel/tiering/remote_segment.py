@@ -85,7 +85,7 @@ class RemoteReader:
 
     def _read_table(self, record: SegmentRecord) -> CompressedInfo:
         where = self.object_url(record.chunks[0].name)
-        head = read_range(self, record, 0, min(record.size, _FIRST_READ))
+        head = read_range(self, record, 0, min(record.chunks[0].length, _FIRST_READ))  # one request, one object
         if len(head) < Z_HEADER.size:
             raise CorruptRecordError(f"tier-2 segment {where!r} ({record.size} bytes) is shorter than its header")
         length = table_length(head)

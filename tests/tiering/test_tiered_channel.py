@@ -1,0 +1,255 @@
+"""A channel whose old segments are only in tier-2 reads as one log (file:// and S3 on SeaweedFS).
+
+Segments are uploaded by the tiering uploader, then their local copies removed as local
+retention does; every read then goes through the listing, the cursor and check() as a user's.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from filechannel import FileChannel
+from filechannel.errors import CorruptRecordError, MissingSegmentError, OffsetOutOfRangeError, StorageUnavailableError
+from filechannel.tiering.context import TierContext
+
+from .tier_helpers import offload, read_all
+
+N = 3000
+
+
+def payload(i: int) -> bytes:
+    return f"record-{i:06d}-".encode() * 3
+
+
+@pytest.fixture(params=["file", "s3"])
+def tier(request: pytest.FixtureRequest, tmp_path, monkeypatch) -> Iterator[dict[str, Any]]:
+    """Tier settings of a channel: a local folder, or a bucket on the session's SeaweedFS
+    (credentials from the environment, as boto3's chain finds them: never in the config)."""
+    if request.param == "file":
+        yield {"tier": (tmp_path / "tier2").as_uri()}
+        return
+    server = request.getfixturevalue("seaweed")
+    bucket = server.new_bucket()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", server.secret_key)
+    yield {"tier": f"s3://{bucket}/fc", "tier_options": {"endpoint_url": server.endpoint, "region_name": "us-east-1"}}
+
+
+def settings(tier: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {
+        "segment_bytes": 8192,
+        "compression_block_bytes": 1024,
+        "maintenance_interval": 0,
+        "tier_chunk_bytes": 1500,  # blocks of about 300 bytes: many span two chunks
+        **tier,
+        **more,
+    }
+
+
+def filled(path: str, tier: dict[str, Any], n: int = N, **more: Any) -> FileChannel:
+    ch = FileChannel(path, **settings(tier, **more))
+    with ch.sender() as tx:
+        for i in range(n):
+            tx.send(payload(i), timestamp=1_000_000 + i)
+        tx.flush()
+    ch.compress_sealed()
+    return ch
+
+
+def test_receiver_from_earliest_reads_every_record_once_across_tiers(tmp_path, tier) -> None:
+    with filled(str(tmp_path / "ch"), tier) as ch:
+        uploaded = offload(ch, keep_local=2)
+        assert len(uploaded) >= 5
+        local = ch._log.local_segments()
+        remote = [r for r in ch._log.list_segments() if r.remote is not None]
+        assert len(remote) == len(uploaded) - 1  # the last uploaded one is still local: read locally
+        assert remote[-1].remote.end_offset == local[0].base_offset  # the old segments are only in tier-2
+        assert ch.first_offset == 0 == uploaded[0].base_offset
+        records = read_all(ch.receiver("earliest"), N)
+        assert [r.offset for r in records] == list(range(N))
+        assert [r.value for r in records] == [payload(i) for i in range(N)]
+        assert ch.check() == N
+
+
+def test_seek_and_offset_for_time_land_inside_remote_segments(tmp_path, tier) -> None:
+    with filled(str(tmp_path / "ch"), tier) as ch:
+        uploaded = offload(ch, keep_local=2)
+        inside = uploaded[2].base_offset + (uploaded[2].end_offset - uploaded[2].base_offset) // 2
+        with ch.receiver(inside) as rx:
+            got = rx.recv(timeout=5)
+            assert got.offset == inside and got.value == payload(inside)
+            rx.seek(uploaded[0].base_offset + 7)
+            got = rx.recv(timeout=5)
+            assert got.offset == 7 and got.value == payload(7)
+        assert ch.offset_for_time(1_000_000 + inside) == inside
+        assert ch.offset_for_time(0) == 0
+        assert ch.offset_for_time(1_000_000 + N) is None
+
+
+def test_an_empty_folder_of_a_tiered_channel_starts_at_the_tiers_end(tmp_path, tier) -> None:
+    path = str(tmp_path / "ch")
+    meta = str(tmp_path / "meta" / "metadata.db")
+    with filled(path, tier, tier_metadata=meta) as ch:
+        uploaded = offload(ch, keep_local=0)
+        end = uploaded[-1].end_offset
+    shutil.rmtree(path)  # the disk was lost: tier-2 and its metadata remain
+    with FileChannel(path, tier_metadata=meta, **settings(tier)) as ch:
+        assert ch.end_offset == end  # never 0: new records must not reuse uploaded offsets
+        assert ch.first_offset == 0
+        with ch.sender() as tx:
+            tx.send(b"after", timestamp=5)
+            tx.flush()
+        records = read_all(ch.receiver("earliest"), end + 1)
+        assert [r.offset for r in records] == list(range(end + 1))
+        assert records[-1].value == b"after"
+
+
+def _flip(ctx: TierContext, name: str, position: int) -> None:
+    data = bytearray(ctx.storage.read(name, 0, ctx.storage.info(name).length))
+    data[position] ^= 0x40
+    ctx.storage.write(name, bytes(data))
+
+
+def test_a_flipped_byte_in_a_chunk_raises_naming_the_object(tmp_path, tier) -> None:
+    with filled(str(tmp_path / "ch"), tier) as ch:
+        uploaded = offload(ch, keep_local=2)
+        seg = uploaded[1]
+        chunk = seg.chunks[-1]
+        # a byte inside the last block's body (past the table): a record's CRC or zstd catches it
+        _flip(ch._tier, chunk.name, chunk.length - 20)
+        with pytest.raises(CorruptRecordError) as info:
+            ch.check()
+        assert chunk.name in str(info.value)
+        with ch.receiver("earliest") as rx, pytest.raises(CorruptRecordError) as info:
+            while True:
+                assert rx.recv(timeout=5).offset < seg.end_offset  # nothing after the damage
+        assert chunk.name in str(info.value)
+
+
+def test_a_missing_chunk_raises_naming_the_object_and_the_offsets(tmp_path, tier) -> None:
+    with filled(str(tmp_path / "ch"), tier) as ch:
+        uploaded = offload(ch, keep_local=2)
+        seg = uploaded[2]
+        gone = seg.chunks[1]
+        ch._tier.storage.delete(gone.name)
+        with pytest.raises(CorruptRecordError) as info:
+            ch.check()
+        assert gone.name in str(info.value) and "missing" in str(info.value)
+        assert f"offsets {seg.base_offset} to {seg.end_offset - 1}" in str(info.value)
+        with ch.receiver(seg.base_offset) as rx, pytest.raises(CorruptRecordError, match="missing"):
+            while True:
+                rx.recv(timeout=5)
+        # the segments before it read whole, in order, up to the damage and no further
+        with ch.receiver("earliest") as rx:
+            seen = 0
+            with pytest.raises(CorruptRecordError):
+                while True:
+                    assert rx.recv(timeout=5).offset == seen
+                    seen += 1
+            assert uploaded[1].end_offset <= seen <= seg.end_offset
+
+
+def test_offsets_below_the_tiers_first_are_out_of_range(tmp_path, tier) -> None:
+    with filled(str(tmp_path / "ch"), tier) as ch:
+        uploaded = offload(ch, keep_local=2, drop_first=1)  # total retention removed the first from tier-2 too
+        assert ch.first_offset == uploaded[0].base_offset > 0
+        with pytest.raises(OffsetOutOfRangeError):
+            ch.receiver(uploaded[0].base_offset - 1)
+
+
+def test_the_block_cache_stays_within_its_bound(tmp_path, tier) -> None:
+    cache = 4096
+    with filled(str(tmp_path / "ch"), tier, tier_cache_bytes=cache) as ch:
+        uploaded = offload(ch, keep_local=1)
+        records = read_all(ch.receiver("earliest"), N)
+        assert [r.offset for r in records] == list(range(N))
+        reader = ch._tier.reader
+        assert 0 < reader.cache.peak_bytes <= cache
+        assert sum(s.size for s in uploaded) > 5 * cache  # far more was read than the cache holds
+
+
+def test_prefetch_keeps_several_blocks_in_flight(tmp_path, tier) -> None:
+    with filled(str(tmp_path / "ch"), tier) as ch:
+        uploaded = offload(ch, keep_local=1)
+        reader = ch._tier.reader
+        seg = reader.open(uploaded[0])
+        try:
+            assert seg.depth > 1
+            seg.block(0)
+            ahead = dict(seg._ahead)
+            assert len(ahead) == min(seg.depth, len(seg.info.blocks) - 1)  # scheduled at once, not one by one
+            for i in range(1, len(seg.info.blocks)):
+                seg.block(i)  # served by the prefetch threads (or the cache they filled)
+        finally:
+            seg.close()
+        for i in range(1, len(seg.info.blocks)):
+            assert ahead.get(i) is None or ahead[i].done()
+
+
+def test_an_unreachable_storage_raises_at_the_read_and_the_read_can_be_retried(tmp_path, seaweed, proxy_factory, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
+    proxy = proxy_factory(seaweed.s3_port)
+    tier = {
+        "tier": f"s3://{seaweed.new_bucket()}/fc",
+        "tier_options": {"endpoint_url": proxy.endpoint, "region_name": "us-east-1", "max_attempts": 2},
+    }
+    with filled(str(tmp_path / "ch"), tier) as ch:
+        uploaded = offload(ch, keep_local=1)
+        proxy.answer_503(10_000)
+        with ch.receiver("earliest") as rx:
+            with pytest.raises(StorageUnavailableError):
+                rx.recv(timeout=5)
+            proxy.pass_through()
+            assert rx.recv(timeout=5).offset == 0  # the same read, retried: nothing was lost or skipped
+        assert proxy.answered_503 >= 2
+        assert uploaded
+
+
+def test_connections_cut_mid_body_resume_with_the_right_bytes(tmp_path, seaweed, proxy_factory, monkeypatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
+    proxy = proxy_factory(seaweed.s3_port)
+    tier = {
+        "tier": f"s3://{seaweed.new_bucket()}/fc",
+        "tier_options": {"endpoint_url": proxy.endpoint, "region_name": "us-east-1", "max_attempts": 3},
+    }
+    # big chunks, so a ranged read of a block has a body to cut
+    with filled(str(tmp_path / "ch"), tier, compression_block_bytes=4096, tier_chunk_bytes=1 << 20) as ch:
+        offload(ch, keep_local=1)
+        proxy.reset_after(600, connections=6)  # the headers and part of the body, then a reset
+        records = read_all(ch.receiver("earliest"), N)
+        assert [r.value for r in records] == [payload(i) for i in range(N)]
+        assert proxy.resets_done >= 1
+
+
+def test_a_segment_both_local_and_uploaded_is_read_locally(tmp_path, tier) -> None:
+    with filled(str(tmp_path / "ch"), tier) as ch:
+        uploaded = offload(ch, keep_local=len(ch._log.local_segments()))  # uploads, deletes nothing
+        assert uploaded
+        assert all(r.remote is None for r in ch._log.list_segments())
+        for seg in uploaded:
+            for c in seg.chunks:
+                ch._tier.storage.delete(c.name)  # tier-2 copies gone: reads never touch them
+        assert ch.check() == N
+        assert len(read_all(ch.receiver("earliest"), N)) == N
+
+
+def test_a_gap_between_tiers_is_a_hole(tmp_path, tier) -> None:
+    with filled(str(tmp_path / "ch"), tier) as ch:
+        uploaded = offload(ch, keep_local=2)
+        # the metadata of the last segment only in tier-2 removed: offsets between the tiers are missing
+        ctx = ch._tier
+        last = uploaded[-2]
+        epoch = ctx.metadata.take_epoch("test")
+        ctx.metadata.begin_delete(epoch, ctx.name, last.base_offset)
+        ctx.metadata.finish_delete(epoch, ctx.name, last.base_offset)
+        with pytest.raises(MissingSegmentError, match=f"offsets {last.base_offset} to {last.end_offset - 1}"):
+            ch.check()
+        with ch.receiver("earliest") as rx, pytest.raises(MissingSegmentError):
+            while True:
+                assert rx.recv(timeout=5).offset < last.base_offset
