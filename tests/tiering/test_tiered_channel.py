@@ -6,6 +6,7 @@ retention does; every read then goes through the listing, the cursor and check()
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from filechannel import FileChannel
+from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.errors import CorruptRecordError, MissingSegmentError, OffsetOutOfRangeError, StorageUnavailableError
 from filechannel.tiering.context import TierContext
 
@@ -253,3 +255,54 @@ def test_a_gap_between_tiers_is_a_hole(tmp_path, tier) -> None:
         with ch.receiver("earliest") as rx, pytest.raises(MissingSegmentError):
             while True:
                 assert rx.recv(timeout=5).offset < last.base_offset
+
+
+def test_an_ack_receiver_reads_across_tiers_and_resumes_where_it_acked(tmp_path, tier) -> None:
+    path = str(tmp_path / "ch")
+    with filled(path, tier) as ch:
+        uploaded = offload(ch, keep_local=2)
+        half = uploaded[1].base_offset + 5  # inside a segment only in tier-2
+        with ch.ack_receiver("g") as rx:
+            got = [rx.recv(timeout=5) for _ in range(half)]
+            assert [r.offset for r in got] == list(range(half))
+            rx.ack(half)
+    with FileChannel(path, **settings(tier)) as ch, ch.ack_receiver("g") as rx:
+        rest = read_all(rx, N - half)
+        assert [r.value for r in rest] == [payload(i) for i in range(half, N)]
+
+
+def test_a_consumer_of_a_tiered_topic_reads_every_record_once_in_order(tmp_path, tier) -> None:
+    root = str(tmp_path / "root")
+    topic = {k: v for k, v in settings(tier).items() if k != "maintenance_interval"}  # a writer's setting
+    Admin(root).create_topic("t", 2, **topic)
+    with Producer(root) as p:
+        for i in range(N):
+            p.send("t", payload(i), partition=i % 2, timestamp_ms=1_000_000 + i)
+    remote: dict[int, list] = {}
+    for part in (0, 1):
+        with Admin(root).open_partition("t", part, maintenance_interval=0) as ch:
+            ch.compress_sealed()
+            remote[part] = offload(ch, keep_local=1)
+            assert ch._tier.name == f"t/{part}"
+            assert remote[part] and os.path.exists(os.path.join(root, ".tier", "metadata.db"))
+    with Consumer("t", root=root, auto_offset_reset="earliest", max_poll_records=500) as c:
+        recs = []
+        while batch := c.poll(timeout_ms=1000):
+            for part_recs in batch.values():
+                recs.extend(part_recs)
+            if len(recs) >= N:
+                break
+    for part in (0, 1):
+        mine = [r for r in recs if r.partition == part]
+        assert [r.value for r in mine] == [payload(i) for i in range(part, N, 2)]
+        assert [r.offset for r in mine] == list(range(len(mine)))
+    tp = TopicPartition("t", 1)
+    with Consumer(root=root) as c:
+        c.assign([tp])
+        assert c.beginning_offsets([tp]) == {tp: 0}
+        seg = remote[1][1]
+        inside = seg.base_offset + 3
+        found = c.offsets_for_times({tp: 1_000_000 + 2 * inside + 1})[tp]  # partition 1 holds records 1, 3, 5...
+        assert found is not None and found.offset == inside and found.timestamp == 1_000_000 + 2 * inside + 1
+        c.seek(tp, inside)
+        assert c.poll(timeout_ms=1000)[tp][0].value == payload(2 * inside + 1)
