@@ -174,24 +174,6 @@ def test_the_block_cache_stays_within_its_bound(tmp_path, tier) -> None:
         assert sum(s.size for s in uploaded) > 5 * cache  # far more was read than the cache holds
 
 
-def test_prefetch_keeps_several_blocks_in_flight(tmp_path, tier) -> None:
-    with filled(str(tmp_path / "ch"), tier) as ch:
-        uploaded = offload(ch, keep_local=1)
-        reader = ch._tier.reader
-        seg = reader.open(uploaded[0])
-        try:
-            assert seg.depth > 1
-            seg.block(0)
-            ahead = dict(seg._ahead)
-            assert len(ahead) == min(seg.depth, len(seg.info.blocks) - 1)  # scheduled at once, not one by one
-            for i in range(1, len(seg.info.blocks)):
-                seg.block(i)  # served by the prefetch threads (or the cache they filled)
-        finally:
-            seg.close()
-        for i in range(1, len(seg.info.blocks)):
-            assert ahead.get(i) is None or ahead[i].done()
-
-
 def test_an_unreachable_storage_raises_at_the_read_and_the_read_can_be_retried(tmp_path, seaweed, proxy_factory, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
