@@ -112,11 +112,15 @@ class RemoteReader:
 
     def prefetch(self, segment: RemoteSegment, i: int) -> Future[BlockData]:
         """Fetch and decompress block ``i`` of ``segment`` on a prefetch thread."""
-        return self._pool.submit(segment.load, i)
+        with self._lock:  # against close: a closed pool refuses work with a RuntimeError
+            if self._closed:
+                raise ChannelClosedError(f"the tier-2 reader of {self.storage.url} is closed")
+            return self._pool.submit(segment.load, i)
 
     def close(self) -> None:
         """Stop the prefetch threads (waits for the reads in flight) and drop the caches."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.cache.clear()
         with self._lock:
