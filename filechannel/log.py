@@ -914,7 +914,7 @@ class Log:
         """Delete the sealed segments whose records all lie below ``upto``, oldest first (a crash
         midway leaves a shorter prefix, never a hole); never the active segment. Return their
         base offsets. Caller holds maintenance.lock."""
-        refs = self.list_segments()
+        refs = self.local_segments()  # local files only: with a tier, the listing also holds remote segments
         deleted = []
         for ref, end in zip(refs[:-1], [r.base_offset for r in refs[1:]], strict=True):
             if end > upto:

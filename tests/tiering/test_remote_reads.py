@@ -22,7 +22,7 @@ from filechannel.tiering.layout import SegmentRecord
 from filechannel.tiering.local_storage import LocalStorage
 from filechannel.tiering.remote_segment import RemoteReader
 
-from .tier_helpers import offload
+from .read_helpers import offload
 
 SCRIPT = Path(sys.executable).parent / "filechannel"
 

@@ -18,7 +18,7 @@ from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.errors import CorruptRecordError, MissingSegmentError, OffsetOutOfRangeError, StorageUnavailableError
 from filechannel.tiering.context import TierContext
 
-from .tier_helpers import offload, read_all
+from .read_helpers import offload, read_all
 
 N = 3000
 

@@ -1,58 +1,82 @@
-"""Helpers of the tier-2 read tests: upload a channel's sealed segments with the real uploader,
-then remove their local copies as local retention does (oldest first, a prefix, never the active one)."""
+"""Helpers shared by the daemon tests: a tiered topic with small segments, and an oracle that reads
+back what tier-2 holds (chunks joined into a .seg.z, decoded with the engine's own decoder).
+
+Also the child process of the crash and fencing tests: ``python tier_helpers.py daemon ROOT [--once]``
+runs a TieringDaemon and prints one line per action, flushed (the parent waits on those lines).
+"""
 
 from __future__ import annotations
 
-from filechannel import FileChannel
-from filechannel.files import fsync_dir
-from filechannel.receiver import Receiver
-from filechannel.record import Record
-from filechannel.tiering.layout import SegmentRecord
-from filechannel.tiering.uploader import SegmentToUpload, upload_segment
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from filechannel.client.topics import Admin, TopicStore
+from filechannel.compressed import CompressedSegment
+from filechannel.record import Record, decode_records
+from filechannel.tiering import ChunkStorage
+from filechannel.tiering.metadata import TierMetadata
+
+SMALL = {"segment_bytes": 4096, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}
 
 
-def offload(ch: FileChannel, keep_local: int, drop_first: int = 0) -> list[SegmentRecord]:
-    """Upload every sealed compressed segment of ``ch``; delete the local copies of all but
-    the last ``keep_local`` local segments (the active one always stays); then remove the
-    first ``drop_first`` uploaded segments from tier-2 too (total retention). Returns the
-    segments left in tier-2, oldest first."""
-    ctx, log = ch._tier, ch._log
-    assert ctx is not None
-    epoch = ctx.metadata.take_epoch("test")
-    refs = log.local_segments()
-    uploaded = []
-    for ref in refs[:-1]:
-        assert ref.compressed, f"{ref.path} is not compressed"
-        info = log.compressed_info(ref)
-        segment = SegmentToUpload(ref.path, info.base_offset, info.end_offset, info.max_timestamp)
-        uploaded.append(
-            upload_segment(
-                ctx.storage, ctx.metadata, epoch, ctx.name, segment, chunk_bytes=ch.config.tier_chunk_bytes, concurrency=2
-            )
-        )
-    with log.maintenance_lock.holding():
-        gone = refs[: max(0, min(len(refs) - 1, len(refs) - keep_local))]
-        log._delete_segments(gone)
-        fsync_dir(log.path)
-    for record in uploaded[:drop_first]:
-        ctx.metadata.begin_delete(epoch, ctx.name, record.base_offset)
-        for name in [c.name for c in record.chunks] + ([record.manifest] if record.manifest else []):
-            ctx.storage.delete(name)
-        ctx.metadata.finish_delete(epoch, ctx.name, record.base_offset)
-    log.list_segments()
-    return uploaded[drop_first:]
+def make_topic(root: Path, tier: str, partitions: int = 1, **settings: Any) -> None:
+    Admin(root).create_topic("t", partitions, tier=tier, **{**SMALL, **settings})
 
 
-def read_all(rx: Receiver, n: int) -> list[Record]:
-    """``n`` records from ``rx`` (each within 10 s), then the receiver is closed."""
+def produce(root: Path, values: list[bytes], partition: int = 0) -> None:
+    """Send ``values`` one by one (one frame each, so small segments roll often)."""
+    with TopicStore(root).open_partition("t", partition, maintenance_interval=0) as ch, ch.sender() as tx:
+        for value in values:
+            tx.send(value)
+
+
+def local_bases(root: Path, partition: int = 0) -> list[int]:
+    folder = root / "t" / str(partition)
+    return sorted({int(n.split(".")[0]) for n in os.listdir(folder) if n.endswith((".seg", ".seg.z"))})
+
+
+def tier2_records(storage: ChunkStorage, metadata: TierMetadata, channel: str) -> list[Record]:
+    """Every record of the uploaded segments of ``channel``, read back from the chunks."""
     out: list[Record] = []
-    try:
-        while len(out) < n:
-            out.extend(rx.recv_many(n - len(out), timeout=10) or _none(rx, len(out)))
-    finally:
-        rx.close()
+    for record in metadata.segments(channel):
+        data = b"".join(storage.read(c.name, 0, c.length) for c in record.chunks)
+        assert len(data) == record.size
+        with tempfile.NamedTemporaryFile(suffix=".seg.z") as f:
+            f.write(data)
+            f.flush()
+            segment = CompressedSegment.open(f.name)
+            try:
+                assert (segment.info.base_offset, segment.info.end_offset) == (record.base_offset, record.end_offset)
+                offset = record.base_offset
+                for i in range(len(segment.info.blocks)):
+                    raw = segment.read_block(i)
+                    _pos, n = decode_records(raw, 0, offset, 1 << 30, out)
+                    offset += n
+                assert offset == record.end_offset
+            finally:
+                segment.close()
     return out
 
 
-def _none(rx: Receiver, got: int) -> list[Record]:
-    raise AssertionError(f"no record within 10 s at position {rx.position} after {got} records")
+def _daemon_main(argv: list[str]) -> int:
+    from filechannel.tiering.daemon import TieringDaemon
+
+    root, once = argv[0], "--once" in argv
+
+    def progress(line: str) -> None:
+        print(line, flush=True)
+
+    with TieringDaemon(root, progress=progress, interval=0.01) as daemon:
+        print(f"started epoch {daemon.epoch}", flush=True)
+        report = daemon.run(once=once)
+    print(f"done uploaded={report.uploaded} failures={len(report.failures)}", flush=True)
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "daemon":
+        sys.exit(_daemon_main(sys.argv[2:]))
+    raise SystemExit(f"unknown command {sys.argv[1]!r}")

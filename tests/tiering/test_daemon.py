@@ -1,0 +1,169 @@
+"""The tiering daemon on a root: uploads to a local folder and to S3 (SeaweedFS), local retention deletes
+only uploaded segments, a failing storage deletes nothing and shows in the status, total retention
+removes tier-2 copies, compression="none" topics, one daemon per root."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from filechannel.errors import TierError
+from filechannel.tiering import open_storage
+from filechannel.tiering.context import ROOT_METADATA
+from filechannel.tiering.daemon import TieringDaemon, tier_status
+from filechannel.tiering.metadata import TierMetadata
+
+from .tier_helpers import local_bases, make_topic, produce, tier2_records
+
+HELPERS = Path(__file__).with_name("tier_helpers.py")
+
+
+def values(n: int, start: int = 0) -> list[bytes]:
+    return [b"%06d" % i + os.urandom(90) for i in range(start, start + n)]
+
+
+def tier_for(kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict]:
+    """A storage URL and its (non-secret) options; S3 credentials come from the environment."""
+    if kind == "file":
+        return f"file://{tmp_path}/tier", {}
+    server = request.getfixturevalue("seaweed")
+    bucket = request.getfixturevalue("bucket")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", server.secret_key)
+    return f"s3://{bucket}/tier", {"endpoint_url": server.endpoint, "region_name": "us-east-1"}
+
+
+@pytest.mark.parametrize("kind", ["file", pytest.param("s3", marks=pytest.mark.s3)])
+def test_pass_uploads_then_local_retention_keeps_only_what_is_not_uploaded(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    url, options = tier_for(kind, tmp_path, request, monkeypatch)
+    make_topic(root, url, tier_options=options, local_retention_bytes=0)
+    sent = values(300)
+    produce(root, sent)
+    before = local_bases(root)
+    assert len(before) > 3
+    lines: list[str] = []
+    with TieringDaemon(root, progress=lines.append) as daemon:
+        report = daemon.run(once=True)
+    assert report.failures == []
+    assert report.uploaded == len(before) - 1  # every sealed segment; never the active one
+    assert local_bases(root) == [before[-1]]  # local retention 0: only the active segment stays
+    with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url, **options) as storage:
+        assert [r.base_offset for r in metadata.segments("t/0")] == before[:-1]
+        got = tier2_records(storage, metadata, "t/0")
+    assert [r.value for r in got] == sent[: before[-1]]
+    assert [r.offset for r in got] == list(range(before[-1]))
+    assert any("uploaded offsets" in line for line in lines)
+    [status] = tier_status(root)
+    assert (status.uploaded_segments, status.waiting_segments, status.local_segments) == (len(before) - 1, 0, 1)
+
+
+def test_local_retention_bytes_keeps_the_newest_uploaded(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    make_topic(root, f"file://{tmp_path}/tier", local_retention_bytes=3 * 4096)
+    produce(root, values(300))
+    with TieringDaemon(root) as daemon:
+        assert daemon.run(once=True).failures == []
+        kept = local_bases(root)
+        with TierMetadata(root / ROOT_METADATA) as metadata:
+            uploaded = [r.base_offset for r in metadata.segments("t/0")]
+    assert 1 < len(kept) <= 4  # about 3 segments' worth of bytes stays local
+    assert uploaded[0] < kept[0]  # the older ones are only in tier-2
+    assert set(kept[:-1]) <= set(uploaded)  # every local sealed segment is uploaded too
+
+
+@pytest.mark.s3
+def test_unreachable_storage_deletes_nothing_and_status_shows_the_backlog(
+    tmp_path: Path, seaweed, bucket: str, unused_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
+    root = tmp_path / "root"
+    options = {"endpoint_url": f"http://127.0.0.1:{unused_port}", "region_name": "us-east-1", "max_attempts": 1}
+    make_topic(root, f"s3://{bucket}/t", tier_options=options, local_retention_bytes=0, retention_bytes=0)
+    produce(root, values(200))
+    before = local_bases(root)
+    with TieringDaemon(root) as daemon:
+        report = daemon.run(once=True)
+    assert len(report.failures) == 1 and report.failures[0].startswith("t/0: ") and "unreachable" in report.failures[0]
+    assert local_bases(root) == before  # neither local nor total retention deleted a segment not uploaded
+    [status] = tier_status(root)
+    assert status.uploaded_segments == 0
+    assert status.waiting_segments == len(before) - 1 and status.waiting_bytes > 0 and status.upload_lag_offsets > 0
+    assert status.last_error is not None and "unreachable" in status.last_error
+    # the storage is back (the topic's endpoint fixed): the next daemon cleans up and uploads everything
+    topic_file = root / "t" / "topic.json"
+    meta = json.loads(topic_file.read_text())
+    meta["config"]["tier_options"] = {**options, "endpoint_url": seaweed.endpoint}
+    topic_file.write_text(json.dumps(meta))
+    with TieringDaemon(root) as daemon:
+        report = daemon.run(once=True)
+    assert report.failures == [] and report.uploaded == len(before) - 1
+    [status] = tier_status(root)
+    assert status.last_error is None and status.waiting_segments == 0
+
+
+def test_total_retention_removes_tier2_copies(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    url = f"file://{tmp_path}/tier"
+    make_topic(root, url, local_retention_bytes=0)
+    produce(root, values(300))
+    with TieringDaemon(root) as daemon:
+        daemon.run(once=True)
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        all_uploaded = metadata.segments("t/0")
+    total = sum(r.size for r in all_uploaded)
+    # keep about half of what tier-2 holds
+    topic_file = root / "t" / "topic.json"
+    meta = json.loads(topic_file.read_text())
+    meta["config"]["retention_bytes"] = total // 2
+    topic_file.write_text(json.dumps(meta))
+    with TieringDaemon(root) as daemon:
+        report = daemon.run(once=True)
+    assert report.failures == [] and report.deleted_remote > 0
+    with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as storage:
+        kept = metadata.segments("t/0")
+        assert sum(r.size for r in kept) + os.path.getsize(next((root / "t" / "0").glob("*.seg"))) <= total // 2 + 4096
+        assert kept == all_uploaded[-len(kept) :]  # the oldest went, a prefix
+        names = {o.name for o in storage.list("t/0/")}
+        assert names == {c.name for r in kept for c in r.chunks} | {r.manifest for r in kept}
+        assert metadata.segments("t/0", states=("deleting",)) == []
+
+
+def test_compression_none_uploads_the_block_form_and_keeps_local_raw(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    url = f"file://{tmp_path}/tier"
+    make_topic(root, url, compression="none", fsync="always")
+    sent = values(200)
+    produce(root, sent)
+    before = local_bases(root)
+    with TieringDaemon(root) as daemon:
+        assert daemon.run(once=True).failures == []
+    folder = root / "t" / "0"
+    assert not list(folder.glob("*.seg.z")) and local_bases(root) == before  # local copies stay raw, all kept
+    assert os.listdir(root / ".tier" / "staging") == []
+    with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as storage:
+        got = tier2_records(storage, metadata, "t/0")
+    assert [r.value for r in got] == sent[: before[-1]]
+
+
+def test_one_daemon_per_root(tmp_path: Path) -> None:
+    """A second daemon, in another process, refuses to start while the first holds the root's lock."""
+    root = tmp_path / "root"
+    make_topic(root, f"file://{tmp_path}/tier")
+    with TieringDaemon(root):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        child = subprocess.run(
+            [sys.executable, str(HELPERS), "daemon", str(root), "--once"], capture_output=True, text=True, env=env
+        )
+        assert child.returncode != 0
+        assert "another tiering daemon holds" in child.stderr
+    with pytest.raises(TierError, match="not started"):
+        _ = TieringDaemon(root).metadata
