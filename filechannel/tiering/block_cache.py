@@ -13,9 +13,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 
-from .. import compressed
-
-BlockData = compressed.BlockData
+from ..compressed import BlockData
 
 
 class BlockCache:
