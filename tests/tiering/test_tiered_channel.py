@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +19,7 @@ from filechannel import FileChannel
 from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.errors import CorruptRecordError, MissingSegmentError, OffsetOutOfRangeError, StorageUnavailableError
 from filechannel.tiering.context import TierContext
+from filechannel.tiering.daemon import TieringDaemon
 
 from .read_helpers import offload, read_all
 
@@ -295,3 +298,41 @@ def test_a_consumer_of_a_tiered_topic_reads_every_record_once_in_order(tmp_path,
         assert found is not None and found.offset == inside and found.timestamp == 1_000_000 + 2 * inside + 1
         c.seek(tp, inside)
         assert c.poll(timeout_ms=1000)[tp][0].value == payload(2 * inside + 1)
+
+
+def test_the_daemon_offloads_and_a_group_consumer_reads_across_tiers_in_another_process(tmp_path, tier) -> None:
+    root = tmp_path / "root"
+    topic = {k: v for k, v in settings(tier).items() if k != "maintenance_interval"}
+    Admin(root).create_topic("t", 1, local_retention_bytes=0, **topic)
+    with Producer(root) as p:
+        for i in range(N):
+            p.send("t", payload(i), partition=0, timestamp_ms=1_000_000 + i)
+    with TieringDaemon(root) as daemon:
+        assert daemon.run(once=True).failures == []
+    segments = [n for n in os.listdir(root / "t" / "0") if n.endswith((".seg", ".seg.z"))]
+    assert len(segments) == 1  # local retention 0: every uploaded local copy went, the active segment stays
+    half = N // 2
+    with Consumer("t", root=root, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        got = []
+        while len(got) < half:
+            for recs in c.poll(timeout_ms=1000, max_records=half - len(got)).values():
+                got.extend(recs)
+        c.commit()
+    assert [r.value for r in got] == [payload(i) for i in range(half)]
+    # another process of the group goes on from the committed offset, inside tier-2
+    code = (
+        "import sys; from filechannel.client import Consumer\n"
+        "with Consumer('t', root=sys.argv[1], group_id='g', auto_offset_reset='earliest') as c:\n"
+        "    n = 0; first = None\n"
+        f"    while n < {N - half}:\n"
+        "        for recs in c.poll(timeout_ms=5000).values():\n"
+        "            first = recs[0].offset if first is None else first\n"
+        "            for r in recs:\n"
+        "                assert r.value == (b'record-%06d-' % r.offset) * 3, r\n"
+        "            n += len(recs)\n"
+        "    print(first, n)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.split() == [str(half).encode(), str(N - half).encode()]
