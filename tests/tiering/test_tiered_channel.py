@@ -336,3 +336,32 @@ def test_the_daemon_offloads_and_a_group_consumer_reads_across_tiers_in_another_
     done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.split() == [str(half).encode(), str(N - half).encode()]
+
+
+def test_the_s3_server_killed_and_restarted_mid_read(tmp_path, private_seaweed, monkeypatch) -> None:
+    server = private_seaweed
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", server.secret_key)
+    bucket = server.new_bucket()
+    tier = {
+        "tier": f"s3://{bucket}/fc",
+        "tier_options": {"endpoint_url": server.endpoint, "region_name": "us-east-1", "max_attempts": 2},
+    }
+    with filled(str(tmp_path / "ch"), tier, tier_cache_bytes=4096) as ch:  # a small cache: reads keep going to S3
+        uploaded = offload(ch, keep_local=1)
+        got: list = []
+        failures = 0
+        with ch.receiver("earliest") as rx:
+            got.extend(rx.recv_many(100, timeout=5))
+            server.kill()
+            while len(got) < N:
+                try:
+                    got.extend(rx.recv_many(N - len(got), timeout=5))
+                except StorageUnavailableError:
+                    failures += 1
+                    assert failures == 1, "the read failed again once the server was back"
+                    server.start()
+                    server.wait_until_serving(bucket, f"fc/{uploaded[-1].chunks[0].name}")
+        assert failures == 1
+        assert [r.offset for r in got] == list(range(N))  # nothing lost, skipped or repeated
+        assert [r.value for r in got] == [payload(i) for i in range(N)]
