@@ -181,7 +181,7 @@ class Log:
 
     def _remote_ref(self, record: SegmentRecord) -> SegmentRef:
         assert self.tier is not None
-        return SegmentRef(record.base_offset, True, self.tier.reader.object_url(record.chunks[0].name), record)
+        return SegmentRef(record.base_offset, True, self.tier.object_url(record.chunks[0].name), record)
 
     def tier_end_offset(self) -> int:
         """One past the last uploaded offset (0 without tiering or with nothing uploaded):

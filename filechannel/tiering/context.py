@@ -85,6 +85,11 @@ class TierContext:
                 self._metadata = TierMetadata(self.metadata_path)
             return self._metadata
 
+    def object_url(self, name: str) -> str:
+        """Where object ``name`` is, for messages; opens nothing (a listing names remote
+        segments this way, so a storage that cannot be opened fails their reads, not the listing)."""
+        return f"{redact_url(self.url).rstrip('/')}/{name}"
+
     @property
     def reader(self) -> RemoteReader:
         """The read side (tables, the block cache of ``cache_bytes``, prefetch threads), made on first use."""

@@ -365,3 +365,22 @@ def test_the_s3_server_killed_and_restarted_mid_read(tmp_path, private_seaweed, 
         assert failures == 1
         assert [r.offset for r in got] == list(range(N))  # nothing lost, skipped or repeated
         assert [r.value for r in got] == [payload(i) for i in range(N)]
+
+
+def test_an_endpoint_that_is_down_fails_remote_reads_only(tmp_path, seaweed, unused_port, monkeypatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
+    bucket = seaweed.new_bucket()
+    options = {"region_name": "us-east-1", "max_attempts": 2}
+    path = str(tmp_path / "ch")
+    with filled(path, {"tier": f"s3://{bucket}/fc", "tier_options": {"endpoint_url": seaweed.endpoint, **options}}) as ch:
+        uploaded = offload(ch, keep_local=2)
+    down = {"tier": f"s3://{bucket}/fc", "tier_options": {"endpoint_url": f"http://127.0.0.1:{unused_port}", **options}}
+    with FileChannel(path, **settings(down)) as ch:
+        assert ch.first_offset == 0  # the listing needs the metadata only
+        local_first = uploaded[-1].base_offset  # uploaded and still local: read locally
+        with ch.receiver(local_first) as rx:
+            assert [r.offset for r in read_all(rx, N - local_first)] == list(range(local_first, N))
+        with pytest.raises(StorageUnavailableError, match=str(unused_port)):
+            ch.receiver("earliest")
+        assert len(ch._log.local_segments()) == 2  # nothing was deleted
