@@ -472,7 +472,9 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
     if not partitions:
         return []
     result = []
-    with TierMetadata(os.path.join(root, ROOT_METADATA)) as metadata:
+    path = os.path.join(root, ROOT_METADATA)
+    metadata = TierMetadata(path) if os.path.exists(path) else None  # no daemon ran yet: nothing uploaded
+    try:
         for part in partitions:
             log_ = Log(part.path, part.config)
             try:
@@ -480,11 +482,10 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
                 sizes = [log_.segment_bytes_on_disk(r) for r in refs]
             finally:
                 log_.close()
-            remote = metadata.segments(part.name)
+            remote = metadata.segments(part.name) if metadata is not None else []
             bases = {r.base_offset for r in remote}
             ends = [r.base_offset for r in refs[1:]]
             waiting = [(i, r) for i, r in enumerate(refs[:-1]) if r.base_offset not in bases and ends[i] != r.base_offset]
-            lag = sum(ends[i] - r.base_offset for i, r in waiting)
             result.append(
                 PartitionStatus(
                     part.name,
@@ -494,8 +495,11 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
                     sum(r.size for r in remote),
                     len(waiting),
                     sum(sizes[i] for i, _ in waiting),
-                    lag,
+                    sum(ends[i] - r.base_offset for i, r in waiting),
                     errors.get(part.name),
                 )
             )
+    finally:
+        if metadata is not None:
+            metadata.close()
     return result
