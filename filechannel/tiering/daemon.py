@@ -8,7 +8,8 @@ partition of every topic whose settings have ``tier``:
 0. clean up: finish "deleting" rows (objects, then row), abandon "uploading" rows (of a
    dead epoch, or this epoch's failed attempt: objects, then row), and, on the
    partition's first pass of this epoch, delete objects of older epochs that no row
-   names (late writes of a fenced uploader);
+   names (late writes of a fenced uploader), and copy the topic's settings to
+   ``<topic>/topic.json`` in tier-2 (the bucket describes itself);
 1. compress sealed raw segments (under the channel's ``maintenance.lock``, as the
    channel's maintenance thread does);
 2. upload the eligible ones, oldest first (see :mod:`.uploader`): sealed, in ``.seg.z``
@@ -190,6 +191,13 @@ class TieringDaemon:
             delete_objects(storage, orphans)
             self._progress(f"{part.name}: deleted {len(orphans)} orphan object(s) of older epochs")
 
+    def _copy_settings(self, part: Partition, storage: ChunkStorage) -> None:
+        """Write the topic's settings beside its partitions in tier-2 (``<topic>/topic.json``), so
+        the bucket describes itself; once per epoch (settings change rarely and writes are atomic)."""
+        topic = part.name.rpartition("/")[0]
+        if topic:
+            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(part.config.as_dict(), sort_keys=True).encode())
+
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current partition (thread- and signal-safe)."""
         self._stop.set()
@@ -278,6 +286,7 @@ class TieringDaemon:
                 self._progress(f"{part.name}: abandoned the upload of epoch {record.epoch} at offset {record.base_offset}")
             if part.name not in self._swept:
                 self._sweep_orphans(part, storage)
+                self._copy_settings(part, storage)
                 self._swept.add(part.name)
             self._upload(part, log_, storage, report)
             self._local_retention(part, log_, report)

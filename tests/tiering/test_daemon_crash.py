@@ -123,7 +123,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
         assert len(bases) == len(set(bases))  # each segment uploaded exactly once
         assert [r.base_offset for r in uploaded[1:]] == [r.end_offset for r in uploaded[:-1]]  # contiguous
         assert uploaded[0].base_offset == 0 and uploaded[-1].end_offset == local_bases(root)[0]
-        names = {o.name for o in storage.list()}
+        names = {o.name for o in storage.list("t/0/")}
         assert names == {c.name for r in uploaded for c in r.chunks} | {r.manifest for r in uploaded}  # no orphan
         remote_records = tier2_records(storage, metadata, "t/0")
     with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch:
@@ -173,5 +173,5 @@ def test_paused_daemon_is_fenced_when_another_took_over(tmp_path: Path) -> None:
         assert epochs == sorted(epochs) and set(epochs) <= {epoch_a, epoch_b}
         assert next(r for r in uploaded if r.base_offset == interrupted.base_offset).epoch == epoch_b
         # A wrote nothing that survives after B took over: every object is named by an uploaded row
-        names = {o.name for o in storage.list()}
+        names = {o.name for o in storage.list("t/0/")}
         assert names == {c.name for r in uploaded for c in r.chunks} | {r.manifest for r in uploaded}
