@@ -58,7 +58,7 @@ from ..lock import FileLock
 from ..log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from ..recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..recovery_point import read_recovery_point
-from .context import ROOT_METADATA, ROOT_TIER_DIR
+from .context import ROOT_METADATA, ROOT_TIER_DIR, STANDALONE_METADATA
 from .layout import DELETING, UPLOADED, UPLOADING, SegmentRecord, parse_object_name
 from .metadata import TierMetadata
 from .storage import ChunkStorage, open_storage, redact_url
@@ -125,6 +125,11 @@ def tiered_partitions(root: str) -> list[Partition]:
 class TieringDaemon:
     """Tiers every tiered topic of ``root`` (see the module docstring).
 
+    With ``channel`` (the settings of a standalone :class:`~filechannel.channel.FileChannel`,
+    which are stored nowhere), ``root`` is that channel's folder: the daemon tiers it alone,
+    with its lock, staging and status in ``CHANNEL/tier/`` beside the standalone metadata
+    ``CHANNEL/tier/metadata.db``, under the channel's folder name (what the channel reads).
+
     ``wait``: if another daemon holds the root's lock, wait for it (else raise TierError at
     :meth:`start`). ``progress`` receives one line per action (defaults to the logger).
     Use as a context manager, or call :meth:`start` and :meth:`close`.
@@ -134,13 +139,19 @@ class TieringDaemon:
         self,
         root: str | os.PathLike[str],
         *,
+        channel: ChannelConfig | None = None,
         owner: str | None = None,
         wait: bool = False,
         interval: float = 1.0,
         progress: Progress | None = None,
     ) -> None:
         self.root = os.path.abspath(os.fspath(root))
-        self.tier_dir = os.path.join(self.root, ROOT_TIER_DIR)
+        if channel is not None and channel.tier is None:
+            raise ConfigError(f"the channel {self.root} has no tier setting: nothing to tier")
+        self._channel = channel
+        metadata = ROOT_METADATA if channel is None else STANDALONE_METADATA
+        self.metadata_path = os.path.join(self.root, metadata)
+        self.tier_dir = os.path.dirname(self.metadata_path)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.wait = wait
         self.interval = interval
@@ -168,7 +179,7 @@ class TieringDaemon:
             )
         self._lock = lock
         try:
-            self._metadata = TierMetadata(os.path.join(self.root, ROOT_METADATA))
+            self._metadata = TierMetadata(self.metadata_path)
             self.epoch = self._metadata.take_epoch(self.owner)
             self._progress(f"epoch {self.epoch} taken by {self.owner}")
             for name in os.listdir(os.path.join(self.tier_dir, STAGING_DIR)):
@@ -176,6 +187,12 @@ class TieringDaemon:
         except BaseException:
             self.close()
             raise
+
+    def _partitions(self) -> list[Partition]:
+        if self._channel is None:
+            return tiered_partitions(self.root)
+        config = ChannelConfig.from_kwargs(**{**self._channel.as_dict(), "maintenance_interval": 0})
+        return [Partition(self.root, os.path.basename(self.root), config)]
 
     def _sweep_orphans(self, part: Partition, storage: ChunkStorage) -> None:
         """Delete objects of this channel written by an older epoch that no row names."""
@@ -252,7 +269,7 @@ class TieringDaemon:
         the pass goes on with the next; a :class:`FencedError` stops the pass at once.
         """
         report = PassReport()
-        for part in tiered_partitions(self.root):
+        for part in self._partitions():
             if self._stop.is_set():
                 break
             try:

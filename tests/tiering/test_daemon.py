@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from filechannel.errors import TierError
+from filechannel import FileChannel
+from filechannel.config import ChannelConfig
+from filechannel.errors import ConfigError, TierError
 from filechannel.tiering import open_storage
 from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import TieringDaemon, tier_status
@@ -191,3 +193,22 @@ def test_one_daemon_per_root(tmp_path: Path) -> None:
         assert "another tiering daemon holds" in child.stderr
     with pytest.raises(TierError, match="not started"):
         _ = TieringDaemon(root).metadata
+
+
+def test_standalone_channel_is_tiered_by_its_own_daemon(tmp_path: Path) -> None:
+    """A standalone FileChannel's settings are stored nowhere: the daemon is given them, and uses
+    the channel's own metadata (CHANNEL/tier/metadata.db) under the folder's name, as the channel does."""
+    url = f"file://{tmp_path}/tier"
+    settings = {"tier": url, "segment_bytes": 4096, "tier_chunk_bytes": 1024, "local_retention_bytes": 0}
+    sent = values(200)
+    with FileChannel(tmp_path / "solo", maintenance_interval=0, **settings) as ch, ch.sender() as tx:
+        for value in sent:
+            tx.send(value)
+    before = sorted(int(n.split(".")[0]) for n in os.listdir(tmp_path / "solo") if n.endswith(".seg"))
+    with TieringDaemon(tmp_path / "solo", channel=ChannelConfig(**settings)) as daemon:
+        assert daemon.run(once=True).failures == []
+    assert sorted(int(n.split(".")[0]) for n in os.listdir(tmp_path / "solo") if n.endswith((".seg", ".seg.z"))) == [before[-1]]
+    with TierMetadata(tmp_path / "solo" / "tier" / "metadata.db") as metadata, open_storage(url) as storage:
+        assert [r.value for r in tier2_records(storage, metadata, "solo")] == sent[: before[-1]]
+    with pytest.raises(ConfigError, match="no tier setting"):
+        TieringDaemon(tmp_path / "solo", channel=ChannelConfig())
