@@ -102,3 +102,36 @@ def test_run_stops_cleanly_on_sigterm_and_one_daemon_per_root(tmp_path: Path) ->
     assert proc.returncode == 0, err
     assert any("SIGTERM" in line for line in lines) and lines[-1].rstrip().endswith("stopped")
     fc("tier", "run", "--root", str(root), "--once")  # the lock was released
+
+
+def test_run_wait_blocks_until_the_first_daemon_stops(tmp_path: Path) -> None:
+    """With --wait, a second daemon blocks on the root's lock (seen in /proc/locks as a blocked
+    flock request), then runs once the first one is closed, with a newer epoch."""
+    from filechannel.tiering.daemon import TieringDaemon
+
+    root = tmp_path / "root"
+    make_topic(root, f"file://{tmp_path}/tier")
+    produce(root, [os.urandom(100) for _ in range(100)])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = TieringDaemon(root)
+    first.start()
+    try:
+        proc = subprocess.Popen(
+            [str(SCRIPT), "tier", "run", "--root", str(root), "--once", "--wait"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+        def blocked() -> bool:
+            with open("/proc/locks") as f:
+                return any("->" in line and " FLOCK " in line and f" {proc.pid} " in line for line in f)
+
+        wait_for(blocked, 30, "the second daemon to block on the root's lock")
+        epoch = first.epoch
+    finally:
+        first.close()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"epoch {epoch + 1} taken" in out and "uploaded offsets" in out
