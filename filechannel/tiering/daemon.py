@@ -8,7 +8,8 @@ partition of every topic whose settings have ``tier``:
 0. clean up: finish "deleting" rows (objects, then row), abandon "uploading" rows (of a
    dead epoch, or this epoch's failed attempt: objects, then row), and, on the
    partition's first pass of this epoch, delete objects of older epochs that no row
-   names (late writes of a fenced uploader);
+   names (late writes of a fenced uploader), and copy the topic's settings to
+   ``<topic>/topic.json`` in tier-2 (the bucket describes itself);
 1. compress sealed raw segments (under the channel's ``maintenance.lock``, as the
    channel's maintenance thread does);
 2. upload the eligible ones, oldest first (see :mod:`.uploader`): sealed, in ``.seg.z``
@@ -57,7 +58,7 @@ from ..lock import FileLock
 from ..log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from ..recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..recovery_point import read_recovery_point
-from .context import ROOT_METADATA, ROOT_TIER_DIR
+from .context import ROOT_METADATA, ROOT_TIER_DIR, STANDALONE_METADATA
 from .layout import DELETING, UPLOADED, UPLOADING, SegmentRecord, parse_object_name
 from .metadata import TierMetadata
 from .storage import ChunkStorage, open_storage, redact_url
@@ -124,6 +125,11 @@ def tiered_partitions(root: str) -> list[Partition]:
 class TieringDaemon:
     """Tiers every tiered topic of ``root`` (see the module docstring).
 
+    With ``channel`` (the settings of a standalone :class:`~filechannel.channel.FileChannel`,
+    which are stored nowhere), ``root`` is that channel's folder: the daemon tiers it alone,
+    with its lock, staging and status in ``CHANNEL/tier/`` beside the standalone metadata
+    ``CHANNEL/tier/metadata.db``, under the channel's folder name (what the channel reads).
+
     ``wait``: if another daemon holds the root's lock, wait for it (else raise TierError at
     :meth:`start`). ``progress`` receives one line per action (defaults to the logger).
     Use as a context manager, or call :meth:`start` and :meth:`close`.
@@ -133,13 +139,19 @@ class TieringDaemon:
         self,
         root: str | os.PathLike[str],
         *,
+        channel: ChannelConfig | None = None,
         owner: str | None = None,
         wait: bool = False,
         interval: float = 1.0,
         progress: Progress | None = None,
     ) -> None:
         self.root = os.path.abspath(os.fspath(root))
-        self.tier_dir = os.path.join(self.root, ROOT_TIER_DIR)
+        if channel is not None and channel.tier is None:
+            raise ConfigError(f"the channel {self.root} has no tier setting: nothing to tier")
+        self._channel = channel
+        metadata = ROOT_METADATA if channel is None else STANDALONE_METADATA
+        self.metadata_path = os.path.join(self.root, metadata)
+        self.tier_dir = os.path.dirname(self.metadata_path)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.wait = wait
         self.interval = interval
@@ -167,7 +179,7 @@ class TieringDaemon:
             )
         self._lock = lock
         try:
-            self._metadata = TierMetadata(os.path.join(self.root, ROOT_METADATA))
+            self._metadata = TierMetadata(self.metadata_path)
             self.epoch = self._metadata.take_epoch(self.owner)
             self._progress(f"epoch {self.epoch} taken by {self.owner}")
             for name in os.listdir(os.path.join(self.tier_dir, STAGING_DIR)):
@@ -175,6 +187,12 @@ class TieringDaemon:
         except BaseException:
             self.close()
             raise
+
+    def _partitions(self) -> list[Partition]:
+        if self._channel is None:
+            return tiered_partitions(self.root)
+        config = ChannelConfig.from_kwargs(**{**self._channel.as_dict(), "maintenance_interval": 0})
+        return [Partition(self.root, os.path.basename(self.root), config)]
 
     def _sweep_orphans(self, part: Partition, storage: ChunkStorage) -> None:
         """Delete objects of this channel written by an older epoch that no row names."""
@@ -189,6 +207,13 @@ class TieringDaemon:
         if orphans:
             delete_objects(storage, orphans)
             self._progress(f"{part.name}: deleted {len(orphans)} orphan object(s) of older epochs")
+
+    def _copy_settings(self, part: Partition, storage: ChunkStorage) -> None:
+        """Write the topic's settings beside its partitions in tier-2 (``<topic>/topic.json``), so
+        the bucket describes itself; once per epoch (settings change rarely and writes are atomic)."""
+        topic = part.name.rpartition("/")[0]
+        if topic:
+            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(part.config.as_dict(), sort_keys=True).encode())
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current partition (thread- and signal-safe)."""
@@ -244,7 +269,7 @@ class TieringDaemon:
         the pass goes on with the next; a :class:`FencedError` stops the pass at once.
         """
         report = PassReport()
-        for part in tiered_partitions(self.root):
+        for part in self._partitions():
             if self._stop.is_set():
                 break
             try:
@@ -278,6 +303,7 @@ class TieringDaemon:
                 self._progress(f"{part.name}: abandoned the upload of epoch {record.epoch} at offset {record.base_offset}")
             if part.name not in self._swept:
                 self._sweep_orphans(part, storage)
+                self._copy_settings(part, storage)
                 self._swept.add(part.name)
             self._upload(part, log_, storage, report)
             self._local_retention(part, log_, report)
@@ -472,7 +498,9 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
     if not partitions:
         return []
     result = []
-    with TierMetadata(os.path.join(root, ROOT_METADATA)) as metadata:
+    path = os.path.join(root, ROOT_METADATA)
+    metadata = TierMetadata(path) if os.path.exists(path) else None  # no daemon ran yet: nothing uploaded
+    try:
         for part in partitions:
             log_ = Log(part.path, part.config)
             try:
@@ -480,11 +508,10 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
                 sizes = [log_.segment_bytes_on_disk(r) for r in refs]
             finally:
                 log_.close()
-            remote = metadata.segments(part.name)
+            remote = metadata.segments(part.name) if metadata is not None else []
             bases = {r.base_offset for r in remote}
             ends = [r.base_offset for r in refs[1:]]
             waiting = [(i, r) for i, r in enumerate(refs[:-1]) if r.base_offset not in bases and ends[i] != r.base_offset]
-            lag = sum(ends[i] - r.base_offset for i, r in waiting)
             result.append(
                 PartitionStatus(
                     part.name,
@@ -494,8 +521,11 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
                     sum(r.size for r in remote),
                     len(waiting),
                     sum(sizes[i] for i, _ in waiting),
-                    lag,
+                    sum(ends[i] - r.base_offset for i, r in waiting),
                     errors.get(part.name),
                 )
             )
+    finally:
+        if metadata is not None:
+            metadata.close()
     return result

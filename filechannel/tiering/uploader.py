@@ -12,11 +12,13 @@ the same epoch (:func:`abandon`): the objects the row names are deleted (missing
 success), then the row is dropped; if the deletes fail too, the row stays "uploading"
 and the next pass abandons it. A crash leaves the "uploading" row: the next daemon (a
 newer epoch) abandons it the same way before uploading again. A
-:class:`~filechannel.errors.FencedError` abandons nothing (the fenced epoch can change
-nothing): the newer epoch cleans up after it. Before each object write the epoch is
-checked again, so an uploader paused and overtaken stops at its next write, not only at
-its next commit; a write already past that check when the pause began is an orphan the
-next daemon's listing sweep deletes (its epoch names no row).
+:class:`~filechannel.errors.FencedError` changes no row (the fenced epoch can change
+nothing; the newer epoch abandons it) but deletes the objects of the attempt, which no
+committed row names. Before each object write the epoch is checked again, so an
+uploader paused and overtaken stops at its next write, not only at its next commit; a
+write already in flight when the pause began completes on resume, and is then deleted
+with the rest of the attempt (all writes of the attempt have returned by then). If those
+deletes fail, the next daemon's listing sweep deletes them (their epoch names no row).
 
 The segment's bytes go to tier-2 unchanged; each chunk is read from the open file with
 ``pread`` just before it is written, so memory holds at most ``concurrency`` chunks.
@@ -42,14 +44,16 @@ log = logging.getLogger("filechannel")
 class RateLimiter:
     """Paces byte transfers to ``bytes_per_s`` across threads (a token bucket of one second's bytes).
 
-    ``None`` means unlimited. A transfer larger than the bucket waits until its bytes
-    have accrued, so the long-run rate holds for any chunk size. Thread-safe.
+    ``None`` means unlimited. The bucket starts empty, so the rate holds from the first
+    byte (a daemon restarted in a loop never bursts). A transfer larger than the bucket
+    waits until its bytes have accrued, so the long-run rate holds for any chunk size.
+    Thread-safe.
     """
 
     def __init__(self, bytes_per_s: int | None) -> None:
         self.bytes_per_s = bytes_per_s
         self._lock = threading.Lock()
-        self._available = float(bytes_per_s or 0)
+        self._available = 0.0
         self._stamp = time.monotonic()
 
     def acquire(self, nbytes: int) -> None:
@@ -136,6 +140,13 @@ def upload_segment(
             storage.write(manifest, encode_manifest(record))
             return metadata.finish_upload(epoch, channel, segment.base_offset, chunks, manifest)
         except FencedError:
+            # Overtaken: the row is the new epoch's to abandon, but what this attempt wrote
+            # (names unique to this epoch, named by no committed row) it deletes itself, so
+            # a paused uploader leaves no object behind even if it resumed mid-write.
+            try:
+                delete_objects(storage, [c.name for c in chunks] + [manifest_name(channel, segment.base_offset, epoch)])
+            except Exception as exc:
+                log.warning("tier: fenced upload of %s@%d left objects to sweep: %s", channel, segment.base_offset, exc)
             raise
         except BaseException:
             try:

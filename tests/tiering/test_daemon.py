@@ -8,11 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from filechannel.errors import TierError
+from filechannel import FileChannel
+from filechannel.config import ChannelConfig
+from filechannel.errors import ConfigError, TierError
 from filechannel.tiering import open_storage
 from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import TieringDaemon, tier_status
@@ -61,6 +64,9 @@ def test_pass_uploads_then_local_retention_keeps_only_what_is_not_uploaded(
     assert [r.value for r in got] == sent[: before[-1]]
     assert [r.offset for r in got] == list(range(before[-1]))
     assert any("uploaded offsets" in line for line in lines)
+    with open_storage(url, **options) as storage:
+        settings = json.loads(storage.read("t/topic.json", 0, 1 << 20))  # the topic's settings, copied
+    assert settings["tier"] == url and settings["local_retention_bytes"] == 0
     [status] = tier_status(root)
     assert (status.uploaded_segments, status.waiting_segments, status.local_segments) == (len(before) - 1, 0, 1)
 
@@ -77,6 +83,26 @@ def test_local_retention_bytes_keeps_the_newest_uploaded(tmp_path: Path) -> None
     assert 1 < len(kept) <= 4  # about 3 segments' worth of bytes stays local
     assert uploaded[0] < kept[0]  # the older ones are only in tier-2
     assert set(kept[:-1]) <= set(uploaded)  # every local sealed segment is uploaded too
+
+
+def test_tier_after_ms_and_local_retention_ms_go_by_record_age(tmp_path: Path) -> None:
+    """Segments whose newest record is older than an hour are uploaded, then their local copies
+    deleted; a segment holding a newer record is neither."""
+    root = tmp_path / "root"
+    hour = 3600 * 1000
+    make_topic(root, f"file://{tmp_path}/tier", tier_after_ms=hour, local_retention_ms=hour)
+    now = time.time_ns() // 1_000_000
+    produce(root, values(150), timestamp=now - 2 * hour)
+    produce(root, values(150, 150), timestamp=now)
+    before = local_bases(root)
+    with TieringDaemon(root) as daemon:
+        assert daemon.run(once=True).failures == []
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        uploaded = metadata.segments("t/0")
+    assert uploaded and all(r.max_timestamp == now - 2 * hour for r in uploaded)
+    first_new = [b for b in before if b <= 150][-1]  # the segment holding offset 150, the first new record
+    assert uploaded[-1].end_offset == first_new  # every all-old segment uploaded, none with a new record
+    assert local_bases(root) == [b for b in before if b >= first_new]
 
 
 @pytest.mark.s3
@@ -167,3 +193,22 @@ def test_one_daemon_per_root(tmp_path: Path) -> None:
         assert "another tiering daemon holds" in child.stderr
     with pytest.raises(TierError, match="not started"):
         _ = TieringDaemon(root).metadata
+
+
+def test_standalone_channel_is_tiered_by_its_own_daemon(tmp_path: Path) -> None:
+    """A standalone FileChannel's settings are stored nowhere: the daemon is given them, and uses
+    the channel's own metadata (CHANNEL/tier/metadata.db) under the folder's name, as the channel does."""
+    url = f"file://{tmp_path}/tier"
+    settings = {"tier": url, "segment_bytes": 4096, "tier_chunk_bytes": 1024, "local_retention_bytes": 0}
+    sent = values(200)
+    with FileChannel(tmp_path / "solo", maintenance_interval=0, **settings) as ch, ch.sender() as tx:
+        for value in sent:
+            tx.send(value)
+    before = sorted(int(n.split(".")[0]) for n in os.listdir(tmp_path / "solo") if n.endswith(".seg"))
+    with TieringDaemon(tmp_path / "solo", channel=ChannelConfig(**settings)) as daemon:
+        assert daemon.run(once=True).failures == []
+    assert sorted(int(n.split(".")[0]) for n in os.listdir(tmp_path / "solo") if n.endswith((".seg", ".seg.z"))) == [before[-1]]
+    with TierMetadata(tmp_path / "solo" / "tier" / "metadata.db") as metadata, open_storage(url) as storage:
+        assert [r.value for r in tier2_records(storage, metadata, "solo")] == sent[: before[-1]]
+    with pytest.raises(ConfigError, match="no tier setting"):
+        TieringDaemon(tmp_path / "solo", channel=ChannelConfig())

@@ -17,7 +17,6 @@ from filechannel.client.topics import TopicStore
 from filechannel.tiering import open_storage
 from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import LOCK_FILE, TieringDaemon
-from filechannel.tiering.layout import parse_object_name
 from filechannel.tiering.metadata import TierMetadata
 
 from .conftest import wait_for
@@ -111,7 +110,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
         with TierMetadata(root / ROOT_METADATA) as metadata:
             kills_mid_upload += bool(metadata.segments("t/0", states=("uploading",)))
         assert_nothing_lost(root)
-    assert kills_mid_upload > 0  # the kills did land between begin_upload and finish_upload
+    assert kills_mid_upload >= 5  # many kills landed between begin_upload and finish_upload (18 to 24 of 32 seen)
 
     # a last daemon runs to the end: it cleans up what the killed epochs left and uploads the rest
     with TieringDaemon(root) as daemon:
@@ -124,7 +123,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
         assert len(bases) == len(set(bases))  # each segment uploaded exactly once
         assert [r.base_offset for r in uploaded[1:]] == [r.end_offset for r in uploaded[:-1]]  # contiguous
         assert uploaded[0].base_offset == 0 and uploaded[-1].end_offset == local_bases(root)[0]
-        names = {o.name for o in storage.list()}
+        names = {o.name for o in storage.list("t/0/")}
         assert names == {c.name for r in uploaded for c in r.chunks} | {r.manifest for r in uploaded}  # no orphan
         remote_records = tier2_records(storage, metadata, "t/0")
     with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch:
@@ -149,6 +148,7 @@ def test_paused_daemon_is_fenced_when_another_took_over(tmp_path: Path) -> None:
     try:
         wait_for(lambda: bool(metadata.segments("t/0", states=("uploading",))), 30, "daemon A to begin an upload")
         a.proc.send_signal(signal.SIGSTOP)
+        [interrupted] = metadata.segments("t/0", states=("uploading",))  # A cannot commit while stopped
         # A is stopped holding the root's lock: an operator removes the lock file (A looks dead) and starts B
         os.unlink(root / ".tier" / LOCK_FILE)
         with TieringDaemon(root) as b:
@@ -165,7 +165,13 @@ def test_paused_daemon_is_fenced_when_another_took_over(tmp_path: Path) -> None:
     assert code != 0 and "FencedError" in err and f"epoch {epoch_a} was overtaken by epoch {epoch_b}" in err
     with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as storage:
         uploaded = metadata.segments("t/0", states=("uploading", "uploaded", "deleting"))
-        assert {r.state for r in uploaded} == {"uploaded"} and {r.epoch for r in uploaded} == {epoch_b}
-        epochs = {parse_object_name(o.name).epoch for o in storage.list()}
-        assert epochs == {epoch_b}  # A wrote nothing after B took over, and B deleted what A wrote before
+        assert {r.state for r in uploaded} == {"uploaded"}
         assert [r.base_offset for r in uploaded[1:]] == [r.end_offset for r in uploaded[:-1]]
+        # what A committed before it was stopped stays (a prefix); the rest, from the segment A was
+        # uploading when stopped, is B's
+        epochs = [r.epoch for r in uploaded]
+        assert epochs == sorted(epochs) and set(epochs) <= {epoch_a, epoch_b}
+        assert next(r for r in uploaded if r.base_offset == interrupted.base_offset).epoch == epoch_b
+        # A wrote nothing that survives after B took over: every object is named by an uploaded row
+        names = {o.name for o in storage.list("t/0/")}
+        assert names == {c.name for r in uploaded for c in r.chunks} | {r.manifest for r in uploaded}

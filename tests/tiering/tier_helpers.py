@@ -26,11 +26,11 @@ def make_topic(root: Path, tier: str, partitions: int = 1, **settings: Any) -> N
     Admin(root).create_topic("t", partitions, tier=tier, **{**SMALL, **settings})
 
 
-def produce(root: Path, values: list[bytes], partition: int = 0) -> None:
+def produce(root: Path, values: list[bytes], partition: int = 0, timestamp: int | None = None) -> None:
     """Send ``values`` one by one (one frame each, so small segments roll often)."""
     with TopicStore(root).open_partition("t", partition, maintenance_interval=0) as ch, ch.sender() as tx:
         for value in values:
-            tx.send(value)
+            tx.send(value, timestamp=timestamp)
 
 
 def local_bases(root: Path, partition: int = 0) -> list[int]:
