@@ -23,7 +23,7 @@ from typing import Any
 
 from ..config import ChannelConfig
 from ..errors import TierError
-from .layout import validate_channel
+from .layout import SegmentRecord, validate_channel
 from .metadata import TierMetadata
 from .remote_segment import RemoteReader
 from .storage import ChunkStorage, open_storage, redact_url
@@ -97,8 +97,13 @@ class TierContext:
         with self._lock:
             self._check_open()
             if self._reader is None:
-                self._reader = RemoteReader(storage, self.cache_bytes, self.concurrency)
+                self._reader = RemoteReader(storage, self.cache_bytes, self.concurrency, self._still_uploaded)
             return self._reader
+
+    def _still_uploaded(self, record: SegmentRecord) -> bool:
+        """Whether the metadata still holds ``record`` as uploaded (not deleted by retention)."""
+        now = self.metadata.segment_for(record.channel, record.base_offset)
+        return now is not None and (now.base_offset, now.epoch) == (record.base_offset, record.epoch)
 
     def close(self) -> None:
         """Close what was opened (idempotent); the prefetch threads stop before the storage closes."""

@@ -8,7 +8,10 @@ the chunk holding it, and a block spanning two chunks takes two ranged reads.
 
 Invariants:
 
-- Damage is never skipped. A chunk that is missing, a read that returns fewer bytes than
+- Damage is never skipped. A chunk that is missing (while the metadata still says the
+  segment is uploaded: one that total retention deleted under the reader raises
+  :class:`~filechannel.errors.OffsetOutOfRangeError`, as a local segment collected
+  under a reader does), a read that returns fewer bytes than
   the metadata says the chunk holds, a table whose CRC or shape is wrong or that disagrees
   with the metadata, a block that does not decompress, all raise
   :class:`~filechannel.errors.CorruptRecordError` naming the object(s), the bytes and the
@@ -40,10 +43,11 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..compressed import Z_HEADER, BlockData, CompressedInfo, block_result, decode_table, decompress_block, table_length
-from ..errors import ChannelClosedError, CorruptRecordError, ObjectNotFoundError
+from ..errors import ChannelClosedError, CorruptRecordError, ObjectNotFoundError, OffsetOutOfRangeError
 from .block_cache import BlockCache
 from .layout import SegmentRecord
 from .storage import ChunkStorage, redact_url
@@ -56,8 +60,17 @@ _FIRST_READ = 64 * 1024  # the header and, usually, the whole table in one reque
 class RemoteReader:
     """The read side of one channel's tier-2: tables, the block cache and the prefetch threads."""
 
-    def __init__(self, storage: ChunkStorage, cache_bytes: int, concurrency: int) -> None:
+    def __init__(
+        self,
+        storage: ChunkStorage,
+        cache_bytes: int,
+        concurrency: int,
+        still_uploaded: Callable[[SegmentRecord], bool] | None = None,
+    ) -> None:
         self.storage = storage
+        # Asked when an object is missing: False means total retention deleted the segment
+        # (OffsetOutOfRangeError, as for a local segment collected under a reader), not damage.
+        self.still_uploaded = still_uploaded
         self.cache = BlockCache(cache_bytes)
         self._tables: OrderedDict[tuple[str, int, int], CompressedInfo] = OrderedDict()
         self._lock = threading.Lock()
@@ -143,6 +156,11 @@ def read_range(reader: RemoteReader, record: SegmentRecord, position: int, lengt
         try:
             data = reader.storage.read(c.name, start, stop - start)
         except ObjectNotFoundError as exc:
+            if reader.still_uploaded is not None and not reader.still_uploaded(record):
+                raise OffsetOutOfRangeError(
+                    f"offsets {record.base_offset} to {record.end_offset - 1} of {record.channel!r} were deleted from "
+                    "tier-2 by retention while being read; seek to the first offset or later"
+                ) from exc
             raise CorruptRecordError(
                 f"tier-2 object {reader.object_url(c.name)!r} is missing: it holds bytes {c.position} to "
                 f"{c.position + c.length - 1} of the segment of offsets {record.base_offset} to {record.end_offset - 1} "

@@ -384,3 +384,22 @@ def test_an_endpoint_that_is_down_fails_remote_reads_only(tmp_path, seaweed, unu
         with pytest.raises(StorageUnavailableError, match=str(unused_port)):
             ch.receiver("earliest")
         assert len(ch._log.local_segments()) == 2  # nothing was deleted
+
+
+def test_total_retention_deleting_a_segment_under_a_reader_is_out_of_range_not_damage(tmp_path, tier) -> None:
+    with filled(str(tmp_path / "ch"), tier, tier_cache_bytes=1024) as ch:  # no block of it stays cached
+        uploaded = offload(ch, keep_local=2)
+        first = uploaded[0]
+        with ch.receiver("earliest") as rx:  # positioned on the first segment: its table is read
+            # total retention, as the daemon applies it: "deleting", then the objects, then the row
+            ctx = ch._tier
+            epoch = ctx.metadata.take_epoch("retention")
+            ctx.metadata.begin_delete(epoch, ctx.name, first.base_offset)
+            for c in first.chunks:
+                ctx.storage.delete(c.name)
+            ctx.metadata.finish_delete(epoch, ctx.name, first.base_offset)
+            with pytest.raises(OffsetOutOfRangeError, match="deleted from tier-2 by retention"):
+                rx.recv(timeout=5)
+            assert ch.first_offset == first.end_offset
+            rx.seek(ch.first_offset)
+            assert [r.offset for r in read_all(rx, N - first.end_offset)] == list(range(first.end_offset, N))
