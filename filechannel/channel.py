@@ -285,7 +285,8 @@ class FileChannel:
         missing offsets when a segment does not begin where the one before it ended.
         Modifies no file. Segments compressed or collected while it runs are normal on a
         live channel: it checks the ``.seg.z`` that replaced a ``.seg``, and skips what
-        garbage collection deleted. ``progress(done_bytes, total_bytes)`` is called as
+        garbage collection or tier-2 retention deleted. Segments only in tier-2 are read
+        from there: damage names the object, its bytes and the offsets. ``progress(done_bytes, total_bytes)`` is called as
         segments are read.
         """
         self._check_open()
@@ -300,7 +301,8 @@ class FileChannel:
             try:
                 n = self._check_segment(ref, sealed=ref.base_offset != active)
             except (OSError, FileChannelError) as exc:
-                if not file_vanished(exc):
+                # collected locally, or deleted from tier-2 by retention, while being checked
+                if not file_vanished(exc) and not (ref.remote is not None and isinstance(exc, OffsetOutOfRangeError)):
                     raise
                 refs, i = self._relisted(ref, exc)
                 active = refs[-1].base_offset if refs else None  # a roll may have come meanwhile

@@ -403,3 +403,22 @@ def test_total_retention_deleting_a_segment_under_a_reader_is_out_of_range_not_d
             assert ch.first_offset == first.end_offset
             rx.seek(ch.first_offset)
             assert [r.offset for r in read_all(rx, N - first.end_offset)] == list(range(first.end_offset, N))
+
+
+def test_check_skips_what_total_retention_deletes_while_it_runs(tmp_path, tier) -> None:
+    with filled(str(tmp_path / "ch"), tier) as ch:
+        uploaded = offload(ch, keep_local=2)
+        ctx = ch._tier
+        calls = []
+
+        def retention_after_the_first_segment(done: int, total: int) -> None:
+            calls.append(done)
+            if len(calls) == 1:  # the first segment was checked: retention deletes it and the next
+                epoch = ctx.metadata.take_epoch("retention")
+                for seg in uploaded[:2]:
+                    ctx.metadata.begin_delete(epoch, ctx.name, seg.base_offset)
+                    for c in seg.chunks:
+                        ctx.storage.delete(c.name)
+                    ctx.metadata.finish_delete(epoch, ctx.name, seg.base_offset)
+
+        assert ch.check(progress=retention_after_the_first_segment) == N - (uploaded[1].end_offset - uploaded[1].base_offset)
