@@ -179,7 +179,7 @@ class FileChannel:
             try:
                 found = self._time_in_segment(ref, segment_end, timestamp_ms)
             except (OSError, FileChannelError) as exc:
-                if not file_vanished(exc):
+                if not _vanished(ref, exc):
                     raise
                 refs, i = self._relisted(ref, exc)
                 continue
@@ -301,8 +301,7 @@ class FileChannel:
             try:
                 n = self._check_segment(ref, sealed=ref.base_offset != active)
             except (OSError, FileChannelError) as exc:
-                # collected locally, or deleted from tier-2 by retention, while being checked
-                if not file_vanished(exc) and not (ref.remote is not None and isinstance(exc, OffsetOutOfRangeError)):
+                if not _vanished(ref, exc):
                     raise
                 refs, i = self._relisted(ref, exc)
                 active = refs[-1].base_offset if refs else None  # a roll may have come meanwhile
@@ -432,3 +431,9 @@ class FileChannel:
 
     def __repr__(self) -> str:
         return f"FileChannel({self.path!r}{', closed' if self._closed else ''})"
+
+
+def _vanished(ref: SegmentRef, exc: BaseException) -> bool:
+    """Whether ``exc`` says ``ref`` went away under us by maintenance: a local file compressed
+    or collected, or a segment only in tier-2 deleted by retention (OffsetOutOfRangeError)."""
+    return file_vanished(exc) or (ref.remote is not None and isinstance(exc, OffsetOutOfRangeError))
