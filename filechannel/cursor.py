@@ -10,7 +10,10 @@ the old one once more after seeing it (a writer's last frames land before the ro
 On the last blocks of a compressed segment it opens the next one, if that is compressed
 too, so that its first blocks decompress ahead (readahead.py). The cursor holds its
 segment's file open, so a segment deleted or compressed under it stays readable until
-the cursor moves on.
+the cursor moves on. A segment only in tier-2 is read the same way, its blocks fetched
+by ranged reads and prefetched (``Log.open_compressed``); one deleted from tier-2 by
+retention under the cursor raises :class:`OffsetOutOfRangeError`, as one collected here
+before the cursor opened it does.
 
 Offsets are contiguous across segments: a segment's records end exactly where the next
 segment begins. A cursor that finds no segment where the previous one ended while a

@@ -16,6 +16,10 @@ Invariants (every process that opens the folder keeps them):
   frames before a reader or recovery starts from them.
 - Compression and garbage collection run only under ``maintenance.lock``; they touch
   sealed segments only, and delete a prefix of them, never a hole.
+- With a tier, the listing is the local segments and, below the first of them, the
+  segments the tier-2 metadata holds as uploaded (a segment in both is read locally);
+  recovery, compression, repair and deletion see the local segments only, and an empty
+  folder starts at the tier's end offset, never below what was uploaded.
 - With a tier (``tier`` is not None), :meth:`Log.collect_garbage` deletes nothing: only
   the tiering daemon deletes segments, and only once they are uploaded (see
   filechannel/tiering/daemon.py), so no retention rule or reader position can delete a
