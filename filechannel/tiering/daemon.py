@@ -357,7 +357,7 @@ class TieringDaemon:
                     yield None
                     return
                 raise
-            yield SegmentToUpload(ref.path, info.base_offset, info.end_offset, info.max_timestamp)
+            yield SegmentToUpload.of(ref.path, info)
             return
         staged = os.path.join(self.tier_dir, STAGING_DIR, f"{part.name.replace('/', '.')}.{ref.base_offset}.seg.z")
         try:
@@ -368,7 +368,7 @@ class TieringDaemon:
                 block_bytes=part.config.compression_block_bytes,
                 max_payload=MAX_FRAME_PAYLOAD,
             )
-            yield SegmentToUpload(staged, info.base_offset, info.end_offset, info.max_timestamp)
+            yield SegmentToUpload.of(staged, info)
         finally:
             unlink_if_exists(staged)
 
