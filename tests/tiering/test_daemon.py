@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from filechannel import FileChannel
+from filechannel.client.topics import TopicStore
 from filechannel.config import ChannelConfig
 from filechannel.errors import ConfigError, TierError
 from filechannel.tiering import open_storage
@@ -103,6 +104,23 @@ def test_tier_after_ms_and_local_retention_ms_go_by_record_age(tmp_path: Path) -
     first_new = [b for b in before if b <= 150][-1]  # the segment holding offset 150, the first new record
     assert uploaded[-1].end_offset == first_new  # every all-old segment uploaded, none with a new record
     assert local_bases(root) == [b for b in before if b >= first_new]
+
+
+def test_no_retention_deletes_a_segment_not_uploaded(tmp_path: Path) -> None:
+    """Local and total retention both say "delete everything", but nothing is uploaded yet
+    (tier_after_ms holds every segment back): nothing is deleted, locally or by the channel's GC."""
+    root = tmp_path / "root"
+    make_topic(
+        root, f"file://{tmp_path}/tier", tier_after_ms=3600 * 1000, local_retention_bytes=0, retention_bytes=0, retention_ms=0
+    )
+    produce(root, values(200))
+    before = local_bases(root)
+    with TieringDaemon(root) as daemon:
+        report = daemon.run(once=True)
+    assert (report.failures, report.uploaded, report.deleted_local, report.deleted_remote) == ([], 0, 0, 0)
+    assert local_bases(root) == before
+    with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch:
+        assert ch.collect_garbage() == [] and local_bases(root) == before
 
 
 @pytest.mark.s3
