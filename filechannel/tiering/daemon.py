@@ -17,7 +17,8 @@ partition of every topic whose settings have ``tier``:
    at zstd level 1 in ``ROOT/.tier/staging``: the local copy stays raw, tier-2 always has
    the one block form every remote reader reads), older than ``tier_after_ms`` if set;
 3. local retention: delete local copies of a prefix of sealed segments past
-   ``local_retention_bytes`` / ``local_retention_ms``, under ``maintenance.lock``;
+   ``local_retention_bytes`` / ``local_retention_ms``, under ``maintenance.lock`` (also
+   when an upload failed: what is uploaded may still leave the local disk);
 4. total retention (``retention_bytes`` / ``retention_ms`` across both tiers): the local
    copy first, then in tier-2 ``begin_delete`` -> objects deleted (missing is fine) ->
    ``finish_delete``.
@@ -305,7 +306,14 @@ class TieringDaemon:
                 self._sweep_orphans(part, storage)
                 self._copy_settings(part, storage)
                 self._swept.add(part.name)
-            self._upload(part, log_, storage, report)
+            try:
+                self._upload(part, log_, storage, report)
+            except FencedError:
+                raise
+            except FileChannelError:
+                # the storage failed: what is uploaded already may still leave the local disk
+                self._local_retention(part, log_, report)
+                raise
             self._local_retention(part, log_, report)
             self._total_retention(part, log_, storage, report)
         finally:
@@ -357,7 +365,7 @@ class TieringDaemon:
                     yield None
                     return
                 raise
-            yield SegmentToUpload(ref.path, info.base_offset, info.end_offset, info.max_timestamp)
+            yield SegmentToUpload.of(ref.path, info)
             return
         staged = os.path.join(self.tier_dir, STAGING_DIR, f"{part.name.replace('/', '.')}.{ref.base_offset}.seg.z")
         try:
@@ -368,7 +376,7 @@ class TieringDaemon:
                 block_bytes=part.config.compression_block_bytes,
                 max_payload=MAX_FRAME_PAYLOAD,
             )
-            yield SegmentToUpload(staged, info.base_offset, info.end_offset, info.max_timestamp)
+            yield SegmentToUpload.of(staged, info)
         finally:
             unlink_if_exists(staged)
 

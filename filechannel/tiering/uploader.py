@@ -33,7 +33,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..errors import FencedError, os_errors
+from ..compressed import CompressedInfo
+from ..errors import CorruptRecordError, FencedError, StorageError, os_errors
 from .layout import UPLOADED, UPLOADING, SegmentRecord, encode_manifest, manifest_name, plan_chunks
 from .metadata import TierMetadata
 from .storage import ChunkStorage
@@ -74,12 +75,21 @@ class RateLimiter:
 
 @dataclass(frozen=True)
 class SegmentToUpload:
-    """A sealed segment in its ``.seg.z`` form: the file, and what its header says."""
+    """A sealed segment in its ``.seg.z`` form: the file, and what its header and table say
+    (``size``: where its last block ends, so the whole file)."""
 
     path: str
     base_offset: int
     end_offset: int
     max_timestamp: int
+    size: int
+
+    @classmethod
+    def of(cls, path: str, info: CompressedInfo) -> SegmentToUpload:
+        """The segment at ``path`` whose checked table is ``info``."""
+        last = info.blocks[-1] if info.blocks else None
+        size = last.file_position + last.compressed_length if last is not None else info.table_size
+        return cls(path, info.base_offset, info.end_offset, info.max_timestamp, size)
 
 
 def upload_segment(
@@ -102,6 +112,11 @@ def upload_segment(
         fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         size = os.fstat(fd).st_size
+        if size != segment.size:  # a damaged copy is never uploaded: tier-2 would be the only copy left
+            raise CorruptRecordError(
+                f"compressed segment {segment.path} is {size} bytes but its block table ends at byte "
+                f"{segment.size}: not uploading it; run 'filechannel check' on the channel"
+            )
         chunks = plan_chunks(channel, segment.base_offset, epoch, size, chunk_bytes)
         metadata.begin_upload(epoch, channel, segment.base_offset, segment.end_offset, size, segment.max_timestamp, chunks)
         try:
@@ -112,7 +127,10 @@ def upload_segment(
                 with os_errors("read", segment.path):
                     data = os.pread(fd, chunk.length, chunk.position)
                 if len(data) != chunk.length:
-                    raise OSError(f"{segment.path} is {len(data)} bytes short at byte {chunk.position}")
+                    raise StorageError(
+                        f"{segment.path} ended at byte {chunk.position + len(data)} while uploading it, not at "
+                        f"{size}: it changed under the uploader; nothing was deleted, the next pass retries"
+                    )
                 pace.acquire(chunk.length)
                 check_fence(metadata, epoch)
                 storage.write(chunk.name, data)

@@ -8,12 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from filechannel import FileChannel
+from filechannel.client.topics import TopicStore
 from filechannel.config import ChannelConfig
 from filechannel.errors import ConfigError, TierError
 from filechannel.tiering import open_storage
@@ -21,6 +23,7 @@ from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import TieringDaemon, tier_status
 from filechannel.tiering.metadata import TierMetadata
 
+from .conftest import wait_for
 from .tier_helpers import local_bases, make_topic, produce, tier2_records
 
 HELPERS = Path(__file__).with_name("tier_helpers.py")
@@ -103,6 +106,23 @@ def test_tier_after_ms_and_local_retention_ms_go_by_record_age(tmp_path: Path) -
     first_new = [b for b in before if b <= 150][-1]  # the segment holding offset 150, the first new record
     assert uploaded[-1].end_offset == first_new  # every all-old segment uploaded, none with a new record
     assert local_bases(root) == [b for b in before if b >= first_new]
+
+
+def test_no_retention_deletes_a_segment_not_uploaded(tmp_path: Path) -> None:
+    """Local and total retention both say "delete everything", but nothing is uploaded yet
+    (tier_after_ms holds every segment back): nothing is deleted, locally or by the channel's GC."""
+    root = tmp_path / "root"
+    make_topic(
+        root, f"file://{tmp_path}/tier", tier_after_ms=3600 * 1000, local_retention_bytes=0, retention_bytes=0, retention_ms=0
+    )
+    produce(root, values(200))
+    before = local_bases(root)
+    with TieringDaemon(root) as daemon:
+        report = daemon.run(once=True)
+    assert (report.failures, report.uploaded, report.deleted_local, report.deleted_remote) == ([], 0, 0, 0)
+    assert local_bases(root) == before
+    with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch:
+        assert ch.collect_garbage() == [] and local_bases(root) == before
 
 
 @pytest.mark.s3
@@ -212,3 +232,51 @@ def test_standalone_channel_is_tiered_by_its_own_daemon(tmp_path: Path) -> None:
         assert [r.value for r in tier2_records(storage, metadata, "solo")] == sent[: before[-1]]
     with pytest.raises(ConfigError, match="no tier setting"):
         TieringDaemon(tmp_path / "solo", channel=ChannelConfig())
+
+
+@pytest.mark.s3
+def test_s3_server_killed_mid_upload_then_restarted(tmp_path: Path, private_seaweed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The S3 server dies while the daemon uploads: the pass reports the partition, deletes nothing
+    locally, leaves at worst an "uploading" row; once the server is back, the next pass cleans up
+    and uploads every segment once, and the records read back."""
+    server = private_seaweed
+    bucket = server.new_bucket()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", server.secret_key)
+    root = tmp_path / "root"
+    url = f"s3://{bucket}/tier"
+    options = {"endpoint_url": server.endpoint, "region_name": "us-east-1", "max_attempts": 2}
+    # 8 KiB/s: a 1 KiB chunk every eighth of a second, so the kill lands inside an upload
+    make_topic(root, url, tier_options=options, local_retention_bytes=0, tier_upload_bytes_per_s=8192)
+    sent = values(250)
+    produce(root, sent)
+    before = local_bases(root)
+    reports = []
+    with TieringDaemon(root) as daemon:
+        worker = threading.Thread(target=lambda: reports.append(daemon.run(once=True)))
+        worker.start()
+        with TierMetadata(root / ROOT_METADATA) as metadata:
+            wait_for(lambda: bool(metadata.segments("t/0")), 60, "a first segment uploaded")
+        server.kill()
+        worker.join(timeout=120)
+        assert not worker.is_alive()
+    [report] = reports
+    assert len(report.failures) == 1 and report.failures[0].startswith("t/0: ")
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        uploaded = metadata.segments("t/0")
+    assert 0 < len(uploaded) < len(before) - 1
+    # local retention still ran: only the uploaded segments left the local disk
+    assert local_bases(root) == [b for b in before if b >= uploaded[-1].end_offset]
+
+    server.start()
+    with TieringDaemon(root) as daemon:
+        report = daemon.run(once=True)
+    assert report.failures == []
+    with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url, **options) as storage:
+        assert metadata.segments("t/0", states=("uploading", "deleting")) == []
+        uploaded = metadata.segments("t/0")
+        assert [r.base_offset for r in uploaded] == before[:-1]  # each sealed segment once
+        names = {o.name for o in storage.list("t/0/")}
+        assert names == {c.name for r in uploaded for c in r.chunks} | {r.manifest for r in uploaded}
+        assert [r.value for r in tier2_records(storage, metadata, "t/0")] == sent[: before[-1]]
+    assert local_bases(root) == [before[-1]]

@@ -11,7 +11,7 @@ import pytest
 
 from filechannel import FileChannel
 from filechannel.config import ChannelConfig
-from filechannel.errors import ConfigError, FencedError, StorageUnavailableError
+from filechannel.errors import ConfigError, CorruptRecordError, FencedError, StorageUnavailableError
 from filechannel.tiering import ChunkStorage, open_storage
 from filechannel.tiering.context import tier_context_for
 from filechannel.tiering.layout import UPLOADED, decode_manifest
@@ -31,7 +31,7 @@ def sealed_segments(path: Path, records: int = 400) -> list[SegmentToUpload]:
         out = []
         for ref in refs[:-1]:
             info = log_.compressed_info(ref)
-            out.append(SegmentToUpload(ref.path, info.base_offset, info.end_offset, info.max_timestamp))
+            out.append(SegmentToUpload.of(ref.path, info))
     assert len(out) >= 3
     return out
 
@@ -103,6 +103,16 @@ def test_fenced_uploader_writes_no_object(tmp_path: Path) -> None:
         with pytest.raises(FencedError):
             upload_segment(storage, metadata, old, "t/0", segment, chunk_bytes=1024)
         assert storage.list() == []
+
+
+def test_a_truncated_segment_is_never_uploaded(tmp_path: Path) -> None:
+    segment = sealed_segments(tmp_path / "ch")[0]
+    os.truncate(segment.path, segment.size - 3)
+    with open_storage(f"file://{tmp_path}/tier") as storage, TierMetadata(tmp_path / "meta.db") as metadata:
+        epoch = metadata.take_epoch("test")
+        with pytest.raises(CorruptRecordError, match=f"{segment.path} is {segment.size - 3} bytes"):
+            upload_segment(storage, metadata, epoch, "t/0", segment, chunk_bytes=1024)
+        assert metadata.segments("t/0", states=("uploading", "uploaded")) == [] and storage.list() == []
 
 
 def test_tier_settings_are_validated(tmp_path: Path) -> None:
