@@ -23,7 +23,7 @@ def offload(ch: FileChannel, keep_local: int, drop_first: int = 0) -> list[Segme
     for ref in refs[:-1]:
         assert ref.compressed, f"{ref.path} is not compressed"
         info = log.compressed_info(ref)
-        segment = SegmentToUpload(ref.path, info.base_offset, info.end_offset, info.max_timestamp)
+        segment = SegmentToUpload.of(ref.path, info)
         uploaded.append(
             upload_segment(
                 ctx.storage, ctx.metadata, epoch, ctx.name, segment, chunk_bytes=ch.config.tier_chunk_bytes, concurrency=2
