@@ -6,6 +6,7 @@ retention does; every read then goes through the listing, the cursor and check()
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from filechannel import FileChannel
-from filechannel.client import Admin, Consumer, Producer, TopicPartition
+from filechannel.client import Admin, AsyncConsumer, Consumer, Producer, TopicPartition
 from filechannel.errors import CorruptRecordError, MissingSegmentError, OffsetOutOfRangeError, StorageUnavailableError
 from filechannel.tiering.context import TierContext
 from filechannel.tiering.daemon import TieringDaemon
@@ -315,7 +316,9 @@ def test_the_daemon_offloads_and_a_group_consumer_reads_across_tiers_in_another_
     with Consumer("t", root=root, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
         got = []
         while len(got) < half:
-            for recs in c.poll(timeout_ms=1000, max_records=half - len(got)).values():
+            batch = c.poll(timeout_ms=5000, max_records=half - len(got))
+            assert batch, f"no record within 5 s after {len(got)}"
+            for recs in batch.values():
                 got.extend(recs)
         c.commit()
     assert [r.value for r in got] == [payload(i) for i in range(half)]
@@ -422,3 +425,28 @@ def test_check_skips_what_total_retention_deletes_while_it_runs(tmp_path, tier) 
                     ctx.metadata.finish_delete(epoch, ctx.name, seg.base_offset)
 
         assert ch.check(progress=retention_after_the_first_segment) == N - (uploaded[1].end_offset - uploaded[1].base_offset)
+
+
+def test_an_async_consumer_reads_a_tiered_topic_from_earliest(tmp_path, tier) -> None:
+    root = tmp_path / "root"
+    topic = {k: v for k, v in settings(tier).items() if k != "maintenance_interval"}
+    Admin(root).create_topic("t", 1, **topic)
+    with Producer(root) as p:
+        for i in range(N):
+            p.send("t", payload(i), partition=0)
+    with Admin(root).open_partition("t", 0, maintenance_interval=0) as ch:
+        ch.compress_sealed()
+        assert offload(ch, keep_local=1)
+
+    async def consume() -> list:
+        got: list = []
+        async with AsyncConsumer("t", root=root, auto_offset_reset="earliest") as c:
+            while len(got) < N:
+                batch = await c.getmany(timeout_ms=5000)
+                assert batch, f"no record within 5 s after {len(got)}"
+                for recs in batch.values():
+                    got.extend(recs)
+        return got
+
+    got = asyncio.run(consume())
+    assert [r.offset for r in got] == list(range(N)) and got[-1].value == payload(N - 1)
