@@ -17,9 +17,9 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .appender import Appender
-from .compressed import CompressedSegment
 from .config import ChannelConfig
 from .cursor import Cursor
 from .errors import (
@@ -36,12 +36,14 @@ from .files import folder_bytes
 from .log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from .names import validate_name
 from .position import PositionStore
-from .readahead import BlockReadahead
 from .receiver import AckReceiver, Receiver
 from .record import Record, checked_timestamp, decode_records
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, find_valid_frame, read_segment_header, valid_frame_at
 from .sender import Sender
 from .wakeup import Wakeup
+
+if TYPE_CHECKING:  # imported lazily at run time, only when the config has a tier
+    from .tiering.context import TierContext
 
 log = logging.getLogger("filechannel")
 
@@ -65,10 +67,23 @@ class FileChannel:
     their frames rebuilt in memory only; receivers and :meth:`check` work, senders, ack
     receivers, compression, garbage collection and repair raise :class:`ConfigError`.
     Opening never takes the writer lock either way: only a writer recovers the log.
+
+    With ``tier`` set in the config, the channel has a tier-2 (see DESIGN.md "Tier-2"):
+    ``tier_metadata`` is the metadata store's path (default ``CHANNEL/tier/metadata.db``)
+    and ``tier_name`` the channel's name in tier-2 (default the folder's name); the client
+    passes ``ROOT/.tier/metadata.db`` and ``TOPIC/PARTITION``. Only the tiering daemon
+    uploads and deletes; this channel's maintenance only compresses.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, wakeup: Wakeup | None = None, read_only: bool = False, **config: object
+        self,
+        path: str | os.PathLike[str],
+        *,
+        wakeup: Wakeup | None = None,
+        read_only: bool = False,
+        tier_metadata: str | None = None,
+        tier_name: str | None = None,
+        **config: object,
     ) -> None:
         raw = os.fspath(path).rstrip(os.sep)
         validate_name(os.path.basename(raw), "channel name (the folder's last component)")
@@ -83,7 +98,13 @@ class FileChannel:
         else:
             with os_errors("create channel folder", self.path):
                 os.makedirs(self.path, exist_ok=True)
-        self._log = Log(self.path, self.config, read_only=self.read_only)
+        self._tier: TierContext | None = None
+        if self.config.tier is not None:
+            # FileChannel composes the layers: the engine below it never imports tiering.
+            from .tiering.context import tier_context_for
+
+            self._tier = tier_context_for(self.path, self.config, tier_metadata, tier_name)
+        self._log = Log(self.path, self.config, tier=self._tier, read_only=self.read_only)
         self._own_wakeup = wakeup is None
         self._wakeup = Wakeup(self.path) if wakeup is None else wakeup
         self._wakeup.add_folder(self.path)
@@ -96,7 +117,7 @@ class FileChannel:
         self._maintenance: threading.Thread | None = None
         if self.read_only:  # change nothing: no first segment, no clean-up, no maintenance
             return
-        if not self._log.list_segments():
+        if not self._log.local_segments():
             with self._log.writer_lock.holding():
                 self._log.create_first_segment()
         self.positions.remove_stale_temp_files()
@@ -172,7 +193,7 @@ class FileChannel:
             try:
                 found = self._time_in_segment(ref, segment_end, timestamp_ms)
             except (OSError, FileChannelError) as exc:
-                if not file_vanished(exc):
+                if not _vanished(ref, exc):
                     raise
                 refs, i = self._relisted(ref, exc)
                 continue
@@ -278,12 +299,13 @@ class FileChannel:
         missing offsets when a segment does not begin where the one before it ended.
         Modifies no file. Segments compressed or collected while it runs are normal on a
         live channel: it checks the ``.seg.z`` that replaced a ``.seg``, and skips what
-        garbage collection deleted. ``progress(done_bytes, total_bytes)`` is called as
+        garbage collection or tier-2 retention deleted. Segments only in tier-2 are read
+        from there: damage names the object, its bytes and the offsets. ``progress(done_bytes, total_bytes)`` is called as
         segments are read.
         """
         self._check_open()
         refs = self._log.list_segments()
-        total = sum(self._log.segment_bytes_on_disk(r) for r in refs)
+        total = sum(self._segment_bytes(r) for r in refs)
         done = count = 0
         active = refs[-1].base_offset if refs else None
         expected: int | None = None  # where the records of the segment checked before end
@@ -293,7 +315,7 @@ class FileChannel:
             try:
                 n = self._check_segment(ref, sealed=ref.base_offset != active)
             except (OSError, FileChannelError) as exc:
-                if not file_vanished(exc):
+                if not _vanished(ref, exc):
                     raise
                 refs, i = self._relisted(ref, exc)
                 active = refs[-1].base_offset if refs else None  # a roll may have come meanwhile
@@ -308,38 +330,42 @@ class FileChannel:
                 )
             expected = ref.base_offset + n
             count += n
-            done += self._log.segment_bytes_on_disk(ref)
+            done += self._segment_bytes(ref)
             if progress is not None:
                 progress(done, total)
             i += 1
         return count
 
+    def _segment_bytes(self, ref: SegmentRef) -> int:
+        """Bytes ``check`` reads of a segment: its file, or its chunks in tier-2."""
+        return ref.remote.size if ref.remote is not None else self._log.segment_bytes_on_disk(ref)
+
     def _check_segment(self, ref: SegmentRef, sealed: bool) -> int:
         """Check every frame of one segment; return its number of records."""
         if ref.compressed:
-            seg = CompressedSegment.open(ref.path)
-            blocks = BlockReadahead(seg)
+            blocks = self._log.open_compressed(ref)  # a local .seg.z, or one uploaded to tier-2
             try:
-                info = seg.info
+                info = blocks.info
                 n = 0
                 for i, block in enumerate(info.blocks):
                     out: list[Record] = []
                     data = blocks.block(i)
+                    where = blocks.where(i)
                     try:
                         end, got = decode_records(data, 0, block.first_offset, len(data), out)
                     except CorruptRecordError as exc:
                         raise CorruptRecordError(
-                            f"compressed segment {ref.path!r}: block {i} (offsets from {block.first_offset}): {exc}"
+                            f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}"
                         ) from exc
                     if end != len(data):
                         raise CorruptRecordError(
-                            f"compressed segment {ref.path!r}: block {i} ends in a partial frame "
+                            f"compressed segment {where!r}: block {i} ends in a partial frame "
                             f"at offset {block.first_offset + got}"
                         )
                     following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
                     if block.first_offset + got != following:
                         raise CorruptRecordError(
-                            f"compressed segment {ref.path!r}: block {i} holds offsets {block.first_offset} to "
+                            f"compressed segment {where!r}: block {i} holds offsets {block.first_offset} to "
                             f"{block.first_offset + got - 1}, but the next block or the segment's end is at {following}"
                         )
                     n += got
@@ -351,7 +377,6 @@ class FileChannel:
                 return n
             finally:
                 blocks.close()
-                seg.close()
         with os_errors("open segment", ref.path):
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -418,6 +443,8 @@ class FileChannel:
             if self._own_wakeup:
                 self._wakeup.close()
             self._log.close()
+            if self._tier is not None:
+                self._tier.close()
 
     def __enter__(self) -> FileChannel:
         return self
@@ -427,3 +454,9 @@ class FileChannel:
 
     def __repr__(self) -> str:
         return f"FileChannel({self.path!r}{', closed' if self._closed else ''})"
+
+
+def _vanished(ref: SegmentRef, exc: BaseException) -> bool:
+    """Whether ``exc`` says ``ref`` went away under us by maintenance: a local file compressed
+    or collected, or a segment only in tier-2 deleted by retention (OffsetOutOfRangeError)."""
+    return file_vanished(exc) or (ref.remote is not None and isinstance(exc, OffsetOutOfRangeError))

@@ -321,35 +321,50 @@ class CompressedSegment:
                 if self.fd < 0:
                     raise ChannelClosedError(f"compressed segment {self.path!r} was closed by another thread")
                 body = os.pread(self.fd, b.compressed_length, b.file_position)
-            try:
-                return _decompressor().decompress(body, max_output_size=b.raw_length)
-            except zstandard.ZstdError as exc:
-                raise ValueError(str(exc)) from exc
+            return decompress_block(body, b)
 
         return self.block_result(i, fetch)
 
     def block_result(self, i: int, fetch: Callable[[], BlockData]) -> BlockData:
-        """Block ``i`` from ``fetch``, which raises OSError for a failed read and ValueError
-        for a block that does not decompress; errors become ours, naming file and block."""
-        b = self.info.blocks[i]
-        try:
-            with os_errors("read", self.path):
-                raw = fetch()
-        except ValueError as exc:
-            raise CorruptRecordError(
-                f"compressed segment {self.path!r}: block {i} (offsets from {b.first_offset}) does not decompress: {exc}"
-            ) from exc
-        if len(raw) != b.raw_length:
-            raise CorruptRecordError(
-                f"compressed segment {self.path!r}: block {i} decompressed to {len(raw)} bytes, expected {b.raw_length}"
-            )
-        return raw
+        """Block ``i`` from ``fetch`` (see :func:`block_result`)."""
+        return block_result(self.path, self.info, i, fetch)
 
     def close(self) -> None:
         with self._lock:
             fd, self.fd = self.fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+def decompress_block(body: bytes, block: Block) -> bytes:
+    """Decompress one block's bytes on this thread; ValueError if they do not decompress.
+
+    Shared by local and remote segments (python-zstandard releases the GIL meanwhile)."""
+    try:
+        return _decompressor().decompress(body, max_output_size=block.raw_length)
+    except zstandard.ZstdError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def block_result(path: str, info: CompressedInfo, i: int, fetch: Callable[[], BlockData]) -> BlockData:
+    """Block ``i`` from ``fetch``, which raises OSError for a failed read and ValueError
+    for a block that does not decompress; errors become ours, naming ``path`` and the block.
+
+    The one check of a decompressed block, for local files and tier-2 chunks alike: ``path``
+    names where the block's bytes came from (a file, or the tier-2 objects and bytes)."""
+    b = info.blocks[i]
+    try:
+        with os_errors("read", path):
+            raw = fetch()
+    except ValueError as exc:
+        raise CorruptRecordError(
+            f"compressed segment {path!r}: block {i} (offsets from {b.first_offset}) does not decompress: {exc}"
+        ) from exc
+    if len(raw) != b.raw_length:
+        raise CorruptRecordError(
+            f"compressed segment {path!r}: block {i} decompressed to {len(raw)} bytes, expected {b.raw_length}"
+        )
+    return raw
 
 
 def header_of(info: CompressedInfo) -> SegmentHeader:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -13,6 +14,8 @@ COMPRESSIONS = ("zstd", "none")
 # batch (itself at most MAX_BATCH_BYTES, record.py): 2 GiB each keeps every position below 4 GiB.
 MAX_SEGMENT_BYTES = 2**31
 _MAX_I64 = 2**63 - 1  # the appender keeps sizes as C long longs
+# Option names that look like credentials: refused in tier_options (the config is stored in topic.json).
+_SECRET = re.compile(r"secret|password|passwd|token|credential|(^|_)key$|^key|access_key|session", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,20 @@ class ChannelConfig:
     hour for ``flush_interval`` (a writer holds ``writer.lock`` up to twice that) and a day
     for the other two: ``inf`` or ``nan`` once kept other processes out of the channel for
     good, or silently stopped compression and garbage collection.
+
+    Tier-2 (see DESIGN.md "Tier-2: uploads, retention and the daemon"):
+    tier: storage URL of tier-2 (file:///path, s3://bucket/prefix, another fsspec URL);
+        None turns tiering off. With a tier, ``retention_bytes`` / ``retention_ms`` are the
+        total across both tiers, and only the tiering daemon deletes segments.
+    tier_options: non-secret storage options (endpoint_url, region_name, backend...);
+        credentials come from the environment or boto3's chain, never from this file.
+    local_retention_bytes / local_retention_ms: how much of the uploaded data stays on local
+        disk (None: keep everything local). A segment is never deleted locally before it is uploaded.
+    tier_after_ms: upload a sealed segment only once its newest record is this old (None:
+        as soon as it is sealed and compressed).
+    tier_chunk_bytes: largest chunk object of an uploaded segment. tier_cache_bytes: the
+        bound of the in-memory cache of remote blocks. tier_upload_bytes_per_s: upload rate
+        limit (None: unlimited). tier_concurrency: chunk uploads (and remote reads) in flight.
     """
 
     segment_bytes: int = 64 * 1024 * 1024
@@ -61,6 +78,15 @@ class ChannelConfig:
     retention_bytes: int | None = None
     retention_ms: int | None = None
     maintenance_interval: float = 1.0
+    tier: str | None = None
+    tier_options: dict[str, Any] | None = None
+    local_retention_bytes: int | None = None
+    local_retention_ms: int | None = None
+    tier_after_ms: int | None = None
+    tier_chunk_bytes: int = 16 * 1024 * 1024
+    tier_cache_bytes: int = 64 * 1024 * 1024
+    tier_upload_bytes_per_s: int | None = None
+    tier_concurrency: int = 4
 
     def __post_init__(self) -> None:
         _int(self, "segment_bytes", minimum=4096, maximum=MAX_SEGMENT_BYTES)
@@ -79,6 +105,30 @@ class ChannelConfig:
         if not isinstance(self.compression, str) or self.compression not in COMPRESSIONS:
             raise ConfigError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {self.compression!r}")
         _int(self, "compression_level", minimum=1, maximum=22)
+        self._check_tier()
+
+    def _check_tier(self) -> None:
+        _int(self, "local_retention_bytes", minimum=0, maximum=_MAX_I64, optional=True)
+        _int(self, "local_retention_ms", minimum=0, maximum=_MAX_I64, optional=True)
+        _int(self, "tier_after_ms", minimum=0, maximum=_MAX_I64, optional=True)
+        _int(self, "tier_chunk_bytes", minimum=1024, maximum=5 * 2**30)
+        _int(self, "tier_cache_bytes", minimum=1024, maximum=_MAX_I64)
+        _int(self, "tier_upload_bytes_per_s", minimum=1, maximum=_MAX_I64, optional=True)
+        _int(self, "tier_concurrency", minimum=1, maximum=256)
+        if self.tier is not None and (not isinstance(self.tier, str) or "://" not in self.tier):
+            raise ConfigError(
+                f"tier must be a storage URL (file:///path, s3://bucket/prefix, another fsspec URL) or None, not {self.tier!r}"
+            )
+        if self.tier_options is None:
+            return
+        if not isinstance(self.tier_options, dict) or not all(isinstance(k, str) for k in self.tier_options):
+            raise ConfigError(f"tier_options must be a dict of str keys or None, not {self.tier_options!r}")
+        secret = sorted(k for k in _keys(self.tier_options) if _SECRET.search(k))
+        if secret:
+            raise ConfigError(
+                f"tier_options must not hold credentials ({', '.join(secret)}): they would be stored in topic.json; "
+                "give them through the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY...) or boto3's credential chain"
+            )
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> ChannelConfig:
@@ -106,3 +156,13 @@ def _seconds(cfg: ChannelConfig, name: str, *, maximum: int) -> None:
     # Written so that nan and inf fail too (every comparison with nan is False).
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= maximum:
         raise ConfigError(f"{name} must be a finite number of seconds from 0 to {maximum}, not {value!r}")
+
+
+def _keys(options: dict[str, Any]) -> list[str]:
+    """Every key of ``options`` and of the dicts nested in it (client_kwargs... may hold credentials too)."""
+    keys = []
+    for key, value in options.items():
+        keys.append(str(key))
+        if isinstance(value, dict):
+            keys.extend(_keys(value))
+    return keys

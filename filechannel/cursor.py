@@ -10,7 +10,10 @@ the old one once more after seeing it (a writer's last frames land before the ro
 On the last blocks of a compressed segment it opens the next one, if that is compressed
 too, so that its first blocks decompress ahead (readahead.py). The cursor holds its
 segment's file open, so a segment deleted or compressed under it stays readable until
-the cursor moves on.
+the cursor moves on. A segment only in tier-2 is read the same way, its blocks fetched
+by ranged reads and prefetched (``Log.open_compressed``); one deleted from tier-2 by
+retention under the cursor raises :class:`OffsetOutOfRangeError`, as one collected here
+before the cursor opened it does.
 
 Offsets are contiguous across segments: a segment's records end exactly where the next
 segment begins. A cursor that finds no segment where the previous one ended while a
@@ -35,7 +38,7 @@ import os
 import threading
 import time
 
-from .compressed import BlockData, CompressedSegment
+from .compressed import BlockData
 from .errors import (
     ChannelClosedError,
     CorruptRecordError,
@@ -45,7 +48,7 @@ from .errors import (
     os_errors,
 )
 from .log import Log, SegmentRef
-from .readahead import READAHEAD_BLOCKS, BlockReadahead
+from .readahead import READAHEAD_BLOCKS
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE, find_valid_frame, valid_frame_at
 
@@ -74,16 +77,22 @@ class _RawSource:
 
 
 class _CompressedSource:
-    """Serves raw-segment positions out of decompressed blocks; keeps the last block."""
+    """Serves raw-segment positions out of decompressed blocks; keeps the last block.
 
-    def __init__(self, ref: SegmentRef) -> None:
+    The blocks come from a local ``.seg.z`` or, for a segment only in tier-2, from its
+    chunks (:meth:`Log.open_compressed`): the cursor reads both alike."""
+
+    def __init__(self, log: Log, ref: SegmentRef) -> None:
         self.ref = ref
-        self.seg = CompressedSegment.open(ref.path)
-        self.info = self.seg.info
-        self._blocks = BlockReadahead(self.seg)
+        self._blocks = log.open_compressed(ref)
+        self.info = self._blocks.info
         self._block = -1
         self._data: BlockData = b""
         self._end = SEGMENT_HEADER_SIZE + self.info.raw_size
+
+    def where(self) -> str:
+        """Where the current block's bytes are (the file, or the tier-2 objects and bytes)."""
+        return self._blocks.where(self._block) if self._block >= 0 else self.ref.path
 
     @property
     def near_end(self) -> bool:
@@ -108,7 +117,6 @@ class _CompressedSource:
 
     def close(self) -> None:
         self._blocks.close()
-        self.seg.close()
 
 
 class Cursor:
@@ -159,7 +167,7 @@ class Cursor:
                 nxt = None
                 break
             try:
-                source = _CompressedSource(ref) if ref.compressed else _RawSource(ref)
+                source = _CompressedSource(self._log, ref) if ref.compressed else _RawSource(ref)
             except (OSError, FileChannelError) as exc:
                 if file_vanished(exc):
                     continue  # compressed or collected between listing and opening: list again
@@ -264,8 +272,9 @@ class Cursor:
         raise self._corrupt(source, str(exc)) from exc
 
     def _corrupt(self, source: _RawSource | _CompressedSource, what: str) -> CorruptRecordError:
+        where = source.where() if isinstance(source, _CompressedSource) else source.ref.path
         return CorruptRecordError(
-            f"corrupt record in {source.ref.path!r} at byte {self._pos} (offset {self.offset}): {what}. "
+            f"corrupt record in {where!r} at byte {self._pos} (offset {self.offset}): {what}. "
             "Run `filechannel check` to list the damage; restore the segment or seek past it"
         )
 
@@ -365,11 +374,11 @@ class Cursor:
         Best effort: a segment that cannot be opened now is left for :meth:`_open`, which
         raises what is wrong with it when the cursor gets there.
         """
-        ref = self._log.next_segment(source.info.end_offset)
+        ref = self._log.next_segment(source.info.end_offset, remote=True)
         if ref is None or not ref.compressed:
             return
         try:
-            self._next = _CompressedSource(ref)
+            self._next = _CompressedSource(self._log, ref)
         except (OSError, FileChannelError):
             return
         self._next.start_readahead()

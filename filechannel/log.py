@@ -16,6 +16,14 @@ Invariants (every process that opens the folder keeps them):
   frames before a reader or recovery starts from them.
 - Compression and garbage collection run only under ``maintenance.lock``; they touch
   sealed segments only, and delete a prefix of them, never a hole.
+- With a tier, the listing is the local segments and, below the first of them, the
+  segments the tier-2 metadata holds as uploaded (a segment in both is read locally);
+  recovery, compression, repair and deletion see the local segments only, and an empty
+  folder starts at the tier's end offset, never below what was uploaded.
+- With a tier (``tier`` is not None), :meth:`Log.collect_garbage` deletes nothing: only
+  the tiering daemon deletes segments, and only once they are uploaded (see
+  filechannel/tiering/daemon.py), so no retention rule or reader position can delete a
+  segment that exists nowhere else.
 
 This class keeps an in-process cache of the listing and of sealed segments' indexes; it
 is shared by the channel's senders and receivers and is thread-safe.
@@ -29,6 +37,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from . import names
 from .compressed import Z_HEADER, CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length
@@ -55,6 +64,7 @@ from .index import (
     write_index_files,
 )
 from .lock import FileLock
+from .readahead import LocalBlocks
 from .recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from .recovery_point import read_recovery_point, write_recovery_point
 from .segment import (
@@ -67,6 +77,11 @@ from .segment import (
 )
 from .writer_state import WriterState, read_state, write_state
 
+if TYPE_CHECKING:  # the engine never imports tiering at run time: the tier is handed in
+    from .compressed import BlockData
+    from .tiering.context import TierContext
+    from .tiering.layout import SegmentRecord
+
 log = logging.getLogger("filechannel")
 
 MAX_FRAME_PAYLOAD = 0x7FFFFFFF
@@ -74,19 +89,38 @@ MAX_FRAME_PAYLOAD = 0x7FFFFFFF
 
 @dataclass(frozen=True)
 class SegmentRef:
-    """One segment as the folder listing shows it."""
+    """One segment as the listing shows it.
+
+    ``remote`` is its tier-2 record when the segment is read from tier-2 (it is uploaded
+    and has no local copy); ``path`` then names its first chunk object, for messages only.
+    A remote segment is always ``compressed`` (tier-2 holds the ``.seg.z`` form).
+    """
 
     base_offset: int
     compressed: bool
     path: str
+    remote: SegmentRecord | None = None
+
+
+class CompressedBlocks(Protocol):
+    """The blocks of a compressed segment, local (:class:`LocalBlocks`) or in tier-2."""
+
+    info: CompressedInfo
+    path: str
+
+    def block(self, i: int) -> BlockData: ...
+    def start(self) -> None: ...
+    def where(self, i: int) -> str: ...
+    def close(self) -> None: ...
 
 
 class Log:
     """The segments of one channel folder (see the module docstring)."""
 
-    def __init__(self, path: str, config: ChannelConfig, *, read_only: bool = False) -> None:
+    def __init__(self, path: str, config: ChannelConfig, *, tier: TierContext | None = None, read_only: bool = False) -> None:
         self.path = path
         self.config = config
+        self.tier = tier  # tier-2 of this channel, built by FileChannel; None without tiering
         self.read_only = read_only  # then index files that disagree with the frames are rebuilt in memory only
         self.writer_lock = FileLock(os.path.join(path, "writer.lock"))
         self.maintenance_lock = FileLock(os.path.join(path, "maintenance.lock"))
@@ -112,7 +146,23 @@ class Log:
     # -- listing ---------------------------------------------------------------------------
 
     def list_segments(self) -> list[SegmentRef]:
-        """List the folder again and return the segments, oldest first."""
+        """List the segments again, oldest first: the local folder's, and below the first of
+        them the uploaded segments only in tier-2 (a segment both local and uploaded is read
+        locally). Where the tiers do not meet, the gap is a hole, as between local files."""
+        local = self.local_segments()
+        refs = self._remote_below(local[0].base_offset if local else None) + local
+        with self._mutex:
+            self._refs = refs
+            self._bases = [r.base_offset for r in refs]
+            live = set(self._bases)
+            for cache in (self._sealed_index, self._z_info):
+                for b in [b for b in cache if b not in live]:
+                    del cache[b]
+        return refs
+
+    def local_segments(self) -> list[SegmentRef]:
+        """The segments in the channel folder, oldest first (what recovery, compression and
+        garbage collection work on: they never touch tier-2)."""
         with os_errors("list", self.path):
             files = os.listdir(self.path)
         found: dict[int, bool] = {}
@@ -125,15 +175,33 @@ class Log:
                 found[base] = True
             elif suffix == names.SEGMENT_SUFFIX:
                 found.setdefault(base, False)
-        refs = [SegmentRef(b, z, self.compressed_path(b) if z else self.segment_path(b)) for b, z in sorted(found.items())]
-        with self._mutex:
-            self._refs = refs
-            self._bases = [r.base_offset for r in refs]
-            live = set(self._bases)
-            for cache in (self._sealed_index, self._z_info):
-                for b in [b for b in cache if b not in live]:
-                    del cache[b]
-        return refs
+        return [SegmentRef(b, z, self.compressed_path(b) if z else self.segment_path(b)) for b, z in sorted(found.items())]
+
+    def _remote_below(self, first_local: int | None) -> list[SegmentRef]:
+        """The uploaded segments below ``first_local`` (all of them if None), as refs."""
+        if self.tier is None:
+            return []
+        records = self.tier.metadata.segments(self.tier.name)
+        return [self._remote_ref(r) for r in records if first_local is None or r.base_offset < first_local]
+
+    def _remote_ref(self, record: SegmentRecord) -> SegmentRef:
+        assert self.tier is not None
+        return SegmentRef(record.base_offset, True, self.tier.object_url(record.chunks[0].name), record)
+
+    def tier_end_offset(self) -> int:
+        """One past the last uploaded offset (0 without tiering or with nothing uploaded):
+        where an empty folder of a tiered channel starts, never 0 below uploaded records."""
+        if self.tier is None:
+            return 0
+        records = self.tier.metadata.segments(self.tier.name)
+        return records[-1].end_offset if records else 0
+
+    def open_compressed(self, ref: SegmentRef) -> CompressedBlocks:
+        """The blocks of compressed segment ``ref``, from its local file or from tier-2."""
+        if ref.remote is not None:
+            assert self.tier is not None
+            return self.tier.reader.open(ref.remote)
+        return LocalBlocks(ref.path)
 
     def segments(self) -> list[SegmentRef]:
         """The cached listing (listing the folder if there is none yet)."""
@@ -158,11 +226,17 @@ class Log:
         end = refs[i + 1].base_offset if i + 1 < len(refs) else None
         return refs[i], end
 
-    def next_segment(self, end_offset: int) -> SegmentRef | None:
-        """The segment that starts at ``end_offset`` if it exists (one stat per file kind)."""
+    def next_segment(self, end_offset: int, remote: bool = False) -> SegmentRef | None:
+        """The segment that starts at ``end_offset`` if it exists (one stat per file kind;
+        with ``remote``, then a look in the tier-2 metadata: a reader's prefetch, never a
+        writer's check)."""
         for z, path in ((True, self.compressed_path(end_offset)), (False, self.segment_path(end_offset))):
             if os.path.exists(path):
                 return SegmentRef(end_offset, z, path)
+        if remote and self.tier is not None:
+            record = self.tier.metadata.segment_for(self.tier.name, end_offset)
+            if record is not None and record.base_offset == end_offset:
+                return self._remote_ref(record)
         return None
 
     @property
@@ -176,6 +250,8 @@ class Log:
         if not refs:
             return 0
         last = refs[-1]
+        if last.remote is not None:
+            return last.remote.end_offset
         if last.compressed:
             return self.compressed_info(last).end_offset
         state = read_state(self.writer_lock.fd, self.writer_lock.path)
@@ -335,9 +411,13 @@ class Log:
         with self._mutex:
             info = self._z_info.get(ref.base_offset)
         if info is None:
-            seg = CompressedSegment.open(ref.path)
-            info = seg.info
-            seg.close()
+            if ref.remote is not None:
+                assert self.tier is not None
+                info = self.tier.reader.info(ref.remote)
+            else:
+                seg = CompressedSegment.open(ref.path)
+                info = seg.info
+                seg.close()
             with self._mutex:
                 self._z_info[ref.base_offset] = info
         return info
@@ -355,11 +435,12 @@ class Log:
         last frame with nothing valid after it anywhere in the log. Damage followed by
         valid data raises :class:`LogCorruptedError` and nothing is cut (see :meth:`repair`).
         """
-        refs = self.list_segments()
+        self.list_segments()  # the cached listing the writer uses from now on
+        refs = self.local_segments()
         never = self.config.fsync == "never"
         rebooted = True
         if not refs:
-            state = self._create_active(0, 0, sync_dir=not never)
+            state = self._create_active(self.tier_end_offset(), 0, sync_dir=not never)
             self.list_segments()
         else:
             point = read_recovery_point(self._recovery_point_path)
@@ -382,9 +463,10 @@ class Log:
     def create_first_segment(self) -> None:
         """Create segment 0 of an empty folder, so readers have a segment to wait on; the
         caller holds ``writer.lock``. Does nothing if a writer made one meanwhile."""
-        if not self.list_segments():
-            self._create_active(0, 0, sync_dir=self.config.fsync != "never")
-            write_recovery_point(self._recovery_point_path, 0)
+        if not self.local_segments():
+            base = self.tier_end_offset()
+            self._create_active(base, 0, sync_dir=self.config.fsync != "never")
+            write_recovery_point(self._recovery_point_path, base)
             self.list_segments()
 
     def _create_active(self, base_offset: int, segment_id: int, sync_dir: bool) -> WriterState:
@@ -504,7 +586,7 @@ class Log:
         or at or past the end the frames allow (damage before it: nothing is cut), and
         :class:`CorruptRecordError` if it lies inside a compressed segment (cut at one of its ends).
         """
-        refs = self.list_segments()
+        refs = self.local_segments()
         end = after_offset + 1  # the next offset once repaired
         if not refs or end < refs[0].base_offset:
             first = refs[0].base_offset if refs else 0
@@ -596,7 +678,7 @@ class Log:
         start = point.offset if point is not None and point.this_boot else 0
         if start >= upto:
             return
-        for ref in self.list_segments():
+        for ref in self.local_segments():
             if start <= ref.base_offset < upto and not ref.compressed:  # compressed files were fsynced
                 for suffix in (names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
                     fsync_if_exists(self.file(ref.base_offset, suffix))
@@ -711,7 +793,8 @@ class Log:
             os.truncate(torn.path, torn_at)
         fsync_if_exists(torn.path)
         fsync_dir(self.path)
-        return self.list_segments()
+        self.list_segments()
+        return self.local_segments()
 
     # -- maintenance (under maintenance.lock) ----------------------------------------------
 
@@ -723,7 +806,7 @@ class Log:
             if f.endswith(names.COMPRESSED_SUFFIX + names.TEMP_SUFFIX):
                 log.warning("channel %s: removing %s left by an interrupted compression", self.path, f)
                 unlink_if_exists(os.path.join(self.path, f))
-        for ref in self.list_segments():
+        for ref in self.local_segments():
             raw = self.segment_path(ref.base_offset)
             if ref.compressed and os.path.exists(raw):
                 if _valid_compressed(ref.path):
@@ -739,7 +822,7 @@ class Log:
         if self.config.compression == "none":
             return []
         done = []
-        refs = self.list_segments()
+        refs = self.local_segments()
         for ref in refs[:-1]:
             if ref.compressed:
                 continue
@@ -805,8 +888,11 @@ class Log:
         A sealed segment goes when all of its records lie below ``hold`` (the smallest
         durable reader position, None if there is none), or when retention says so.
         Only a prefix of the sealed segments is ever deleted. Caller holds maintenance.lock.
+        With a tier it deletes nothing: the tiering daemon deletes, uploaded segments only.
         """
-        refs = self.list_segments()
+        if self.tier is not None:
+            return []
+        refs = self.local_segments()
         sealed = refs[:-1]
         if not sealed:
             return []
@@ -829,15 +915,24 @@ class Log:
                 total -= sizes[j]
                 j += 1
             k = max(k, j)
+        return self.delete_sealed_prefix(ends[k - 1]) if k else []
+
+    def delete_sealed_prefix(self, upto: int) -> list[int]:
+        """Delete the sealed segments whose records all lie below ``upto``, oldest first (a crash
+        midway leaves a shorter prefix, never a hole); never the active segment. Return their
+        base offsets. Caller holds maintenance.lock."""
+        refs = self.local_segments()  # local files only: with a tier, the listing also holds remote segments
         deleted = []
-        for ref in sealed[:k]:
+        for ref, end in zip(refs[:-1], [r.base_offset for r in refs[1:]], strict=True):
+            if end > upto:
+                break
             for suffix in (names.COMPRESSED_SUFFIX, names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
                 unlink_if_exists(self.file(ref.base_offset, suffix))
             deleted.append(ref.base_offset)
         if deleted:
             fsync_dir(self.path)
             self.list_segments()
-            log.info("channel %s: deleted %d sealed segment(s) below offset %d", self.path, len(deleted), ends[k - 1])
+            log.info("channel %s: deleted %d sealed segment(s) below offset %d", self.path, len(deleted), upto)
         return deleted
 
     def close(self) -> None:

@@ -109,3 +109,36 @@ class BlockReadahead:
         with self._lock:
             self._closed = True
             self._drop()
+
+
+class LocalBlocks:
+    """The blocks of a local ``.seg.z``: its open file and its readahead, as one object.
+
+    One seam for reading blocks: a cursor or a check reads a compressed segment through
+    ``info``, ``path``, ``block(i)``, ``start()``, ``where(i)`` and ``close()``, and the
+    same calls read an uploaded segment from tier-2
+    (:class:`filechannel.tiering.remote_segment.RemoteSegment`).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.seg = CompressedSegment.open(path)
+        self.info = self.seg.info
+        self.path = path
+        self._ahead = BlockReadahead(self.seg)
+
+    def block(self, i: int) -> BlockData:
+        return self._ahead.block(i)
+
+    def start(self) -> None:
+        self._ahead.start()
+
+    def where(self, i: int) -> str:
+        """Where block ``i``'s bytes are, for messages: the file."""
+        return self.path
+
+    def close(self) -> None:
+        """Close the readahead first (it waits for jobs that read the descriptor), then the file."""
+        try:
+            self._ahead.close()
+        finally:
+            self.seg.close()

@@ -54,6 +54,15 @@ TOPIC_SETTINGS = (
     "compression_block_bytes",
     "max_record_bytes",
     "index_interval_bytes",
+    "tier",
+    "tier_options",
+    "local_retention_bytes",
+    "local_retention_ms",
+    "tier_after_ms",
+    "tier_chunk_bytes",
+    "tier_cache_bytes",
+    "tier_upload_bytes_per_s",
+    "tier_concurrency",
 )
 
 
@@ -245,7 +254,12 @@ class TopicStore:
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
             raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {n - 1}")
         config = {**self.meta(topic).get("config", {}), **overrides}
-        return FileChannel(self.partition_path(topic, partition), wakeup=wakeup, **config)
+        tier = {}
+        if config.get("tier") is not None:  # one metadata store per root; the partition is TOPIC/PARTITION in it
+            from ..tiering.context import ROOT_METADATA
+
+            tier = {"tier_metadata": os.path.join(self.root, ROOT_METADATA), "tier_name": f"{topic}/{partition}"}
+        return FileChannel(self.partition_path(topic, partition), wakeup=wakeup, **tier, **config)
 
 
 class Admin:

@@ -1,0 +1,539 @@
+"""The tiering daemon: uploads sealed segments of every tiered topic of a root, and applies retention.
+
+One daemon per root, enforced by ``flock`` on ``ROOT/.tier/daemon.lock``; uploading is
+its own role, never part of a client's maintenance thread. At start it takes a new epoch
+in ``ROOT/.tier/metadata.db`` (fencing every older uploader). Then each pass, for every
+partition of every topic whose settings have ``tier``:
+
+0. clean up: finish "deleting" rows (objects, then row), abandon "uploading" rows (of a
+   dead epoch, or this epoch's failed attempt: objects, then row), and, on the
+   partition's first pass of this epoch, delete objects of older epochs that no row
+   names (late writes of a fenced uploader), and copy the topic's settings to
+   ``<topic>/topic.json`` in tier-2 (the bucket describes itself);
+1. compress sealed raw segments (under the channel's ``maintenance.lock``, as the
+   channel's maintenance thread does);
+2. upload the eligible ones, oldest first (see :mod:`.uploader`): sealed, in ``.seg.z``
+   form (or raw below the recovery point when ``compression="none"``, staged as ``.seg.z``
+   at zstd level 1 in ``ROOT/.tier/staging``: the local copy stays raw, tier-2 always has
+   the one block form every remote reader reads), older than ``tier_after_ms`` if set;
+3. local retention: delete local copies of a prefix of sealed segments past
+   ``local_retention_bytes`` / ``local_retention_ms``, under ``maintenance.lock`` (also
+   when an upload failed: what is uploaded may still leave the local disk);
+4. total retention (``retention_bytes`` / ``retention_ms`` across both tiers): the local
+   copy first, then in tier-2 ``begin_delete`` -> objects deleted (missing is fine) ->
+   ``finish_delete``.
+
+Invariants:
+
+- A local segment is deleted only if the metadata says "uploaded" for it (committed after
+  its chunks and manifest), and only as part of a prefix of sealed segments: never the
+  active segment, never a hole, never a segment that exists nowhere else. Retention and
+  reader positions never override this (the channel's own GC does nothing with a tier).
+- Every metadata change carries the daemon's epoch: once another daemon took a newer
+  one, the first commit (or object write) raises :class:`FencedError` and the daemon stops.
+- A crash anywhere leaves at worst an "uploading" or "deleting" row and objects it names,
+  or orphan objects: the next start cleans each of them up.
+
+The daemon reads each partition through a :class:`~filechannel.log.Log` without a tier
+context: its listing is the local files only, which is what it uploads and deletes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..compressed import compress_segment
+from ..config import ChannelConfig
+from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
+from ..files import read_if_exists, unlink_if_exists, write_atomically
+from ..lock import FileLock
+from ..log import MAX_FRAME_PAYLOAD, Log, SegmentRef
+from ..recovery_point import FILE_NAME as RECOVERY_POINT_FILE
+from ..recovery_point import read_recovery_point
+from .context import ROOT_METADATA, ROOT_TIER_DIR, STANDALONE_METADATA
+from .layout import DELETING, UPLOADED, UPLOADING, SegmentRecord, parse_object_name
+from .metadata import TierMetadata
+from .storage import ChunkStorage, open_storage, redact_url
+from .uploader import RateLimiter, SegmentToUpload, abandon, delete_objects, upload_segment
+
+log = logging.getLogger("filechannel")
+
+LOCK_FILE = "daemon.lock"
+STATUS_FILE = "status.json"
+STAGING_DIR = "staging"
+TOPIC_FILE = "topic.json"
+STAGING_LEVEL = 1  # zstd level of the staged .seg.z of a compression="none" channel
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class PassReport:
+    """What one pass did: counts, and one line per failure (a partition that could not be served)."""
+
+    uploaded: int = 0
+    uploaded_bytes: int = 0
+    deleted_local: int = 0
+    deleted_remote: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A tiered partition of the root: its folder, its name in tier-2 and its settings."""
+
+    path: str
+    name: str
+    config: ChannelConfig
+
+
+def tiered_partitions(root: str) -> list[Partition]:
+    """Every partition of every topic under ``root`` whose settings have ``tier`` set."""
+    found = []
+    try:
+        topics = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    for topic in topics:
+        data = None if topic.startswith(".") else read_if_exists(os.path.join(root, topic, TOPIC_FILE), "topic description")
+        if data is None:
+            continue
+        try:
+            meta = json.loads(data)
+            settings = dict(meta.get("config", {}))
+            partitions = int(meta["partitions"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"{os.path.join(root, topic, TOPIC_FILE)} is not a valid topic description ({exc})") from exc
+        if settings.get("tier") is None:
+            continue
+        config = ChannelConfig.from_kwargs(**{**settings, "maintenance_interval": 0})
+        for p in range(partitions):
+            path = os.path.join(root, topic, str(p))
+            if os.path.isdir(path):
+                found.append(Partition(path, f"{topic}/{p}", config))
+    return found
+
+
+class TieringDaemon:
+    """Tiers every tiered topic of ``root`` (see the module docstring).
+
+    With ``channel`` (the settings of a standalone :class:`~filechannel.channel.FileChannel`,
+    which are stored nowhere), ``root`` is that channel's folder: the daemon tiers it alone,
+    with its lock, staging and status in ``CHANNEL/tier/`` beside the standalone metadata
+    ``CHANNEL/tier/metadata.db``, under the channel's folder name (what the channel reads).
+
+    ``wait``: if another daemon holds the root's lock, wait for it (else raise TierError at
+    :meth:`start`). ``progress`` receives one line per action (defaults to the logger).
+    Use as a context manager, or call :meth:`start` and :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        channel: ChannelConfig | None = None,
+        owner: str | None = None,
+        wait: bool = False,
+        interval: float = 1.0,
+        progress: Progress | None = None,
+    ) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        if channel is not None and channel.tier is None:
+            raise ConfigError(f"the channel {self.root} has no tier setting: nothing to tier")
+        self._channel = channel
+        metadata = ROOT_METADATA if channel is None else STANDALONE_METADATA
+        self.metadata_path = os.path.join(self.root, metadata)
+        self.tier_dir = os.path.dirname(self.metadata_path)
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self.wait = wait
+        self.interval = interval
+        self._progress = progress or (lambda line: log.info("tier: %s", line))
+        self._stop = threading.Event()
+        self._lock: FileLock | None = None
+        self._metadata: TierMetadata | None = None
+        self._storages: dict[tuple[str, str], ChunkStorage] = {}
+        self._last_errors: dict[str, str] = {}
+        self._swept: set[str] = set()  # partitions whose orphans this epoch deleted
+        self.epoch = 0
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Take the root's lock and a new epoch; each partition's first pass cleans up what earlier epochs left."""
+        with os_errors("create tier folder", self.tier_dir):
+            os.makedirs(os.path.join(self.tier_dir, STAGING_DIR), exist_ok=True)
+        lock = FileLock(os.path.join(self.tier_dir, LOCK_FILE))
+        if not lock.acquire(blocking=self.wait):
+            lock.close()
+            raise TierError(
+                f"another tiering daemon holds {os.path.join(self.tier_dir, LOCK_FILE)}: one daemon per root; "
+                "stop it first (or wait for it)"
+            )
+        self._lock = lock
+        try:
+            self._metadata = TierMetadata(self.metadata_path)
+            self.epoch = self._metadata.take_epoch(self.owner)
+            self._progress(f"epoch {self.epoch} taken by {self.owner}")
+            for name in os.listdir(os.path.join(self.tier_dir, STAGING_DIR)):
+                unlink_if_exists(os.path.join(self.tier_dir, STAGING_DIR, name))
+        except BaseException:
+            self.close()
+            raise
+
+    def _partitions(self) -> list[Partition]:
+        if self._channel is None:
+            return tiered_partitions(self.root)
+        config = ChannelConfig.from_kwargs(**{**self._channel.as_dict(), "maintenance_interval": 0})
+        return [Partition(self.root, os.path.basename(self.root), config)]
+
+    def _sweep_orphans(self, part: Partition, storage: ChunkStorage) -> None:
+        """Delete objects of this channel written by an older epoch that no row names."""
+        known = {(r.base_offset, r.epoch) for r in self.metadata.segments(part.name, states=(UPLOADING, UPLOADED, DELETING))}
+        orphans = []
+        for info in storage.list(part.name + "/"):
+            parsed = parse_object_name(info.name)
+            if parsed is None or parsed.channel != part.name or parsed.epoch >= self.epoch:
+                continue
+            if (parsed.base_offset, parsed.epoch) not in known:
+                orphans.append(info.name)
+        if orphans:
+            delete_objects(storage, orphans)
+            self._progress(f"{part.name}: deleted {len(orphans)} orphan object(s) of older epochs")
+
+    def _copy_settings(self, part: Partition, storage: ChunkStorage) -> None:
+        """Write the topic's settings beside its partitions in tier-2 (``<topic>/topic.json``), so
+        the bucket describes itself; once per epoch (settings change rarely and writes are atomic)."""
+        topic = part.name.rpartition("/")[0]
+        if topic:
+            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(part.config.as_dict(), sort_keys=True).encode())
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the current partition (thread- and signal-safe)."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Release the storages, the metadata and the lock (idempotent)."""
+        storages, self._storages = list(self._storages.values()), {}
+        for storage in storages:
+            storage.close()
+        if self._metadata is not None:
+            self._metadata.close()
+            self._metadata = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> TieringDaemon:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def metadata(self) -> TierMetadata:
+        if self._metadata is None:
+            raise TierError(f"the tiering daemon of {self.root} is not started (call start())")
+        return self._metadata
+
+    def _storage(self, config: ChannelConfig) -> ChunkStorage:
+        assert config.tier is not None
+        key = (config.tier, json.dumps(config.tier_options or {}, sort_keys=True))
+        if key not in self._storages:
+            self._storages[key] = open_storage(config.tier, **(config.tier_options or {}))
+        return self._storages[key]
+
+    # -- passes ------------------------------------------------------------------------------
+
+    def run(self, once: bool = False) -> PassReport:
+        """Pass over every tiered partition; with ``once`` return after one pass, else repeat
+        every ``interval`` seconds until :meth:`stop`. Return the last pass's report.
+        Raises :class:`FencedError` if another daemon took over."""
+        while True:
+            report = self.run_once()
+            if once or self._stop.wait(self.interval):
+                return report
+
+    def run_once(self) -> PassReport:
+        """One whole pass: compress, upload, local retention, total retention, per partition.
+
+        A partition that fails (storage unreachable, damaged segment...) is reported and
+        the pass goes on with the next; a :class:`FencedError` stops the pass at once.
+        """
+        report = PassReport()
+        for part in self._partitions():
+            if self._stop.is_set():
+                break
+            try:
+                self._pass(part, report)
+                self._last_errors.pop(part.name, None)
+            except FencedError:
+                raise
+            except FileChannelError as exc:
+                line = f"{part.name}: {exc}"
+                report.failures.append(line)
+                self._last_errors[part.name] = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {exc}"
+                self._progress(f"FAILED {line}")
+        self._write_status()
+        return report
+
+    def _write_status(self) -> None:
+        status = {"epoch": self.epoch, "owner": self.owner, "at_ms": time.time_ns() // 1_000_000}
+        status["last_errors"] = dict(self._last_errors)
+        write_atomically(os.path.join(self.tier_dir, STATUS_FILE), json.dumps(status, sort_keys=True).encode())
+
+    def _pass(self, part: Partition, report: PassReport) -> None:
+        storage = self._storage(part.config)
+        log_ = Log(part.path, part.config)  # no tier context: the local listing only
+        try:
+            with locked(log_):
+                log_.finish_interrupted_compressions()
+                log_.compress_sealed()
+            self._finish_deletes(part, storage)
+            for record in self.metadata.segments(part.name, states=(UPLOADING,)):
+                abandon(storage, self.metadata, self.epoch, record)  # a dead epoch's, or this one's failed attempt
+                self._progress(f"{part.name}: abandoned the upload of epoch {record.epoch} at offset {record.base_offset}")
+            if part.name not in self._swept:
+                self._sweep_orphans(part, storage)
+                self._copy_settings(part, storage)
+                self._swept.add(part.name)
+            try:
+                self._upload(part, log_, storage, report)
+            except FencedError:
+                raise
+            except FileChannelError:
+                # the storage failed: what is uploaded already may still leave the local disk
+                self._local_retention(part, log_, report)
+                raise
+            self._local_retention(part, log_, report)
+            self._total_retention(part, log_, storage, report)
+        finally:
+            log_.close()
+
+    def _upload(self, part: Partition, log_: Log, storage: ChunkStorage, report: PassReport) -> None:
+        config = part.config
+        uploaded = {r.base_offset for r in self.metadata.segments(part.name)}
+        refs = log_.list_segments()
+        point = read_recovery_point(os.path.join(part.path, RECOVERY_POINT_FILE))
+        limiter = RateLimiter(config.tier_upload_bytes_per_s)
+        for ref, end in zip(refs[:-1], [r.base_offset for r in refs[1:]], strict=True):
+            if self._stop.is_set():
+                return
+            if ref.base_offset in uploaded or end == ref.base_offset:  # uploaded, or holds no record
+                continue
+            if not ref.compressed and (point is None or point.offset < end):
+                return  # not yet below the recovery point: later segments are not either
+            with self._staged(part, log_, ref) as segment:
+                if segment is None:  # collected or compressed under us: next pass
+                    return
+                if config.tier_after_ms is not None and segment.max_timestamp > _now_ms() - config.tier_after_ms:
+                    return  # not old enough, and later segments are newer
+                record = upload_segment(
+                    storage,
+                    self.metadata,
+                    self.epoch,
+                    part.name,
+                    segment,
+                    chunk_bytes=config.tier_chunk_bytes,
+                    concurrency=config.tier_concurrency,
+                    limiter=limiter,
+                )
+            report.uploaded += 1
+            report.uploaded_bytes += record.size
+            self._progress(
+                f"{part.name}: uploaded offsets [{record.base_offset}, {record.end_offset}) "
+                f"({record.size} bytes, {len(record.chunks)} chunk(s)) to {redact_url(storage.url)}"
+            )
+
+    @contextmanager
+    def _staged(self, part: Partition, log_: Log, ref: SegmentRef) -> Iterator[SegmentToUpload | None]:
+        """The ``.seg.z`` form of a sealed segment: its own file, or a staged copy of a raw one."""
+        if ref.compressed:
+            try:
+                info = log_.compressed_info(ref)
+            except FileChannelError:
+                if not os.path.exists(ref.path):
+                    yield None
+                    return
+                raise
+            yield SegmentToUpload.of(ref.path, info)
+            return
+        staged = os.path.join(self.tier_dir, STAGING_DIR, f"{part.name.replace('/', '.')}.{ref.base_offset}.seg.z")
+        try:
+            info = compress_segment(
+                ref.path,
+                staged,
+                level=STAGING_LEVEL,
+                block_bytes=part.config.compression_block_bytes,
+                max_payload=MAX_FRAME_PAYLOAD,
+            )
+            yield SegmentToUpload.of(staged, info)
+        finally:
+            unlink_if_exists(staged)
+
+    def _local_retention(self, part: Partition, log_: Log, report: PassReport) -> None:
+        config = part.config
+        if config.local_retention_bytes is None and config.local_retention_ms is None:
+            return
+        with locked(log_):
+            refs = log_.list_segments()
+            uploaded = {r.base_offset for r in self.metadata.segments(part.name)}
+            ends = [r.base_offset for r in refs[1:]]
+            sizes = [log_.segment_bytes_on_disk(r) for r in refs]
+            total = sum(sizes)
+            cutoff = None if config.local_retention_ms is None else _now_ms() - config.local_retention_ms
+            k = 0
+            for i, ref in enumerate(refs[:-1]):
+                if ref.base_offset not in uploaded and ends[i] != ref.base_offset:
+                    break  # never past a segment that exists only here
+                by_bytes = config.local_retention_bytes is not None and total > config.local_retention_bytes
+                by_age = cutoff is not None and log_.segment_max_timestamp(ref, ends[i]) < cutoff
+                if not (by_bytes or by_age):
+                    break
+                total -= sizes[i]
+                k = i + 1
+            if k:
+                deleted = log_.delete_sealed_prefix(ends[k - 1])
+                report.deleted_local += len(deleted)
+                self._progress(f"{part.name}: deleted {len(deleted)} uploaded local segment(s) below offset {ends[k - 1]}")
+
+    def _total_retention(self, part: Partition, log_: Log, storage: ChunkStorage, report: PassReport) -> None:
+        config = part.config
+        if config.retention_bytes is None and config.retention_ms is None:
+            return
+        remote = self.metadata.segments(part.name)
+        refs = log_.list_segments()
+        local_sizes = {r.base_offset: log_.segment_bytes_on_disk(r) for r in refs}
+        remote_bases = {r.base_offset for r in remote}
+        # The log across both tiers, oldest first: uploaded segments (their tier-2 size), then
+        # local segments not uploaded (their local size). The active segment is never deleted.
+        sizes = [r.size for r in remote] + [local_sizes[r.base_offset] for r in refs if r.base_offset not in remote_bases]
+        total = sum(sizes)
+        cutoff = None if config.retention_ms is None else _now_ms() - config.retention_ms
+        active = refs[-1].base_offset if refs else None
+        doomed: list[SegmentRecord] = []
+        for record, size in zip(remote, sizes, strict=False):
+            if record.base_offset == active:
+                break
+            by_bytes = config.retention_bytes is not None and total > config.retention_bytes
+            by_age = cutoff is not None and record.max_timestamp < cutoff
+            if not (by_bytes or by_age):
+                break
+            total -= size
+            doomed.append(record)
+        if not doomed:
+            return
+        upto = doomed[-1].end_offset
+        with locked(log_):
+            local = log_.delete_sealed_prefix(upto)
+        report.deleted_local += len(local)
+        for record in doomed:
+            self.metadata.begin_delete(self.epoch, part.name, record.base_offset)
+            self._delete_remote(part, storage, record)
+            report.deleted_remote += 1
+        self._progress(f"{part.name}: total retention deleted {len(doomed)} segment(s) below offset {upto} from tier-2")
+
+    def _finish_deletes(self, part: Partition, storage: ChunkStorage) -> None:
+        for record in self.metadata.segments(part.name, states=(DELETING,)):
+            self._delete_remote(part, storage, record)
+
+    def _delete_remote(self, part: Partition, storage: ChunkStorage, record: SegmentRecord) -> None:
+        """Objects of a "deleting" row (missing is fine), then the row."""
+        names = [c.name for c in record.chunks] + ([record.manifest] if record.manifest else [])
+        delete_objects(storage, names)
+        self.metadata.finish_delete(self.epoch, part.name, record.base_offset)
+
+
+@contextmanager
+def locked(log_: Log) -> Iterator[None]:
+    """Hold the channel's maintenance.lock (waits for its maintenance thread's current round)."""
+    with log_.maintenance_lock.holding():
+        yield
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """What ``filechannel tier status`` shows for one partition."""
+
+    partition: str
+    local_segments: int
+    local_bytes: int
+    uploaded_segments: int
+    tier_bytes: int
+    waiting_segments: int
+    waiting_bytes: int
+    upload_lag_offsets: int
+    last_error: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
+    """Per tiered partition of ``root``: local segments and bytes, what is in tier-2, what waits.
+
+    Reads only (the metadata store, the folders and the daemon's last status file); works
+    while a daemon runs, and when none does (then ``last_error`` is the last daemon's).
+    ``waiting`` counts sealed local segments not uploaded yet; ``upload_lag_offsets`` is how
+    many sealed offsets are not in tier-2 yet.
+    """
+    root = os.path.abspath(os.fspath(root))
+    tier_dir = os.path.join(root, ROOT_TIER_DIR)
+    raw = read_if_exists(os.path.join(tier_dir, STATUS_FILE), "tier status")
+    errors: dict[str, str] = {}
+    if raw is not None:
+        try:
+            errors = dict(json.loads(raw).get("last_errors", {}))
+        except (ValueError, AttributeError, TypeError):
+            errors = {}
+    partitions = tiered_partitions(root)
+    if not partitions:
+        return []
+    result = []
+    path = os.path.join(root, ROOT_METADATA)
+    metadata = TierMetadata(path) if os.path.exists(path) else None  # no daemon ran yet: nothing uploaded
+    try:
+        for part in partitions:
+            log_ = Log(part.path, part.config)
+            try:
+                refs = log_.list_segments()
+                sizes = [log_.segment_bytes_on_disk(r) for r in refs]
+            finally:
+                log_.close()
+            remote = metadata.segments(part.name) if metadata is not None else []
+            bases = {r.base_offset for r in remote}
+            ends = [r.base_offset for r in refs[1:]]
+            waiting = [(i, r) for i, r in enumerate(refs[:-1]) if r.base_offset not in bases and ends[i] != r.base_offset]
+            result.append(
+                PartitionStatus(
+                    part.name,
+                    len(refs),
+                    sum(sizes),
+                    len(remote),
+                    sum(r.size for r in remote),
+                    len(waiting),
+                    sum(sizes[i] for i, _ in waiting),
+                    sum(ends[i] - r.base_offset for i, r in waiting),
+                    errors.get(part.name),
+                )
+            )
+    finally:
+        if metadata is not None:
+            metadata.close()
+    return result

@@ -1,0 +1,137 @@
+"""``filechannel tier run`` and ``filechannel tier status``, run as the real console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from .conftest import wait_for
+from .tier_helpers import local_bases, make_topic, produce
+
+SCRIPT = Path(sys.executable).parent / "filechannel"
+
+
+def fc(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"filechannel {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+def status(root: Path) -> list[dict]:
+    return [json.loads(line) for line in fc("tier", "status", "--root", str(root), "--json").stdout.splitlines()]
+
+
+def test_run_once_uploads_and_status_shows_it(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    make_topic(root, f"file://{tmp_path}/tier", partitions=2, local_retention_bytes=0)
+    for p in range(2):
+        produce(root, [os.urandom(100) for _ in range(150)], partition=p)
+    sealed = {p: len(local_bases(root, p)) - 1 for p in range(2)}
+    [waiting0, waiting1] = status(root)
+    assert (waiting0["partition"], waiting0["waiting_segments"], waiting0["uploaded_segments"]) == ("t/0", sealed[0], 0)
+    assert waiting1["upload_lag_offsets"] > 0
+    run = fc("tier", "run", "--root", str(root), "--once")
+    assert "uploaded offsets" in run.stdout and "pass done:" in run.stdout and run.stderr == ""
+    rows = status(root)
+    assert [(r["uploaded_segments"], r["waiting_segments"], r["local_segments"]) for r in rows] == [
+        (sealed[0], 0, 1),
+        (sealed[1], 0, 1),
+    ]
+    assert all(r["tier_bytes"] > 0 and r["last_error"] is None for r in rows)
+    table = fc("tier", "status", "--root", str(root)).stdout
+    assert "t/0" in table and "t/1" in table
+
+
+def test_run_once_fails_with_one_line_per_failure(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_bytes(b"x")
+    make_topic(root, f"file://{not_a_folder}", partitions=2, local_retention_bytes=0)
+    for p in range(2):
+        produce(root, [os.urandom(100) for _ in range(100)], partition=p)
+    before = [local_bases(root, p) for p in range(2)]
+    run = fc("tier", "run", "--root", str(root), "--once", check=False)
+    assert run.returncode == 1
+    errors = run.stderr.splitlines()
+    assert [line.split(":")[0:2] for line in errors] == [["error", " t/0"], ["error", " t/1"]]
+    assert [local_bases(root, p) for p in range(2)] == before  # nothing deleted locally
+    assert all(r["last_error"] and r["waiting_segments"] > 0 for r in status(root))
+
+
+def test_run_stops_cleanly_on_sigterm_and_one_daemon_per_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    make_topic(root, f"file://{tmp_path}/tier")
+    produce(root, [os.urandom(100) for _ in range(100)])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [str(SCRIPT), "tier", "run", "--root", str(root), "--interval", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any("uploaded offsets" in line for line in lines), 30, "the daemon to upload")
+        second = fc("tier", "run", "--root", str(root), "--once", check=False)
+        assert second.returncode == 1 and "another tiering daemon holds" in second.stderr
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)  # stdout is the reader thread's; stderr is small
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=10)
+    assert proc.returncode == 0, err
+    assert any("SIGTERM" in line for line in lines) and lines[-1].rstrip().endswith("stopped")
+    fc("tier", "run", "--root", str(root), "--once")  # the lock was released
+
+
+def test_run_wait_blocks_until_the_first_daemon_stops(tmp_path: Path) -> None:
+    """With --wait, a second daemon blocks on the root's lock (seen in /proc/locks as a blocked
+    flock request), then runs once the first one is closed, with a newer epoch."""
+    from filechannel.tiering.daemon import TieringDaemon
+
+    root = tmp_path / "root"
+    make_topic(root, f"file://{tmp_path}/tier")
+    produce(root, [os.urandom(100) for _ in range(100)])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = TieringDaemon(root)
+    first.start()
+    try:
+        proc = subprocess.Popen(
+            [str(SCRIPT), "tier", "run", "--root", str(root), "--once", "--wait"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+        def blocked() -> bool:
+            with open("/proc/locks") as f:
+                return any("->" in line and " FLOCK " in line and f" {proc.pid} " in line for line in f)
+
+        wait_for(blocked, 30, "the second daemon to block on the root's lock")
+        epoch = first.epoch
+    finally:
+        first.close()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"epoch {epoch + 1} taken" in out and "uploaded offsets" in out
