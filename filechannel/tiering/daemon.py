@@ -71,7 +71,6 @@ LOCK_FILE = "daemon.lock"
 STATUS_FILE = "status.json"
 STAGING_DIR = "staging"
 DELETED_DIR = "deleted"  # ROOT/.tier/deleted/TOPIC: a deleted tiered topic whose tier-2 copies are not purged yet
-TOPIC_FILE = "topic.json"
 STAGING_LEVEL = 1  # zstd level of the staged .seg.z of a compression="none" channel
 
 Progress = Callable[[str], None]
@@ -98,27 +97,21 @@ class Partition:
 
 
 def tiered_partitions(root: str) -> list[Partition]:
-    """Every partition of every topic under ``root`` whose settings have ``tier`` set."""
+    """Every partition of every topic under ``root`` whose settings have ``tier`` set (read
+    through the client's topic store: one reader of ``topic.json``). A damaged topic.json
+    raises ConfigError, naming it."""
+    from ..client.topics import TopicStore  # the root's layout is the client's
+
+    store = TopicStore(root)
     found = []
-    try:
-        topics = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return []
-    for topic in topics:
-        data = None if topic.startswith(".") else read_if_exists(os.path.join(root, topic, TOPIC_FILE), "topic description")
-        if data is None:
-            continue
-        try:
-            meta = json.loads(data)
-            settings = dict(meta.get("config", {}))
-            partitions = int(meta["partitions"])
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ConfigError(f"{os.path.join(root, topic, TOPIC_FILE)} is not a valid topic description ({exc})") from exc
-        if settings.get("tier") is None:
+    for topic in store.list():
+        meta = store.read(topic)
+        settings = dict((meta or {}).get("config", {}))
+        if meta is None or settings.get("tier") is None:
             continue
         config = ChannelConfig.from_kwargs(**{**settings, "maintenance_interval": 0})
-        for p in range(partitions):
-            path = os.path.join(root, topic, str(p))
+        for p in range(int(meta["partitions"])):
+            path = store.partition_path(topic, p)
             if os.path.isdir(path):
                 found.append(Partition(path, f"{topic}/{p}", config))
     return found
@@ -230,9 +223,12 @@ class TieringDaemon:
     def _copy_settings(self, part: Partition, storage: ChunkStorage) -> None:
         """Write the topic's settings beside its partitions in tier-2 (``<topic>/topic.json``), so
         the bucket describes itself; once per epoch (settings change rarely and writes are atomic)."""
+        from ..client.topics import TOPIC_FILE, TOPIC_SETTINGS
+
         topic = part.name.rpartition("/")[0]
         if topic:
-            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(part.config.as_dict(), sort_keys=True).encode())
+            settings = {k: v for k, v in part.config.as_dict().items() if k in TOPIC_SETTINGS}
+            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(settings, sort_keys=True).encode())
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current partition (thread- and signal-safe)."""
