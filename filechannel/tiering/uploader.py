@@ -157,8 +157,14 @@ def upload_segment(
                     put(i)
             else:
                 with ThreadPoolExecutor(min(concurrency, len(chunks)), thread_name_prefix="filechannel-upload") as pool:
-                    for future in [pool.submit(put, i) for i in range(len(chunks))]:
-                        future.result()
+                    futures = [pool.submit(put, i) for i in range(len(chunks))]
+                    try:
+                        for future in futures:
+                            future.result()
+                    except BaseException:
+                        for future in futures:  # the chunks not started yet are not written (nor retried)
+                            future.cancel()
+                        raise  # leaving the pool waits for the writes in flight: the abandon runs after them
             manifest = manifest_name(channel, segment.base_offset, epoch)
             record = SegmentRecord(
                 channel,
