@@ -661,13 +661,14 @@ def tier_run(ctx: click.Context, tier_root: str | None, once: bool, interval: fl
         progress(f"{signal.Signals(signum).name}: stopping after the current partition")
         daemon.stop()
 
+    daemon.start()  # with --wait, blocks on the lock: the default handlers still stop it there
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        with daemon:
-            report = daemon.run(once=once)
+        report = daemon.run(once=once)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        daemon.close()
     if once:
         progress(
             f"pass done: {report.uploaded} segment(s) uploaded ({report.uploaded_bytes} bytes), "

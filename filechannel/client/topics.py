@@ -189,6 +189,7 @@ class TopicStore:
                     if exist_ok:
                         return existing
                     raise TopicExistsError(f"topic {topic!r} already exists under {self.root!r}")
+                self._refuse_while_purging(topic)
                 path = self.topic_path(topic)
                 orphans = self._partition_folders(topic)
                 if orphans and orphans[-1] >= partitions:
@@ -218,8 +219,14 @@ class TopicStore:
         try:
             with lock.holding():
                 self._purge_deleted()
-                if self._read_file(topic) is None and not self._partition_folders(topic):
+                existing = self._read_file(topic)
+                if existing is None and not self._partition_folders(topic):
                     raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}")
+                config = (existing or {}).get("config", {})
+                if config.get("tier") is not None:  # its tier-2 copies go too, by the tiering daemon
+                    from ..tiering.daemon import mark_topic_deleted
+
+                    mark_topic_deleted(self.root, topic, config)
                 path = self.topic_path(topic)
                 doomed = os.path.join(self.root, f"{_DELETED}{topic}.{uuid.uuid4().hex}")
                 with os_errors("delete topic folder", path):
@@ -231,6 +238,22 @@ class TopicStore:
             lock.close()
         with self._mutex:
             self._meta.pop(topic, None)
+
+    def _tier_purge_pending(self, topic: str) -> bool:
+        if not os.path.isdir(os.path.join(self.root, ".tier")):
+            return False
+        from ..tiering.daemon import topic_being_deleted
+
+        return topic_being_deleted(self.root, topic)
+
+    def _refuse_while_purging(self, topic: str) -> None:
+        """A deleted tiered topic's tier-2 copies must be purged before a topic of that name exists
+        again, or the new topic would read the old one's records from tier-2."""
+        if self._tier_purge_pending(topic):
+            raise ConfigError(
+                f"topic {topic!r} was deleted and the tiering daemon has not purged its tier-2 copies yet: run "
+                f"'filechannel tier run --root {self.root} --once' (or wait for the running daemon's next pass), then retry"
+            )
 
     def _purge_deleted(self) -> None:
         """Remove what deletes that died half-way left (under ``.topics.lock``: no delete is running)."""

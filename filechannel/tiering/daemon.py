@@ -70,7 +70,7 @@ log = logging.getLogger("filechannel")
 LOCK_FILE = "daemon.lock"
 STATUS_FILE = "status.json"
 STAGING_DIR = "staging"
-TOPIC_FILE = "topic.json"
+DELETED_DIR = "deleted"  # ROOT/.tier/deleted/TOPIC: a deleted tiered topic whose tier-2 copies are not purged yet
 STAGING_LEVEL = 1  # zstd level of the staged .seg.z of a compression="none" channel
 
 Progress = Callable[[str], None]
@@ -97,30 +97,41 @@ class Partition:
 
 
 def tiered_partitions(root: str) -> list[Partition]:
-    """Every partition of every topic under ``root`` whose settings have ``tier`` set."""
+    """Every partition of every topic under ``root`` whose settings have ``tier`` set (read
+    through the client's topic store: one reader of ``topic.json``). A damaged topic.json
+    raises ConfigError, naming it."""
+    from ..client.topics import TopicStore  # the root's layout is the client's
+
+    store = TopicStore(root)
     found = []
-    try:
-        topics = sorted(os.listdir(root))
-    except FileNotFoundError:
-        return []
-    for topic in topics:
-        data = None if topic.startswith(".") else read_if_exists(os.path.join(root, topic, TOPIC_FILE), "topic description")
-        if data is None:
-            continue
-        try:
-            meta = json.loads(data)
-            settings = dict(meta.get("config", {}))
-            partitions = int(meta["partitions"])
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ConfigError(f"{os.path.join(root, topic, TOPIC_FILE)} is not a valid topic description ({exc})") from exc
-        if settings.get("tier") is None:
+    for topic in store.list():
+        meta = store.read(topic)
+        settings = dict((meta or {}).get("config", {}))
+        if meta is None or settings.get("tier") is None:
             continue
         config = ChannelConfig.from_kwargs(**{**settings, "maintenance_interval": 0})
-        for p in range(partitions):
-            path = os.path.join(root, topic, str(p))
+        for p in range(int(meta["partitions"])):
+            path = store.partition_path(topic, p)
             if os.path.isdir(path):
                 found.append(Partition(path, f"{topic}/{p}", config))
     return found
+
+
+def mark_topic_deleted(root: str, topic: str, config: dict[str, Any]) -> None:
+    """Record that tiered ``topic`` is being deleted, with the storage its tier-2 copies are in
+    (its ``topic.json`` goes with it). Called by the topic store before it removes the folder;
+    the daemon's next pass purges tier-2 and removes the mark. Until then the topic cannot be
+    created again, so a new topic of that name never sees the old one's records."""
+    folder = os.path.join(root, ROOT_TIER_DIR, DELETED_DIR)
+    with os_errors("create tier folder", folder):
+        os.makedirs(folder, exist_ok=True)
+    mark = {"tier": config["tier"], "tier_options": config.get("tier_options") or {}}
+    write_atomically(os.path.join(folder, topic), json.dumps(mark, sort_keys=True).encode())
+
+
+def topic_being_deleted(root: str, topic: str) -> bool:
+    """Whether tier-2 still holds copies of a deleted topic of this name (see :func:`mark_topic_deleted`)."""
+    return os.path.exists(os.path.join(root, ROOT_TIER_DIR, DELETED_DIR, topic))
 
 
 class TieringDaemon:
@@ -212,9 +223,12 @@ class TieringDaemon:
     def _copy_settings(self, part: Partition, storage: ChunkStorage) -> None:
         """Write the topic's settings beside its partitions in tier-2 (``<topic>/topic.json``), so
         the bucket describes itself; once per epoch (settings change rarely and writes are atomic)."""
+        from ..client.topics import TOPIC_FILE, TOPIC_SETTINGS
+
         topic = part.name.rpartition("/")[0]
         if topic:
-            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(part.config.as_dict(), sort_keys=True).encode())
+            settings = {k: v for k, v in part.config.as_dict().items() if k in TOPIC_SETTINGS}
+            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(settings, sort_keys=True).encode())
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current partition (thread- and signal-safe)."""
@@ -270,6 +284,8 @@ class TieringDaemon:
         the pass goes on with the next; a :class:`FencedError` stops the pass at once.
         """
         report = PassReport()
+        if self._channel is None:
+            self._purge_deleted_topics(report)
         for part in self._partitions():
             if self._stop.is_set():
                 break
@@ -285,6 +301,38 @@ class TieringDaemon:
                 self._progress(f"FAILED {line}")
         self._write_status()
         return report
+
+    def _purge_deleted_topics(self, report: PassReport) -> None:
+        """Delete the tier-2 copies and metadata rows of every deleted tiered topic, then its mark."""
+        folder = os.path.join(self.tier_dir, DELETED_DIR)
+        try:
+            topics = sorted(os.listdir(folder))
+        except FileNotFoundError:
+            return
+        for topic in topics:
+            try:
+                raw = read_if_exists(os.path.join(folder, topic), "deleted topic mark")
+                if raw is None:
+                    continue
+                mark = json.loads(raw)
+                storage = self._storage(ChannelConfig(tier=mark["tier"], tier_options=mark["tier_options"]))
+                for channel in [c for c in self.metadata.channels() if c.startswith(topic + "/")]:
+                    for record in self.metadata.segments(channel, states=(UPLOADING, UPLOADED, DELETING)):
+                        if record.state == UPLOADING:
+                            abandon(storage, self.metadata, self.epoch, record)
+                            continue
+                        if record.state == UPLOADED:
+                            self.metadata.begin_delete(self.epoch, channel, record.base_offset)
+                        self._delete_remote(channel, storage, record)
+                delete_objects(storage, [o.name for o in storage.list(topic + "/")])
+                unlink_if_exists(os.path.join(folder, topic))
+                self._progress(f"{topic}: deleted topic purged from tier-2")
+            except FencedError:
+                raise
+            except (FileChannelError, ValueError, KeyError, TypeError) as exc:
+                line = f"{topic} (deleted): {exc}"
+                report.failures.append(line)
+                self._progress(f"FAILED {line}")
 
     def _write_status(self) -> None:
         status = {"epoch": self.epoch, "owner": self.owner, "at_ms": time.time_ns() // 1_000_000}
@@ -438,19 +486,19 @@ class TieringDaemon:
         report.deleted_local += len(local)
         for record in doomed:
             self.metadata.begin_delete(self.epoch, part.name, record.base_offset)
-            self._delete_remote(part, storage, record)
+            self._delete_remote(part.name, storage, record)
             report.deleted_remote += 1
         self._progress(f"{part.name}: total retention deleted {len(doomed)} segment(s) below offset {upto} from tier-2")
 
     def _finish_deletes(self, part: Partition, storage: ChunkStorage) -> None:
         for record in self.metadata.segments(part.name, states=(DELETING,)):
-            self._delete_remote(part, storage, record)
+            self._delete_remote(part.name, storage, record)
 
-    def _delete_remote(self, part: Partition, storage: ChunkStorage, record: SegmentRecord) -> None:
+    def _delete_remote(self, channel: str, storage: ChunkStorage, record: SegmentRecord) -> None:
         """Objects of a "deleting" row (missing is fine), then the row."""
         names = [c.name for c in record.chunks] + ([record.manifest] if record.manifest else [])
         delete_objects(storage, names)
-        self.metadata.finish_delete(self.epoch, part.name, record.base_offset)
+        self.metadata.finish_delete(self.epoch, channel, record.base_offset)
 
 
 @contextmanager

@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..compressed import CompressedInfo
+from ..compressed import Z_HEADER, CompressedInfo, decode_table, table_length
 from ..errors import CorruptRecordError, FencedError, StorageError, os_errors
 from .layout import UPLOADED, UPLOADING, SegmentRecord, encode_manifest, manifest_name, plan_chunks
 from .metadata import TierMetadata
@@ -75,21 +75,43 @@ class RateLimiter:
 
 @dataclass(frozen=True)
 class SegmentToUpload:
-    """A sealed segment in its ``.seg.z`` form: the file, and what its header and table say
-    (``size``: where its last block ends, so the whole file)."""
+    """A sealed segment in its ``.seg.z`` form: the file, and what its header says."""
 
     path: str
     base_offset: int
     end_offset: int
     max_timestamp: int
-    size: int
 
     @classmethod
     def of(cls, path: str, info: CompressedInfo) -> SegmentToUpload:
-        """The segment at ``path`` whose checked table is ``info``."""
-        last = info.blocks[-1] if info.blocks else None
-        size = last.file_position + last.compressed_length if last is not None else info.table_size
-        return cls(path, info.base_offset, info.end_offset, info.max_timestamp, size)
+        """The segment at ``path`` whose table is ``info``."""
+        return cls(path, info.base_offset, info.end_offset, info.max_timestamp)
+
+
+def _checked_size(fd: int, segment: SegmentToUpload) -> int:
+    """The size of the open ``.seg.z``, once its table (CRC-checked) says the same segment and
+    ends its last block exactly there: a damaged copy is never uploaded, since tier-2 may
+    become the only copy."""
+    with os_errors("read", segment.path):
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, Z_HEADER.size, 0)
+    length = table_length(head) if len(head) == Z_HEADER.size else size + 1
+    if length > size:
+        raise CorruptRecordError(
+            f"compressed segment {segment.path} ({size} bytes) is shorter than its header and table: not uploading it; "
+            "run 'filechannel check' on the channel"
+        )
+    with os_errors("read", segment.path):
+        info = decode_table(os.pread(fd, length, 0), segment.path)
+    last = info.blocks[-1] if info.blocks else None
+    end = last.file_position + last.compressed_length if last is not None else info.table_size
+    if (info.base_offset, info.end_offset) != (segment.base_offset, segment.end_offset) or end != size:
+        raise CorruptRecordError(
+            f"compressed segment {segment.path} is {size} bytes and holds offsets [{info.base_offset}, "
+            f"{info.end_offset}) but its block table ends at byte {end} and [{segment.base_offset}, "
+            f"{segment.end_offset}) was to be uploaded: not uploading it; run 'filechannel check' on the channel"
+        )
+    return size
 
 
 def upload_segment(
@@ -111,12 +133,7 @@ def upload_segment(
     with os_errors("open segment", segment.path):
         fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        size = os.fstat(fd).st_size
-        if size != segment.size:  # a damaged copy is never uploaded: tier-2 would be the only copy left
-            raise CorruptRecordError(
-                f"compressed segment {segment.path} is {size} bytes but its block table ends at byte "
-                f"{segment.size}: not uploading it; run 'filechannel check' on the channel"
-            )
+        size = _checked_size(fd, segment)
         chunks = plan_chunks(channel, segment.base_offset, epoch, size, chunk_bytes)
         metadata.begin_upload(epoch, channel, segment.base_offset, segment.end_offset, size, segment.max_timestamp, chunks)
         try:
@@ -140,8 +157,14 @@ def upload_segment(
                     put(i)
             else:
                 with ThreadPoolExecutor(min(concurrency, len(chunks)), thread_name_prefix="filechannel-upload") as pool:
-                    for future in [pool.submit(put, i) for i in range(len(chunks))]:
-                        future.result()
+                    futures = [pool.submit(put, i) for i in range(len(chunks))]
+                    try:
+                        for future in futures:
+                            future.result()
+                    except BaseException:
+                        for future in futures:  # the chunks not started yet are not written (nor retried)
+                            future.cancel()
+                        raise  # leaving the pool waits for the writes in flight: the abandon runs after them
             manifest = manifest_name(channel, segment.base_offset, epoch)
             record = SegmentRecord(
                 channel,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from filechannel import FileChannel
-from filechannel.client.topics import TopicStore
+from filechannel.client.topics import Admin, TopicStore
 from filechannel.config import ChannelConfig
 from filechannel.errors import ConfigError, TierError
 from filechannel.tiering import open_storage
@@ -280,3 +280,27 @@ def test_s3_server_killed_mid_upload_then_restarted(tmp_path: Path, private_seaw
         assert names == {c.name for r in uploaded for c in r.chunks} | {r.manifest for r in uploaded}
         assert [r.value for r in tier2_records(storage, metadata, "t/0")] == sent[: before[-1]]
     assert local_bases(root) == [before[-1]]
+
+
+def test_deleted_topic_is_purged_from_tier2_before_it_can_be_created_again(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    url = f"file://{tmp_path}/tier"
+    make_topic(root, url, partitions=2, local_retention_bytes=0)
+    for p in range(2):
+        produce(root, values(150), partition=p)
+    with TieringDaemon(root) as daemon:
+        assert daemon.run(once=True).failures == []
+    with open_storage(url) as storage:
+        assert storage.list("t/0/") and storage.list("t/1/")
+    Admin(root).delete_topic("t")
+    with pytest.raises(ConfigError, match="not purged its tier-2 copies yet"):
+        make_topic(root, url)  # the new topic would read the old one's records from tier-2
+    with TieringDaemon(root) as daemon:
+        report = daemon.run(once=True)
+    assert report.failures == []
+    with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as storage:
+        assert metadata.channels() == [] and storage.list() == []
+    make_topic(root, url)
+    produce(root, values(10))
+    with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch:
+        assert ch.first_offset == 0 and ch.end_offset == 10

@@ -116,19 +116,28 @@ def test_run_wait_blocks_until_the_first_daemon_stops(tmp_path: Path) -> None:
     first = TieringDaemon(root)
     first.start()
     try:
-        proc = subprocess.Popen(
-            [str(SCRIPT), "tier", "run", "--root", str(root), "--once", "--wait"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
 
-        def blocked() -> bool:
+        def waiter() -> subprocess.Popen[str]:
+            return subprocess.Popen(
+                [str(SCRIPT), "tier", "run", "--root", str(root), "--once", "--wait"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+
+        def blocked(pid: int) -> bool:
             with open("/proc/locks") as f:
-                return any("->" in line and " FLOCK " in line and f" {proc.pid} " in line for line in f)
+                return any("->" in line and " FLOCK " in line and f" {pid} " in line for line in f)
 
-        wait_for(blocked, 30, "the second daemon to block on the root's lock")
+        # a waiter can be stopped while it waits (SIGTERM ends it at once, the lock still held by us)
+        quitter = waiter()
+        wait_for(lambda: blocked(quitter.pid), 30, "a waiting daemon to block on the root's lock")
+        quitter.send_signal(signal.SIGTERM)
+        assert quitter.wait(timeout=30) == -signal.SIGTERM
+        quitter.communicate()
+        proc = waiter()
+        wait_for(lambda: blocked(proc.pid), 30, "the second daemon to block on the root's lock")
         epoch = first.epoch
     finally:
         first.close()
