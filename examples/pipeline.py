@@ -1,8 +1,11 @@
 """The example pipeline: page views through filechannel and Spark Structured Streaming.
 
 1. Produces page-view events (JSON, keyed by user, event-time timestamps over one hour)
-   into the topic ``pageviews`` (4 partitions) with the Kafka-like ``Producer``.
-2. A streaming query reads ``pageviews`` with ``format("filechannel")``, parses the JSON,
+   into the topic ``pageviews`` (4 partitions) with the Kafka-like ``Producer``. The topic
+   is tiered: a pass of the tiering daemon uploads its sealed segments to tier-2 (a local
+   folder by default, ``--tier s3://...`` for S3) and deletes the local copies past a small
+   local retention, so the oldest records exist only in tier-2.
+2. A streaming query reads ``pageviews`` across both tiers with ``format("filechannel")``, parses the JSON,
    counts views per page in 5-minute windows with a 1-minute watermark, and writes each
    closed window to the topic ``pageview-counts`` through the filechannel sink (exactly once).
 3. A second streaming query reads ``pageview-counts`` and writes it to Parquet.
@@ -12,9 +15,12 @@ The last event of each partition is a heartbeat an hour later than the rest: it 
 watermark past the last window so that window is emitted too (the usual way to close
 event-time windows at the end of a bounded run). Its window is dropped before Parquet.
 
-    python examples/pipeline.py [--events N] [--root DIR]
+    python examples/pipeline.py [--events N] [--root DIR] [--tier URL [--tier-option KEY=VALUE]...]
 
-Runs on embedded defaults: a local folder (a temp dir unless ``--root``), Spark in local mode.
+Runs on embedded defaults: a local folder (a temp dir unless ``--root``), a local-folder
+tier-2 inside it, Spark in local mode. With ``--tier s3://bucket/prefix --tier-option
+endpoint_url=http://...`` the same runs against S3; credentials come from the environment
+(boto3's chain), never from the command line.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from filechannel.client import Admin, Producer
+from filechannel.names import parse_segment_file
+from filechannel.tiering.daemon import TieringDaemon, tier_status
 
 console = Console()
 PAGES = [f"/{p}" for p in ("home", "search", "cart", "checkout", "help", "about", "blog", "pricing", "docs", "login")]
@@ -45,9 +53,14 @@ def progress() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
 
 
-def produce(root: str, n: int, start_ms: int) -> None:
+# Small segments and a small local retention, so that a run of the default size leaves most
+# of each partition in tier-2 only and the newest segments on local disk.
+TIERED = {"segment_bytes": 1 << 20, "local_retention_bytes": 256 << 10}
+
+
+def produce(root: str, n: int, start_ms: int, tier: str, tier_options: dict[str, str]) -> None:
     admin = Admin(root)
-    admin.create_topic("pageviews", partitions=4, exist_ok=True)
+    admin.create_topic("pageviews", partitions=4, exist_ok=True, tier=tier, tier_options=tier_options or None, **TIERED)
     admin.create_topic("pageview-counts", partitions=2, exist_ok=True)
     rng = random.Random(42)
     weights = [1 / (i + 1) for i in range(len(PAGES))]  # a few pages get most views
@@ -67,6 +80,35 @@ def produce(root: str, n: int, start_ms: int) -> None:
         bar.update(task, completed=n)
 
 
+def offload(root: str) -> None:
+    """One pass of the tiering daemon: compress, upload, apply local retention; then the status."""
+    t = time.monotonic()
+    with TieringDaemon(root, progress=lambda line: None) as daemon:
+        report = daemon.run(once=True)
+    if report.failures:
+        raise SystemExit("tiering failed:\n" + "\n".join(report.failures))
+    table = Table(title=f"pageviews after one tiering pass ({time.monotonic() - t:.1f} s)")
+    for col in ("partition", "local segments", "local bytes", "in tier-2", "tier-2 bytes"):
+        table.add_column(col, justify="right")
+    for st in tier_status(root):
+        table.add_row(
+            st.partition, str(st.local_segments), f"{st.local_bytes:,}", str(st.uploaded_segments), f"{st.tier_bytes:,}"
+        )
+    console.print(table)
+
+
+def read_split(root: str) -> tuple[int, int]:
+    """Records of ``pageviews`` only in tier-2 (below each partition's first local segment), and on local disk."""
+    remote = local = 0
+    for p in Admin(root).describe_topic("pageviews").partitions:
+        folder = os.path.join(root, "pageviews", str(p.partition))
+        bases = [parsed[0] for parsed in map(parse_segment_file, os.listdir(folder)) if parsed is not None]
+        first_local = min(bases, default=p.end_offset)
+        remote += first_local - p.first_offset
+        local += p.end_offset - first_local
+    return remote, local
+
+
 def spark_session(root: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must import filechannel
     from pyspark.sql import SparkSession
@@ -76,6 +118,7 @@ def spark_session(root: str):
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("filechannel-pipeline")
+        .config("spark.ui.showConsoleProgress", "false")  # our progress bars, not Spark's stage bars
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.local.dir", os.path.join(root, ".spark-local"))
@@ -183,23 +226,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=300_000, help="page views to produce (default 300000)")
     parser.add_argument("--root", help="filechannel root folder (default: a temp dir, deleted at the end)")
+    parser.add_argument("--tier", help="tier-2 storage URL (default: file://ROOT/.tier-storage, a local folder)")
+    parser.add_argument(
+        "--tier-option", action="append", default=[], metavar="KEY=VALUE", help="a storage option, e.g. endpoint_url=http://..."
+    )
     args = parser.parse_args()
     if args.events <= 0:
         parser.error("--events must be positive")
+    options = dict(opt.split("=", 1) for opt in args.tier_option if "=" in opt)
+    if len(options) != len(args.tier_option):
+        parser.error("--tier-option takes KEY=VALUE")
     root = args.root or tempfile.mkdtemp(prefix="fc-pipeline-")
+    tier = args.tier or "file://" + os.path.join(os.path.abspath(root), ".tier-storage")
     started = time.monotonic()
     spark = None
     try:
-        console.print(f"[bold]filechannel pipeline[/bold]: {args.events:,} page views under {root}")
+        console.print(f"[bold]filechannel pipeline[/bold]: {args.events:,} page views under {root}, tier-2 {tier}")
         t = time.monotonic()
-        produce(root, args.events, start_ms=int(time.time() * 1000) - 3 * HOUR_MS)
-        console.print(f"produced in {time.monotonic() - t:.1f} s; starting Spark (local[2])")
+        produce(root, args.events, start_ms=int(time.time() * 1000) - 3 * HOUR_MS, tier=tier, tier_options=options)
+        console.print(f"produced in {time.monotonic() - t:.1f} s")
+        offload(root)
+        remote, local = read_split(root)
+        console.print(f"pageviews: {remote:,} records only in tier-2, {local:,} on local disk; starting Spark (local[2])")
         spark = spark_session(root)
         t = time.monotonic()
         count_windows(spark, root, args.events)
         out = os.path.join(root, "pageview-counts.parquet")
         rows = counts_to_parquet(spark, root, out)
-        console.print(f"streamed in {time.monotonic() - t:.1f} s ({rows:,} window counts)")
+        console.print(
+            f"streamed in {time.monotonic() - t:.1f} s ({rows:,} window counts); pageviews read "
+            f"{remote:,} records from tier-2 and {local:,} from local disk"
+        )
         summarize(spark, out, args.events)
     finally:
         if spark is not None:

@@ -124,7 +124,12 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
             owners.update(json.loads(state_path.read_text())["owners"])
             return len(owners) == 6 and len(set(owners.values())) == 2
 
-        wait_for(survivors_own_everything, what="the two survivors to own all six partitions")
+        try:
+            wait_for(survivors_own_everything, what="the two survivors to own all six partitions")
+        except AssertionError as exc:  # say what the group looked like and what each member last did
+            state = json.loads(state_path.read_text())
+            tails = [(p.poll(), out[-6:]) for p, out in zip(procs, outputs, strict=True)]
+            raise AssertionError(f"{exc}: state {state}; members (exit code, last lines) {tails}") from None
         (root / "stop").touch()
         for proc in procs:
             proc.wait(timeout=30)
