@@ -3,20 +3,10 @@
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(sys.executable).parent / "filechannel"
-
-
-def fc(root, *args, input=None, check=True):
-    env = {**os.environ, "FILECHANNEL_ROOT": str(root)}
-    proc = subprocess.run([str(SCRIPT), *args], input=input, capture_output=True, env=env, timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"filechannel {' '.join(args)} failed: {proc.stderr.decode()}")
-    return proc
+from .cli_helpers import SCRIPT, fc
 
 
 def test_topics_produce_consume_groups_check(tmp_path):

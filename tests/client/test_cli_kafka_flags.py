@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -19,15 +18,7 @@ from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.client.group import list_groups, read_group
 from filechannel.position import PositionStore
 
-SCRIPT = Path(sys.executable).parent / "filechannel"
-
-
-def fc(root, *args, input=None, check=True):
-    env = {**os.environ, "FILECHANNEL_ROOT": str(root)}
-    proc = subprocess.run([str(SCRIPT), *args], input=input, capture_output=True, env=env, timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"filechannel {' '.join(args)} failed: {proc.stderr.decode()}")
-    return proc
+from .cli_helpers import SCRIPT, fc
 
 
 def _send(root, topic, values, partition=None, key=None):
