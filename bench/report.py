@@ -178,7 +178,7 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
             ours_spark.msgs_per_s / ceiling.msgs_per_s if ours_spark and ceiling else None,
             0.7,
         )
-    big = next((r for r in rows if "RSS" in r.workload and not r.error), None)
+    big = next((r for r in rows if r.workload == "consume a large channel (RSS)" and not r.error), None)
     out.append(
         {
             "target": "consuming a channel larger than memory keeps RSS bounded",
@@ -192,6 +192,75 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
             "met": (big.peak_rss_mb < big.extra["channel_mb"] / 4) if big else None,
         }
     )
+    out += _tier_targets(rows)
+    return out
+
+
+def _tier_targets(rows: list[Row]) -> list[dict[str, Any]]:
+    """The tiering targets (bench/tiering.py): ratios of .seg.z bytes per second, and the reader's RSS."""
+    tier = {(r.workload, r.backend): r for r in rows if r.workload.startswith("tier") and not r.error}
+    if not tier:
+        return []
+
+    def get(workload: str, backend: str) -> Row | None:
+        return tier.get((workload, backend))
+
+    def ratio(a: Row | None, b: Row | None) -> float | None:
+        return a.mb_per_s / b.mb_per_s if a and b else None
+
+    def where(r: Row | None) -> str:
+        if r is None:
+            return ""
+        x = r.extra
+        return (
+            f"{x['segments']} segments of {x['segment_mb']:.0f} MiB ({x['seg_z_mb']:.0f} MB of .seg.z), "
+            f"{x['chunk_mb']:.0f} MiB chunks, {r.size} B records, {x['server']}, {x['cpus']} CPUs shared with the server"
+        )
+
+    out: list[dict[str, Any]] = []
+    daemon = get("tier upload", "filechannel TieringDaemon.run_once")
+    raw_put = get("tier upload", "boto3 put_object (raw)")
+    up = ratio(daemon, raw_put)
+    out.append(
+        {
+            "target": "tier upload: daemon vs raw boto3 put_object of the same chunks, same concurrency",
+            "goal": ">= 0.8x",
+            "measured": None if up is None else round(up, 3),
+            "met": None if up is None else up >= 0.8,
+            "note": f"{where(daemon)}; {daemon.extra['in_flight']} in flight" if daemon else "",
+        }
+    )
+    remote = get("tier read, local copies deleted", "filechannel Receiver from tier-2")
+    raw_get = get("tier read, local copies deleted", "boto3 ranged get_object (raw, no decoding)")
+    local = get("tier read, same segments local", "filechannel Receiver (local .seg.z)")
+    read, vs_local = ratio(remote, raw_get), ratio(remote, local)
+    note = where(remote)
+    if remote and vs_local is not None:
+        note += f"; {remote.extra['in_flight']} ranged GETs in flight; {vs_local:.2f}x the same segments read locally"
+    out.append(
+        {
+            "target": "tier read: Receiver over an offloaded channel vs raw ranged GETs of the same objects, same concurrency",
+            "goal": ">= 0.7x",
+            "measured": None if read is None else round(read, 3),
+            "met": None if read is None else read >= 0.7,
+            "note": note,
+        }
+    )
+    rss = get("tier read RSS", "filechannel Receiver from tier-2")
+    if rss is not None:
+        x = rss.extra
+        growth = (rss.peak_rss_mb or 0.0) - x["rss_before_read_mb"]
+        out.append(
+            {
+                "target": "tier read: a reader's RSS stays bounded however much of tier-2 it reads",
+                "goal": "RSS growth in the read <= 1.5 x tier_cache_bytes + batch + fetches in flight "
+                f"= {x['growth_bound_mb']:.0f} MB",
+                "measured": f"{growth:.0f} MB growth ({rss.peak_rss_mb:.0f} MB peak) reading {x['seg_z_mb']:.0f} MB "
+                f"with tier_cache_bytes = {x['cache_mb']:.0f} MiB",
+                "met": growth <= x["growth_bound_mb"],
+                "note": where(rss),
+            }
+        )
     return out
 
 

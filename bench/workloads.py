@@ -25,6 +25,7 @@ from filechannel.files import folder_bytes
 from .cpu_bound import compressed_read_floor_s
 from .measure import REPEATS, Row, in_child, peak_rss_mb
 from .peers import BENCH_CONFIG, DEFAULTS, NEVER
+from .tiering import run_tiering
 
 STAMP = struct.Struct("<Q")
 
@@ -588,4 +589,5 @@ def special(quick: bool) -> list[tuple[str, Any, tuple]]:
     for size in SIZES:
         out.append(("consumer group", _group, (size, count(size, 300_000, 6_000))))
     out.append(("RSS bound", _rss_bound, (big,)))
+    out.append(("tiering: upload and read on SeaweedFS", run_tiering, (quick,)))
     return out
