@@ -55,3 +55,54 @@ def test_quick_run_writes_table_json_and_chart(tmp_path):
     zstd = [r for r in data["rows"] if r["workload"] == "read back sealed segments (zstd)"]
     assert all(r["extra"]["cpu_bound_ratio"] > 0 for r in zstd)
     assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    check_tier_rows(data)
+
+
+TIER_ROWS = {
+    ("tier upload", "filechannel TieringDaemon.run_once"),
+    ("tier upload", "boto3 put_object (raw)"),
+    ("tier read, local copies deleted", "filechannel Receiver from tier-2"),
+    ("tier read, local copies deleted", "boto3 ranged get_object (raw, no decoding)"),
+    ("tier read, same segments local", "filechannel Receiver (local .seg.z)"),
+    ("tier read RSS", "filechannel Receiver from tier-2"),
+}
+
+
+def check_tier_rows(data: dict) -> None:
+    """The tiering rows (bench/tiering.py) are there, without error, each saying its sizes and concurrency,
+    and their three targets are measured (met or not: no time or ratio is asserted)."""
+    rows = {(r["workload"], r["backend"]): r for r in data["rows"] if r["workload"].startswith("tier")}
+    assert set(rows) == TIER_ROWS, [r.get("error") for r in data["rows"] if r["workload"].startswith("tier")]
+    for r in rows.values():
+        assert r["error"] is None and r["n"] > 0 and r["mb_per_s"] > 0, r
+        assert {"segments", "segment_mb", "seg_z_mb", "chunk_mb", "block_kb", "server", "cpus"} <= set(r["extra"]), r
+        assert r["extra"]["segments"] >= 2, r
+    for key in TIER_ROWS - {("tier read, same segments local", "filechannel Receiver (local .seg.z)")}:
+        assert "in_flight" in rows[key]["extra"], key
+    rss = rows[("tier read RSS", "filechannel Receiver from tier-2")]
+    assert rss["peak_rss_mb"] > 0 and rss["extra"]["seg_z_mb"] > 2 * rss["extra"]["cache_mb"], rss
+    tier_targets = [t for t in data["targets"] if t["target"].startswith("tier")]
+    assert len(tier_targets) == 3 and all(t["measured"] is not None and t["met"] is not None for t in tier_targets)
+
+
+@pytest.mark.bench
+@pytest.mark.s3
+def test_quick_tiering_run_has_its_rows_and_targets(tmp_path):
+    """``--only "tier*"``: the tiering workload alone, on its own SeaweedFS server, stopped and removed."""
+    scratch_before = set(ROOT.glob("fc-bench-*"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "tier*", "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {r["workload"] for r in data["rows"]} == {w for w, _ in TIER_ROWS}
+    check_tier_rows(data)
+    assert "| tier upload |" in (tmp_path / "out" / "results.md").read_text()
+    # the server's folder (in the bench process's scratch folder) and that scratch folder are gone
+    assert set(ROOT.glob("fc-bench-*")) <= scratch_before
+    assert sorted(os.listdir(tmp_path)) == ["out"]
