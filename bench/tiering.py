@@ -41,6 +41,14 @@ LOCAL = "local disk"
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One measured turn: wall seconds, and CPU seconds of this process (all its threads) meanwhile."""
+
+    secs: float
+    cpu_s: float
+
+
+@dataclass(frozen=True)
 class TierPlan:
     """The sizes and concurrency of one tiering run (every row says them)."""
 
@@ -103,27 +111,30 @@ def _segz(path: str) -> list[str]:
     return sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".seg.z"))
 
 
-def _daemon_upload(path: str, p: TierPlan, bucket: str, endpoint: str, **extra: Any) -> tuple[float, Any]:
+def _daemon_upload(path: str, p: TierPlan, bucket: str, endpoint: str, **extra: Any) -> tuple[Turn, Any]:
     """One daemon pass over the channel into ``bucket`` (a fresh metadata store); its time and report."""
     from filechannel.config import ChannelConfig
     from filechannel.tiering.daemon import TieringDaemon
 
     config = ChannelConfig.from_kwargs(**_settings(p), **_tier(p, bucket, endpoint, **extra))
     with TieringDaemon(path, channel=config, progress=lambda line: None) as daemon:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         report = daemon.run_once()
-        secs = time.perf_counter() - t0
+        turn = Turn(time.perf_counter() - t0, time.process_time() - c0)
     if report.failures:
         raise RuntimeError(f"the tiering daemon failed: {report.failures[0]}")
-    return secs, report
+    return turn, report
 
 
-def _raw_upload(client: Any, bucket: str, files: list[str], p: TierPlan) -> float:
-    """put_object of each file's chunks of ``chunk_bytes``, ``concurrency`` in flight, each pread just before."""
+def _raw_upload(server: Any, bucket: str, files: list[str], p: TierPlan) -> Turn:
+    """put_object of each file's chunks of ``chunk_bytes``, ``concurrency`` in flight, each pread just before.
+
+    The client is made in the timed part, as a daemon's pass makes its storage's (a fresh
+    daemon per turn): making a boto3 client loads botocore's S3 model, 0.06-0.14 CPU-s here."""
     sizes = {f: os.path.getsize(f) for f in files}
     jobs = [(f, pos, min(p.chunk_bytes, sizes[f] - pos)) for f in files for pos in range(0, sizes[f], p.chunk_bytes)]
 
-    def put(job: tuple[str, int, int]) -> None:
+    def put(job: tuple[str, int, int], client: Any) -> None:
         name, pos, length = job
         fd = os.open(name, os.O_RDONLY)
         try:
@@ -132,13 +143,17 @@ def _raw_upload(client: Any, bucket: str, files: list[str], p: TierPlan) -> floa
             os.close(fd)
         client.put_object(Bucket=bucket, Key=f"{os.path.basename(name)}.{pos}", Body=data)
 
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(p.concurrency) as pool:
-        list(pool.map(put, jobs))
-    return time.perf_counter() - t0
+    t0, c0 = time.perf_counter(), time.process_time()
+    client = _client(server, p)
+    try:
+        with ThreadPoolExecutor(p.concurrency) as pool:
+            list(pool.map(put, jobs, [client] * len(jobs)))
+    finally:
+        client.close()
+    return Turn(time.perf_counter() - t0, time.process_time() - c0)
 
 
-def _raw_get(client: Any, bucket: str, ranges: list[tuple[str, int, int]], threads: int) -> tuple[float, int]:
+def _raw_get(client: Any, bucket: str, ranges: list[tuple[str, int, int]], threads: int) -> tuple[Turn, int]:
     """Ranged GETs of ``(key, start, length)``, ``threads`` in flight, bodies read and dropped."""
 
     def get(job: tuple[str, int, int]) -> int:
@@ -149,10 +164,10 @@ def _raw_get(client: Any, bucket: str, ranges: list[tuple[str, int, int]], threa
         finally:
             body.close()
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(threads) as pool:
         got = sum(pool.map(get, ranges))
-    return time.perf_counter() - t0, got
+    return Turn(time.perf_counter() - t0, time.process_time() - c0), got
 
 
 def _status_mb(field: str) -> float:
@@ -168,23 +183,25 @@ def _read(path: str, config: dict[str, Any], batch: int) -> dict[str, Any]:
     from filechannel import FileChannel
 
     with FileChannel(path, **config) as ch:
-        rx = ch.receiver("earliest")
-        opened = _status_mb("VmRSS")
-        if ch._tier is not None:
-            # The S3 client (botocore's service model) and the prefetch pool, made on the first
-            # remote read, are a fixed cost whatever is read: made here, and counted apart.
-            ch._tier.reader  # noqa: B018
+        rx = ch.receiver("earliest")  # the storage client made, the first table read, its prefetch started
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # Linux: reset VmHWM to the current RSS
         base = _status_mb("VmRSS")
         n = got = 0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         while records := rx.recv_many(batch, timeout=0):
             n += len(records)
             got += sum(len(r.value) for r in records)
-        secs = time.perf_counter() - t0
+        secs, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak = _status_mb("VmHWM")
-    return {"n": n, "bytes": got, "secs": secs, "rss_before_mb": base, "peak_rss_mb": peak, "client_mb": base - opened}
+    return {
+        "n": n,
+        "bytes": got,
+        "secs": secs,
+        "cpu_s": cpu,
+        "rss_before_mb": base,
+        "peak_rss_mb": peak,
+    }
 
 
 def _client(server: Any, p: TierPlan) -> Any:
@@ -217,17 +234,17 @@ def run_tiering(quick: bool) -> list[dict[str, Any]]:
         files = _segz(path)
         segz_bytes = sum(os.path.getsize(f) for f in files)
         client = _client(server, p)
-        up: dict[str, list[float]] = {"daemon": [], "raw": []}
+        up: dict[str, list[Turn]] = {"daemon": [], "raw": []}
         bucket = ""
         for _ in range(p.turns):
             shutil.rmtree(os.path.join(path, "tier"), ignore_errors=True)  # a fresh metadata store: upload all again
             bucket = server.new_bucket()
-            secs, report = _daemon_upload(path, p, bucket, server.endpoint)
+            turn, report = _daemon_upload(path, p, bucket, server.endpoint)
             if report.uploaded != len(files) or report.uploaded_bytes != segz_bytes:
                 got = f"{report.uploaded} segments, {report.uploaded_bytes} bytes"
                 raise RuntimeError(f"the daemon uploaded {got}, not {len(files)}, {segz_bytes}")
-            up["daemon"].append(secs)
-            up["raw"].append(_raw_upload(client, server.new_bucket(), files, p))
+            up["daemon"].append(turn)
+            up["raw"].append(_raw_upload(server, server.new_bucket(), files, p))
         local = [in_child(_read, path, _settings(p), p.batch) for _ in range(p.turns)]
         # Local retention 0: the last bucket's uploads are the only copy of every sealed segment.
         _, report = _daemon_upload(path, p, bucket, server.endpoint, local_retention_bytes=0)
@@ -245,10 +262,10 @@ def run_tiering(quick: bool) -> list[dict[str, Any]]:
         remote, raw_get = [], []
         for _ in range(p.turns):
             remote.append(in_child(_read, path, tiered, p.batch))
-            secs, got = _raw_get(client, bucket, ranges, 2 * p.concurrency)
+            turn, got = _raw_get(client, bucket, ranges, 2 * p.concurrency)
             if got != segz_bytes:
                 raise RuntimeError(f"the ranged GETs returned {got} bytes, not {segz_bytes}")
-            raw_get.append(secs)
+            raw_get.append(turn)
         client.close()
     for r in local + remote:
         if r["n"] != n:
@@ -262,10 +279,10 @@ def _rows(
     segments: int,
     segz_bytes: int,
     ranges: int,
-    up: dict[str, list[float]],
+    up: dict[str, list[Turn]],
     local: list[dict[str, Any]],
     remote: list[dict[str, Any]],
-    raw_get: list[float],
+    raw_get: list[Turn],
 ) -> list[dict[str, Any]]:
     sizes = {
         "segments": segments,
@@ -278,18 +295,22 @@ def _rows(
         "runs": p.turns,
     }
 
-    def row(workload: str, backend: str, secs: float, ours: bool, where: str = SERVER, **extra: Any) -> dict[str, Any]:
+    def row(workload: str, backend: str, turns: list[Turn], ours: bool, where: str = SERVER, **extra: Any) -> dict[str, Any]:
+        best = min(turns, key=lambda t: t.secs)
         return Row(
             workload,
             backend,
             where,
             p.record_bytes,
             n,
-            n / secs,
-            segz_bytes / secs / 1e6,
+            n / best.secs,
+            segz_bytes / best.secs / 1e6,
             ours=ours,
-            extra={**sizes, **extra},
+            extra={**sizes, **extra, "client_cpu_s": best.cpu_s, "wall_s": best.secs},
         ).to_json()
+
+    def turns(reads: list[dict[str, Any]]) -> list[Turn]:
+        return [Turn(r["secs"], r["cpu_s"]) for r in reads]
 
     best_remote = min(remote, key=lambda r: r["secs"])
     peak = max(r["peak_rss_mb"] for r in remote)
@@ -301,18 +322,18 @@ def _rows(
     bound = 1.5 * p.cache_bytes / 2**20 + p.batch * p.record_bytes / 2**20 + in_flight_mb
     reads = {"in_flight": 2 * p.concurrency, "cache_mb": p.cache_bytes / 2**20, "batch": p.batch}
     out = [
-        row("tier upload", "filechannel TieringDaemon.run_once", min(up["daemon"]), True, in_flight=p.concurrency),
-        row("tier upload", "boto3 put_object (raw)", min(up["raw"]), False, in_flight=p.concurrency),
-        row("tier read, local copies deleted", "filechannel Receiver from tier-2", best_remote["secs"], True, **reads),
+        row("tier upload", "filechannel TieringDaemon.run_once", up["daemon"], True, in_flight=p.concurrency),
+        row("tier upload", "boto3 put_object (raw)", up["raw"], False, in_flight=p.concurrency),
+        row("tier read, local copies deleted", "filechannel Receiver from tier-2", turns(remote), True, **reads),
         row(
             "tier read, local copies deleted",
             "boto3 ranged get_object (raw, no decoding)",
-            min(raw_get),
+            raw_get,
             False,
             in_flight=2 * p.concurrency,
             ranges=ranges,
         ),
-        row("tier read, same segments local", "filechannel Receiver (local .seg.z)", min(r["secs"] for r in local), True, LOCAL),
+        row("tier read, same segments local", "filechannel Receiver (local .seg.z)", turns(local), True, LOCAL),
     ]
     rss = Row(
         "tier read RSS",
@@ -328,7 +349,6 @@ def _rows(
             **sizes,
             **reads,
             "rss_before_read_mb": before,
-            "s3_client_and_pool_mb": max(r["client_mb"] for r in remote),
             "growth_bound_mb": bound,
         },
     ).to_json()
