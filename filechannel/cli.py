@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
+import stat
 import sys
 import threading
 import time
@@ -41,8 +43,54 @@ from .client import Admin, Consumer, Producer, TopicPartition
 from .client.group import list_groups, read_group
 from .errors import FileChannelError
 
-out = Console()
-err = Console(stderr=True)
+
+class _Console(Console):
+    """rich's console, except that a closed pipe is left to the command (rich exits 1 on it)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError("the reader of the output has gone")
+
+
+out = _Console()
+err = _Console(stderr=True)
+
+
+def _silence_closed_output() -> None:
+    """After a reader closed our stdout (``| head -1``): point stdout and stderr at /dev/null,
+    so the interpreter's last flush of what is still buffered cannot fail with a second
+    "Exception ignored ... BrokenPipeError" line; the command then ends with exit 0."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader has closed it (Linux reports POLLERR on
+    such a pipe): how a waiting ``consume --follow | head -1`` learns it can stop before its
+    next record would fail with EPIPE. One poll(2), called once per consumer poll."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(1).st_mode) and not stat.S_ISSOCK(os.fstat(1).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(1, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except OSError:
+        return False
+
+
+class _Cli(click.Group):
+    """The top-level group: a closed stdout ends any command quietly with exit 0, as tools in a
+    pipeline do (click itself would exit 1)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _silence_closed_output()
+            raise click.exceptions.Exit(0) from None
 
 
 def _root(ctx: click.Context) -> str:
@@ -62,7 +110,7 @@ def _one(what: str, argument: str | None, option: str | None) -> str:
     return value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--root",
     envvar="FILECHANNEL_ROOT",
@@ -259,6 +307,8 @@ def _records(consumer: Consumer, follow: bool, limit: int | None, timeout_ms: in
                 last = time.monotonic()
         if not follow and all(consumer.position(tp) >= end for tp, end in ends.items() if tp in consumer.assignment()):
             return
+        if not batch and _stdout_reader_gone():  # waiting, with nobody left to print to
+            raise BrokenPipeError("stdout's reader has gone")
         if timeout_ms is not None and (time.monotonic() - last) * 1000 >= timeout_ms:
             return
 
@@ -385,6 +435,7 @@ def consume(
 
         previous = {sig: signal.signal(sig, on_signal) for sig in signals}
         printed: dict[TopicPartition, int] = {}
+        reader_gone = False
         try:
             for rec in _records(consumer, follow, limit, timeout_ms, stop):
                 if fmt == "raw":
@@ -394,11 +445,16 @@ def consume(
                 stdout.flush()
                 printed[TopicPartition(rec.topic, rec.partition)] = rec.offset + 1
                 count += 1
+        except BrokenPipeError:  # `| head -1` has what it wanted: an end like --max, the last record unwritten
+            reader_gone = True
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if group is not None and printed:
             consumer.commit(printed)
+        if reader_gone:
+            _silence_closed_output()
+            return
         err.print(f"Processed a total of {count} messages")
         if caught:
             ctx.exit(signals[caught[0]])  # 130 after Ctrl-C, as a shell expects; 143 after SIGTERM
@@ -560,8 +616,16 @@ def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
     admin = Admin(_root(ctx))
     names = list(topics_) or admin.list_topics()
     total_records = 0
+    # The bars only on a terminal: into a file or a pipe, rich would write their last frame, and
+    # with no partition to check, an empty line.
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=err, transient=False
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal or not names,
     ) as progress:
         for topic in names:
             desc = admin.describe_topic(topic)
@@ -732,8 +796,8 @@ def main(argv: list[str] | None = None) -> None:
     except FileChannelError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    except BrokenPipeError:
-        sys.stderr.close()
+    except BrokenPipeError:  # stderr closed while an error was written
+        _silence_closed_output()
         sys.exit(0)
     except KeyboardInterrupt:
         sys.exit(130)
