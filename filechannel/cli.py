@@ -110,6 +110,23 @@ def _one(what: str, argument: str | None, option: str | None) -> str:
     return value
 
 
+def _store_root(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        ctx.find_root().obj["root"] = value
+    return value
+
+
+# --root after the subcommand too (`filechannel topics list --root d`): it overrides the one before.
+_ROOT = click.option(
+    "--root",
+    type=click.Path(file_okay=False),
+    expose_value=False,
+    is_eager=True,
+    callback=_store_root,
+    help="Folder holding the topics (also before the command) [env: FILECHANNEL_ROOT].",
+)
+
+
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--root",
@@ -117,6 +134,7 @@ def _one(what: str, argument: str | None, option: str | None) -> str:
     type=click.Path(file_okay=False),
     help="Folder holding the topics [env: FILECHANNEL_ROOT].",
 )
+@click.version_option(None, "--version", package_name="filechannel", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, root: str | None) -> None:
     """filechannel: a durable, file-backed message log with a Kafka-like client."""
@@ -133,6 +151,7 @@ def topics() -> None:
 
 
 @topics.command("create")
+@_ROOT
 @click.argument("name", required=False)
 @click.option("--topic", "topic_opt", default=None, help="The topic's name (Kafka's flag; same as NAME).")
 @click.option("--partitions", "-p", default=1, show_default=True, type=click.IntRange(1, 10_000))
@@ -173,6 +192,7 @@ def topics_create(
 
 
 @topics.command("list")
+@_ROOT
 @click.pass_context
 def topics_list(ctx: click.Context) -> None:
     """List the topics."""
@@ -181,6 +201,7 @@ def topics_list(ctx: click.Context) -> None:
 
 
 @topics.command("describe")
+@_ROOT
 @click.argument("name")
 @click.pass_context
 def topics_describe(ctx: click.Context, name: str) -> None:
@@ -198,6 +219,7 @@ def topics_describe(ctx: click.Context, name: str) -> None:
 
 
 @topics.command("delete")
+@_ROOT
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
@@ -213,6 +235,7 @@ def topics_delete(ctx: click.Context, name: str, yes: bool) -> None:
 
 
 @cli.command()
+@_ROOT
 @click.argument("topic", required=False)
 @click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console producer flag; same as TOPIC).")
 @click.option("--file", "-f", "path", type=click.File("rb"), default="-", help="Read records from this file (default: stdin).")
@@ -255,7 +278,10 @@ def produce(
                 key, found, value = line.partition(sep)
                 if not found:
                     if not ignore_error:
-                        raise click.BadParameter(f"line {count + 1} has no key separator {key_separator!r}")
+                        raise click.UsageError(
+                            f"line {count + 1} has no key separator {key_separator!r}; the {count} line(s) before it were "
+                            "sent (--property ignore.error=true sends such a line as a value without key)"
+                        )
                     key, value = None, line  # Kafka's ignore.error: the whole line is the value
             else:
                 value = line
@@ -328,6 +354,7 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
 
 
 @cli.command()
+@_ROOT
 @click.argument("topic", required=False)
 @click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console consumer flag; same as TOPIC).")
 @click.option("--include", default=None, metavar="REGEX", help="Instead of a topic: every topic whose whole name matches.")
@@ -486,6 +513,7 @@ def groups() -> None:
 
 
 @groups.command("list")
+@_ROOT
 @click.pass_context
 def groups_list(ctx: click.Context) -> None:
     """List the consumer groups."""
@@ -494,6 +522,7 @@ def groups_list(ctx: click.Context) -> None:
 
 
 @groups.command("describe")
+@_ROOT
 @click.argument("group")
 @click.pass_context
 def groups_describe(ctx: click.Context, group: str) -> None:
@@ -529,6 +558,7 @@ def groups_describe(ctx: click.Context, group: str) -> None:
 
 
 @groups.command("reset-offsets")
+@_ROOT
 @click.argument("group", required=False)
 @click.option("--group", "group_opt", default=None, help="The group (Kafka's flag; same as GROUP).")
 @click.option("--topic", "topics_", multiple=True, metavar="TOPIC[:P,...]", help="Reset these partitions (repeatable).")
@@ -594,6 +624,7 @@ def groups_reset_offsets(
 
 
 @groups.command("delete")
+@_ROOT
 @click.argument("group", required=False)
 @click.option("--group", "group_opt", default=None, help="The group (Kafka's flag; same as GROUP).")
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
@@ -609,6 +640,7 @@ def groups_delete(ctx: click.Context, group: str | None, group_opt: str | None, 
 
 
 @cli.command()
+@_ROOT
 @click.argument("topics_", metavar="[TOPIC]...", nargs=-1)
 @click.pass_context
 def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
@@ -786,6 +818,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         err.print("aborted")
         sys.exit(1)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `filechannel topics`: say what is missing, in one line
+        names = ", ".join(exc.ctx.command.list_commands(exc.ctx)) if isinstance(exc.ctx.command, click.Group) else ""
+        click.echo(f"error: missing the command: one of {names} (see: {exc.ctx.command_path} --help)", err=True)
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:  # one line, like every other error, with where to look
         where = exc.ctx.command_path if exc.ctx is not None else "filechannel"
         click.echo(f"error: {exc.format_message()} (see: {where} --help)", err=True)

@@ -3,6 +3,9 @@ installed console script in a real subprocess."""
 
 import os
 import subprocess
+from importlib import metadata
+
+import pytest
 
 from .cli_helpers import SCRIPT, fc
 
@@ -49,3 +52,60 @@ def test_consume_follow_into_head_ends_when_head_exits_and_commits_only_what_was
     rest = fc(tmp_path, "consume", "t", "--group", "g", "--from-beginning", "--no-follow").stdout.decode().split()
     # what reached the pipe before head closed it is committed, nothing after: the rest comes again
     assert 1 <= 3 - len(rest) <= 3 and rest == ["a", "b", "c"][3 - len(rest) :]
+
+
+# -- errors, --version, --root ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args,stdin,message",
+    [
+        (["consume", "t", "--max", "0"], b"", "--max"),
+        (["consume", "t", "--format", "xml"], b"", "'xml' is not one of"),
+        (["consume", "t", "--from", "yesterday"], b"", "'yesterday' is not earliest"),
+        (["consume", "t", "--no-such-option"], b"", "No such option"),
+        (["--no-such-option", "topics", "list"], b"", "No such option"),
+        (["topics", "lst"], b"", "No such command"),
+        (["topics"], b"", "missing the command: one of create, delete, describe, list"),
+        ([], b"", "missing the command: one of"),
+        (["produce", "t", "-k", ":"], b"a:1\nno separator\n", "line 2 has no key separator ':'; the 1 line(s)"),
+        (["produce", "t", "--property", "parse.key=true"], b"no tab\n", "line 1 has no key separator"),
+    ],
+)
+def test_every_option_error_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path, args, stdin, message):
+    fc(tmp_path, "produce", "t", input=b"x\n")
+    proc = fc(tmp_path, *args, input=stdin, check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+def test_records_before_a_line_without_separator_are_sent(tmp_path):
+    fc(tmp_path, "produce", "t", "-k", ":", input=b"a:1\nb:2\nbroken\nc:3\n", check=False)
+    assert fc(tmp_path, "consume", "t", "--from-beginning", "--no-follow").stdout == b"1\n2\n"
+
+
+def test_version(tmp_path):
+    proc = fc(tmp_path, "--version")
+    assert proc.stdout.decode() == f"filechannel {metadata.version('filechannel')}\n"
+
+
+def test_root_after_the_subcommand(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    fc(a, "topics", "create", "only-in-b", "--root", str(b))
+    assert not a.exists() and fc(tmp_path, "topics", "list", "--root", str(b)).stdout == b"only-in-b\n"
+    # after the subcommand it wins over the one before it and over FILECHANNEL_ROOT
+    fc(a, "topics", "create", "only-in-a")
+    assert fc(tmp_path, "--root", str(a), "topics", "list", "--root", str(b)).stdout == b"only-in-b\n"
+    fc(tmp_path, "produce", "only-in-b", "--root", str(b), input=b"v\n")
+    assert fc(a, "consume", "only-in-b", "--root", str(b), "--from-beginning", "--no-follow").stdout == b"v\n"
+    assert "1 records" in fc(a, "check", "--root", str(b)).stdout.decode()
+
+
+def test_check_writes_no_blank_line_and_no_bars_into_a_file(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = fc(tmp_path / "empty", "check")
+    assert proc.stderr == b"" and proc.stdout == b"ok: 0 records in 0 topic(s), every CRC matches\n"
+    fc(tmp_path / "one", "produce", "t", input=b"x\n")
+    proc = fc(tmp_path / "one", "check")
+    assert proc.stderr == b"" and proc.stdout == b"ok: 1 records in 1 topic(s), every CRC matches\n"
