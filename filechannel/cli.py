@@ -32,6 +32,7 @@ from .cli_kafka import (
     delete_group,
     execute_reset,
     is_true,
+    live_members,
     parse_datetime,
     parse_properties,
     plan_reset,
@@ -41,7 +42,7 @@ from .cli_kafka import (
 )
 from .client import Admin, Consumer, Producer, TopicPartition
 from .client.group import list_groups, read_group
-from .errors import FileChannelError
+from .errors import FileChannelError, TopicExistsError, UnknownTopicError
 
 
 class _Console(Console):
@@ -93,10 +94,17 @@ class _Cli(click.Group):
             raise click.exceptions.Exit(0) from None
 
 
-def _root(ctx: click.Context) -> str:
+def _root(ctx: click.Context, must_exist: bool = True) -> str:
+    """The root folder; one that does not exist is an error unless the command is one that
+    creates it (``topics create``, ``produce``, ``config``): a reader never makes a root."""
     root = ctx.obj["root"]
     if not root:
         raise click.UsageError("no root folder: pass --root PATH or set FILECHANNEL_ROOT")
+    if must_exist and not os.path.isdir(root):
+        raise click.ClickException(
+            f"the root folder {os.path.abspath(root)!r} does not exist: check --root or FILECHANNEL_ROOT "
+            "(a root is made by its first `filechannel topics create` or `produce`)"
+        )
     return root
 
 
@@ -164,6 +172,7 @@ def topics() -> None:
     help="Topic setting, ours (retention_ms=3600000) or Kafka's (retention.ms=3600000) (repeatable).",
 )
 @click.option("--replication-factor", type=click.IntRange(1), default=None, help="Accepted and ignored (one machine).")
+@click.option("--if-not-exists", is_flag=True, help="A topic of that name already there is left as it is (exit 0).")
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def topics_create(
@@ -173,6 +182,7 @@ def topics_create(
     partitions: int,
     settings: tuple[str, ...],
     replication_factor: int | None,
+    if_not_exists: bool,
     bootstrap_server: str | None,
 ) -> None:
     """Create topic NAME (or --topic NAME)."""
@@ -187,7 +197,15 @@ def topics_create(
             click.echo(f"note: topic config {key.strip()} means nothing on one machine; ignored", err=True)
         else:
             config[setting[0]] = setting[1]
-    Admin(_root(ctx)).create_topic(name, partitions, **config)
+    admin = Admin(_root(ctx, must_exist=False))
+    try:
+        admin.create_topic(name, partitions, **config)
+    except TopicExistsError:
+        if not if_not_exists:
+            raise
+        existing = admin.describe_topic(name)
+        out.print(f"topic {name} already exists with {len(existing.partitions)} partition(s); left as it is")
+        return
     out.print(f"created topic {name} with {partitions} partition(s)")
 
 
@@ -225,9 +243,13 @@ def topics_describe(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def topics_delete(ctx: click.Context, name: str, yes: bool) -> None:
     """Delete topic NAME and all its records."""
-    if not yes and sys.stdin.isatty():
+    admin = Admin(_root(ctx))
+    admin.describe_topic(name)  # a topic that does not exist is said so before anything is asked
+    if not yes:
+        if not sys.stdin.isatty():  # a script: nobody to ask, so it must have said so
+            raise click.UsageError(f"stdin is not a terminal, so nobody can confirm: pass --yes to delete topic {name}")
         click.confirm(f"delete topic {name} and all its records?", abort=True)
-    Admin(_root(ctx)).delete_topic(name)
+    admin.delete_topic(name)
     out.print(f"deleted topic {name}")
 
 
@@ -269,8 +291,10 @@ def produce(
     # os.fsencode: an argument that is not UTF-8 (e.g. -k $'\xff') arrives with surrogate escapes; these
     # are its bytes, so the separator matches what the shell passed.
     sep = os.fsencode(key_separator) if key_separator else None
+    root = _root(ctx, must_exist=False)
+    _create_for_produce(Admin(root), topic, partition)
     count = 0
-    with Producer(_root(ctx)) as producer:
+    with Producer(root, auto_create_topics=False) as producer:
         for line in path:
             line = line.rstrip(b"\r\n")
             key = None
@@ -288,6 +312,32 @@ def produce(
             producer.send(topic, value, key=key, partition=partition)
             count += 1
     err.print(f"sent {count} record(s) to {topic}")
+
+
+def _create_for_produce(admin: Admin, topic: str, partition: int | None) -> None:
+    """A missing topic is created (one partition, default settings) only if the root allows it,
+    as Kafka's broker does, and the user is told so: never a silent new topic from a typo."""
+    try:
+        admin.describe_topic(topic)
+        return
+    except UnknownTopicError:
+        allowed = admin.root_settings()["auto.create.topics.enable"]
+        if not allowed or partition:
+            why = (
+                "auto.create.topics.enable is false for this root (filechannel config)"
+                if not allowed
+                else f"one created here would have no partition {partition}"
+            )
+            raise click.ClickException(
+                f"topic {topic!r} does not exist under {admin.root!r} and {why}: "
+                f"create it first with `filechannel topics create {topic} --partitions N`"
+            ) from None
+    admin.create_topic(topic, 1, exist_ok=True)  # exist_ok: another producer may have created it meanwhile
+    click.echo(
+        f"note: created topic {topic} (1 partition, default settings): it did not exist and this root's "
+        "auto.create.topics.enable is true (the default; `filechannel config auto.create.topics.enable=false` turns it off)",
+        err=True,
+    )
 
 
 def _start_offsets(consumer: Consumer, spec: str) -> None:
@@ -526,11 +576,19 @@ def groups_list(ctx: click.Context) -> None:
 @click.argument("group")
 @click.pass_context
 def groups_describe(ctx: click.Context, group: str) -> None:
-    """Show GROUP's members and, per partition, its committed offset, end offset and lag."""
+    """Show GROUP's live members and, per partition, its committed offset, end offset, lag and owner.
+
+    Only members whose process is alive are shown: the group's state keeps a killed member
+    until a live one next polls, and a partition such a member owned says its owner is gone.
+    """
     root = _root(ctx)
     state, offsets = read_group(root, group)
+    live = set(live_members(root, group))
     admin = Admin(root)
-    table = Table(title=f"group {group} (generation {state.generation}, {len(state.members)} member(s))")
+    for member in sorted(live):
+        info = state.members[member]
+        out.print(f"member {member}: pid {info.get('pid', '?')}, topics {', '.join(info.get('topics', [])) or '-'}")
+    table = Table(title=f"group {group} (generation {state.generation}, {len(live)} live member(s))")
     for col, just in (
         ("topic", "left"),
         ("partition", "right"),
@@ -541,6 +599,7 @@ def groups_describe(ctx: click.Context, group: str) -> None:
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     topics_seen = sorted({tp.topic for tp in offsets} | set(state.partitions))
+    orphans: list[str] = []
     for topic in topics_seen:
         try:
             desc = admin.describe_topic(topic)
@@ -551,10 +610,16 @@ def groups_describe(ctx: click.Context, group: str) -> None:
             committed = offsets.get(tp)
             lag = p.end_offset - (committed if committed is not None else p.first_offset)
             owner = state.owners.get(f"{topic}/{p.partition}", "")
+            if owner and owner not in live:  # killed: a live member's next poll takes the partition over
+                pid = state.members.get(owner, {}).get("pid", "?")
+                orphans.append(f"{topic}[{p.partition}]: its owner (pid {pid}) is gone; a live member's next poll takes it over")
+                owner = f"gone (pid {pid})"
             table.add_row(
                 topic, str(p.partition), "-" if committed is None else str(committed), str(p.end_offset), str(lag), owner
             )
     out.print(table)
+    for line in orphans:  # plain lines: rich would wrap them at the width of a terminal it does not have
+        click.echo(line)
 
 
 @groups.command("reset-offsets")
@@ -634,6 +699,29 @@ def groups_delete(ctx: click.Context, group: str | None, group_opt: str | None, 
     group = _one("group", group, group_opt)
     delete_group(_root(ctx), group)
     click.echo(f"Deletion of requested consumer groups ('{group}') was successful.")
+
+
+# -- root settings ------------------------------------------------------------------------------
+
+
+@cli.command("config")
+@_ROOT
+@click.argument("settings", nargs=-1, metavar="[NAME=true|false]...")
+@click.pass_context
+def root_config(ctx: click.Context, settings: tuple[str, ...]) -> None:
+    """Show the root's settings, or set them (stored in ROOT/.settings.json).
+
+    auto.create.topics.enable (default true, as Kafka's broker setting): whether a send to a
+    missing topic (`filechannel produce`, a Producer) creates it with one partition.
+    """
+    admin = Admin(_root(ctx, must_exist=bool(not settings)))
+    for item in settings:
+        name, sep, raw = item.partition("=")
+        if not sep or raw.strip().lower() not in ("true", "false"):
+            raise click.BadParameter(f"{item!r} is not NAME=true or NAME=false", param_hint="SETTINGS")
+        admin.set_root_setting(name.strip(), raw.strip().lower() == "true")
+    for name, value in admin.root_settings().items():
+        click.echo(f"{name}={str(value).lower()}")
 
 
 # -- check / bench ------------------------------------------------------------------------------

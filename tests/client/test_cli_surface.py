@@ -7,6 +7,9 @@ from importlib import metadata
 
 import pytest
 
+from filechannel.client import Admin, Producer
+from filechannel.errors import UnknownTopicError
+
 from .cli_helpers import SCRIPT, fc
 
 
@@ -109,3 +112,102 @@ def test_check_writes_no_blank_line_and_no_bars_into_a_file(tmp_path):
     fc(tmp_path / "one", "produce", "t", input=b"x\n")
     proc = fc(tmp_path / "one", "check")
     assert proc.stderr == b"" and proc.stdout == b"ok: 1 records in 1 topic(s), every CRC matches\n"
+
+
+# -- no silent side effects --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topics", "list"],
+        ["topics", "describe", "t"],
+        ["topics", "delete", "t", "--yes"],
+        ["groups", "list"],
+        ["groups", "describe", "g"],
+        ["groups", "delete", "g"],
+        ["consume", "t", "--no-follow"],
+        ["consume", "t", "--group", "g", "--no-follow"],
+        ["check"],
+        ["config"],
+    ],
+)
+def test_a_reader_of_a_root_that_does_not_exist_says_so_and_creates_nothing(tmp_path, args):
+    root = tmp_path / "typo"
+    proc = fc(root, *args, check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and err.count("\n") == 1
+    assert f"the root folder '{root}' does not exist" in err
+    assert not root.exists()
+
+
+def test_produce_creates_a_missing_topic_only_as_the_root_allows_and_says_so(tmp_path):
+    proc = fc(tmp_path, "produce", "new", input=b"v\n")
+    assert "note: created topic new (1 partition, default settings)" in proc.stderr.decode()
+    assert "auto.create.topics.enable is true (the default" in proc.stderr.decode()
+    assert "created topic" not in fc(tmp_path, "produce", "new", input=b"w\n").stderr.decode()  # only the first time
+    assert fc(tmp_path, "config").stdout == b"auto.create.topics.enable=true\n"
+    assert fc(tmp_path, "config", "auto.create.topics.enable=false").stdout == b"auto.create.topics.enable=false\n"
+    refused = fc(tmp_path, "produce", "typo", input=b"v\n", check=False)
+    assert refused.returncode == 1 and refused.stderr.decode().count("\n") == 1
+    assert "auto.create.topics.enable is false" in refused.stderr.decode()
+    assert fc(tmp_path, "topics", "list").stdout == b"new\n"
+    # the library's Producer follows the root's setting too, as a Kafka client follows its broker's
+    with pytest.raises(UnknownTopicError), Producer(str(tmp_path)) as producer:
+        producer.send("typo", b"v")
+    assert Admin(str(tmp_path)).list_topics() == ["new"]
+    bad = fc(tmp_path, "config", "auto.create.topics.enable=maybe", check=False)
+    assert bad.returncode == 2 and "is not NAME=true or NAME=false" in bad.stderr.decode()
+
+
+def test_produce_to_partition_1_of_a_missing_topic_creates_nothing(tmp_path):
+    proc = fc(tmp_path, "produce", "t", "--partition", "1", input=b"v\n", check=False)
+    assert proc.returncode == 1 and "would have no partition 1" in proc.stderr.decode()
+    assert not (tmp_path / "t").exists()
+
+
+def test_topics_delete_without_a_terminal_needs_yes(tmp_path):
+    fc(tmp_path, "produce", "t", input=b"v\n")
+    proc = fc(tmp_path, "topics", "delete", "t", input=b"y\n", check=False)
+    assert proc.returncode == 2 and "pass --yes" in proc.stderr.decode()
+    assert fc(tmp_path, "topics", "list").stdout == b"t\n"
+    missing = fc(tmp_path, "topics", "delete", "other", check=False)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr.decode()
+    fc(tmp_path, "topics", "delete", "t", "--yes")
+    assert fc(tmp_path, "topics", "list").stdout == b""
+
+
+def test_topics_create_if_not_exists(tmp_path):
+    fc(tmp_path, "topics", "create", "t", "--partitions", "3")
+    again = fc(tmp_path, "topics", "create", "t", check=False)
+    assert again.returncode == 1 and "already exists" in again.stderr.decode()
+    kept = fc(tmp_path, "topics", "create", "t", "--if-not-exists")
+    assert kept.stdout.decode() == "topic t already exists with 3 partition(s); left as it is\n"
+    assert "created topic u" in fc(tmp_path, "topics", "create", "u", "--if-not-exists").stdout.decode()
+
+
+# -- groups describe: live members only --------------------------------------------------------
+
+
+def test_groups_describe_shows_live_members_and_says_when_an_owner_is_gone(tmp_path):
+    fc(tmp_path, "produce", "t", input=b"first\n")
+    member = subprocess.Popen(
+        [str(SCRIPT), "consume", "t", "--group", "g", "--from-beginning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_env(tmp_path),
+    )
+    try:
+        assert member.stdout.readline() == b"first\n"  # it has joined and owns the partition
+        alive = fc(tmp_path, "groups", "describe", "g").stdout.decode()
+        assert f"pid {member.pid}, topics t" in alive and "1 live member(s)" in alive and "gone" not in alive
+        member.kill()
+        member.wait(timeout=60)
+    finally:
+        if member.poll() is None:
+            member.kill()
+            member.wait(timeout=60)
+        member.stdout.close()
+    dead = fc(tmp_path, "groups", "describe", "g").stdout.decode()
+    assert "0 live member(s)" in dead and "member " not in dead
+    assert f"t[0]: its owner (pid {member.pid}) is gone; a live member's next poll takes it over\n" in dead
