@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .channel import DamagedRange
 from .cli_kafka import (
     CONSUMER_PROPERTIES,
     PRODUCER_PROPERTIES,
@@ -42,7 +43,7 @@ from .cli_kafka import (
 )
 from .client import Admin, Consumer, Producer, TopicPartition
 from .client.group import list_groups, read_group
-from .errors import FileChannelError, TopicExistsError, UnknownTopicError
+from .errors import CorruptRecordError, FileChannelError, TopicExistsError, UnknownTopicError
 
 
 class _Console(Console):
@@ -513,6 +514,7 @@ def consume(
         previous = {sig: signal.signal(sig, on_signal) for sig in signals}
         printed: dict[TopicPartition, int] = {}
         reader_gone = False
+        damage: CorruptRecordError | None = None
         try:
             for rec in _records(consumer, follow, limit, timeout_ms, stop):
                 if fmt == "raw":
@@ -524,11 +526,15 @@ def consume(
                 count += 1
         except BrokenPipeError:  # `| head -1` has what it wanted: an end like --max, the last record unwritten
             reader_gone = True
+        except CorruptRecordError as exc:  # what was printed before the damage is committed still
+            damage = exc
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if group is not None and printed:
             consumer.commit(printed)
+        if damage is not None:
+            raise click.ClickException(f"{damage}; {_where_to_seek(_root(ctx), consumer, group)}")
         if reader_gone:
             _silence_closed_output()
             return
@@ -537,6 +543,35 @@ def consume(
             ctx.exit(signals[caught[0]])  # 130 after Ctrl-C, as a shell expects; 143 after SIGTERM
     finally:
         consumer.close(autocommit=False)
+
+
+def _where_to_seek(root: str, consumer: Consumer, group: str | None) -> str:
+    """After a poll met damage: the first readable offset after it, and the command that starts there.
+
+    Which partition is found by its position (the damaged offset: every record before it was
+    handed out) falling in a damaged range of a check of it; the check reads the partition,
+    only on this error path.
+    """
+    for tp in sorted(consumer.assignment()):
+        position = consumer.position(tp)
+        found: list[DamagedRange] = []
+        with Admin(root).open_partition(tp.topic, tp.partition, read_only=True) as ch:
+            ch.check(on_damage=found.append)
+        for d in found:
+            if d.first <= position and (d.readable_after is None or position < d.readable_after):
+                if d.readable_after is None:
+                    return f"{tp.topic}[{tp.partition}] has no readable offset after {position}: the log ends in the damage"
+                how = (
+                    f"filechannel groups reset-offsets {group} --topic {tp.topic}:{tp.partition} "
+                    f"--to-offset {d.readable_after} --execute"
+                    if group is not None
+                    else f"filechannel consume {tp.topic} --partition {tp.partition} --from {d.readable_after}"
+                )
+                return (
+                    f"the first readable offset after it in {tp.topic}[{tp.partition}] is {d.readable_after} "
+                    f"(offsets {d.first} to {d.readable_after - 1} are lost): seek there, e.g. `{how}`"
+                )
+    return "run `filechannel check` to list the damaged ranges and the first readable offset after each"
 
 
 def _as_json(rec: Any) -> dict[str, Any]:
@@ -732,8 +767,13 @@ def root_config(ctx: click.Context, settings: tuple[str, ...]) -> None:
 @click.argument("topics_", metavar="[TOPIC]...", nargs=-1)
 @click.pass_context
 def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
-    """Verify the CRC of every record of every segment; exit 1 naming the first corrupt one."""
+    """Verify the CRC of every record of every segment; changes no file.
+
+    Every damaged range is listed on stderr (the file and byte or block, the offsets it
+    makes unreadable, the first readable offset after it), then the exit code is 1.
+    """
     admin = Admin(_root(ctx))
+    damaged = 0
     names = list(topics_) or admin.list_topics()
     total_records = 0
     # The bars only on a terminal: into a file or a pipe, rich would write their last frame, and
@@ -751,12 +791,35 @@ def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
             desc = admin.describe_topic(topic)
             for p in desc.partitions:
                 task = progress.add_task(f"{topic}[{p.partition}]", total=max(p.size_bytes, 1))
+                found: list[DamagedRange] = []
                 with admin.open_partition(topic, p.partition, read_only=True) as ch:
                     total_records += ch.check(
-                        progress=lambda done, total, task=task: progress.update(task, completed=done, total=total)
+                        progress=lambda done, total, task=task: progress.update(task, completed=done, total=total),
+                        on_damage=found.append,
                     )
                 progress.update(task, completed=progress.tasks[task].total)
+                for d in found:
+                    err.print(f"damaged: {topic}[{p.partition}] {_damage_line(d, ch.path)}", soft_wrap=True, markup=False)
+                damaged += len(found)
+    if damaged:
+        raise click.ClickException(
+            f"{damaged} damaged range(s), listed above; {total_records:,} records can be read. Read past one with "
+            "`filechannel consume TOPIC --partition P --from OFFSET`, or keep the records before it with `filechannel repair`"
+        )
     out.print(f"ok: {total_records:,} records in {len(names)} topic(s), every CRC matches")
+
+
+def _damage_line(d: DamagedRange, path: str) -> str:
+    """One damaged range: its offsets, the first readable offset after it, and what is wrong where."""
+    if d.readable_after is None:
+        return (
+            f"offsets from {d.first} on cannot be read, and no offset after them (the log ends in the damage; "
+            f"`filechannel repair {path} --after {d.first - 1}` keeps the records before it): {d.message}"
+        )
+    return (
+        f"offsets {d.first} to {d.readable_after - 1} cannot be read; first readable offset after them: "
+        f"{d.readable_after}: {d.message}"
+    )
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

@@ -2,6 +2,7 @@
 installed console script in a real subprocess."""
 
 import os
+import re
 import subprocess
 from importlib import metadata
 
@@ -211,3 +212,84 @@ def test_groups_describe_shows_live_members_and_says_when_an_owner_is_gone(tmp_p
     dead = fc(tmp_path, "groups", "describe", "g").stdout.decode()
     assert "0 live member(s)" in dead and "member " not in dead
     assert f"t[0]: its owner (pid {member.pid}) is gone; a live member's next poll takes it over\n" in dead
+
+
+# -- damage a user can act on -----------------------------------------------------------------
+
+
+def _flip(path, at):
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _damaged_topic(root):
+    """Topic t, 300 records in raw segments of 59; a byte flipped in segments 0 and 2."""
+    fc(root, "topics", "create", "t", "--config", "segment_bytes=4096", "--config", "compression=none")
+    fc(root, "produce", "t", input=b"".join(b"record-%04d-%s\n" % (i, b"x" * 40) for i in range(300)))
+    segs = sorted((root / "t" / "0").glob("*.seg"))
+    assert [int(s.name[:20]) for s in segs[:4]] == [0, 59, 118, 177]
+    _flip(segs[0], 200)  # in the frame of offset 2
+    _flip(segs[2], 200)  # offset 120
+    return segs
+
+
+def test_check_lists_every_damaged_range_and_the_first_readable_offset_after_it(tmp_path):
+    segs = _damaged_topic(tmp_path)
+    proc = fc(tmp_path, "check", check=False)
+    lines = proc.stderr.decode().splitlines()
+    assert proc.returncode == 1 and proc.stdout == b"" and len(lines) == 3, lines
+    assert lines[0].startswith("damaged: t[0] offsets 2 to 58 cannot be read; first readable offset after them: 59: ")
+    assert f"{segs[0]}' has an invalid frame at byte 170 (offset 2" in lines[0]
+    assert lines[1].startswith("damaged: t[0] offsets 120 to 176 cannot be read; first readable offset after them: 177: ")
+    assert f"{segs[2]}' has an invalid frame at byte 170 (offset 120" in lines[1]
+    assert lines[2].startswith("error: 2 damaged range(s), listed above; 186 records can be read.")
+    # what check says can be read, can: from 59 up to the next damage
+    read = fc(tmp_path, "consume", "t", "--partition", "0", "--from", "59", "--no-follow", check=False).stdout.split()
+    assert read == [b"record-%04d-%s" % (i, b"x" * 40) for i in range(59, 120)]
+
+
+def test_check_goes_on_past_a_bad_compressed_block(tmp_path):
+    fc(
+        tmp_path,
+        "topics",
+        "create",
+        "z",
+        *("--config", "segment_bytes=16384", "--config", "compression=zstd", "--config", "compression_block_bytes=1024"),
+    )
+    fc(tmp_path, "produce", "z", input=b"".join(b"%05d %s\n" % (i, os.urandom(30).hex().encode()) for i in range(1000)))
+    partition = tmp_path / "z" / "0"
+    with Admin(str(tmp_path)).open_partition("z", 0) as ch:  # compresses the sealed segments now
+        ch.compress_sealed()
+    compressed = sorted(partition.glob("*.seg.z"))
+    assert compressed, sorted(p.name for p in partition.iterdir())
+    _flip(compressed[0], compressed[0].stat().st_size // 3)
+    proc = fc(tmp_path, "check", check=False)
+    lines = proc.stderr.decode().splitlines()
+    assert proc.returncode == 1 and lines[-1].startswith("error: 1 damaged range(s)"), lines
+    assert lines[0].startswith("damaged: z[0] offsets ") and "block" in lines[0] and compressed[0].name in lines[0]
+    first, last, after = (
+        int(w) for w in re.match(r"damaged: z\[0\] offsets (\d+) to (\d+) .* after them: (\d+)", lines[0]).groups()
+    )
+    assert first <= last < after
+    assert fc(tmp_path, "consume", "z", "--partition", "0", "--from", str(after), "--max", "1").stdout.startswith(
+        b"%05d " % after
+    )
+
+
+def test_consume_at_damage_says_which_offset_to_seek_to(tmp_path):
+    _damaged_topic(tmp_path)
+    proc = fc(tmp_path, "consume", "t", "--from-beginning", "--no-follow", check=False)
+    err = proc.stderr.decode()
+    assert (
+        proc.returncode == 1
+        and err.count("\n") == 1
+        and proc.stdout.split() == [b"record-0000-" + b"x" * 40, b"record-0001-" + b"x" * 40]
+    )
+    assert "the first readable offset after it in t[0] is 59 (offsets 2 to 58 are lost)" in err
+    assert "`filechannel consume t --partition 0 --from 59`" in err
+    grouped = fc(tmp_path, "consume", "t", "--group", "g", "--from-beginning", "--no-follow", check=False).stderr.decode()
+    assert "`filechannel groups reset-offsets g --topic t:0 --to-offset 59 --execute`" in grouped
+    fc(tmp_path, "groups", "reset-offsets", "g", "--topic", "t:0", "--to-offset", "59", "--execute")
+    after = fc(tmp_path, "consume", "t", "--group", "g", "--no-follow", check=False)
+    assert after.stdout.split()[0] == b"record-0059-" + b"x" * 40 and "is 177 (offsets 120 to 176" in after.stderr.decode()
