@@ -15,7 +15,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -366,15 +366,24 @@ def _start_offsets(consumer: Consumer, spec: str) -> None:
             consumer.seek(tp, found[tp].offset if found[tp] else ends[tp])
 
 
-def _records(consumer: Consumer, follow: bool, limit: int | None, timeout_ms: int | None, stop: threading.Event) -> Iterator[Any]:
+def _records(
+    consumer: Consumer,
+    follow: bool,
+    limit: int | None,
+    timeout_ms: int | None,
+    stop: threading.Event,
+    after_poll: Callable[[], None],
+) -> Iterator[Any]:
     """Records as they come: until ``limit``, until ``timeout_ms`` without one, (not following) the
-    end, or ``stop`` (set by a signal; seen within one poll's wait, 0.5 s)."""
+    end, or ``stop`` (set by a signal; seen within one poll's wait, 0.5 s). ``after_poll`` runs
+    after every poll, before its records are handed out."""
     ends = consumer.end_offsets(consumer.assignment())
     seen = 0
     last = time.monotonic()
     while (limit is None or seen < limit) and not stop.is_set():
         wait = 500 if timeout_ms is None else max(0, min(500, timeout_ms - int((time.monotonic() - last) * 1000)))
         batch = consumer.poll(timeout_ms=wait, max_records=500 if limit is None else min(500, limit - seen))
+        after_poll()
         for recs in batch.values():
             for rec in recs:
                 if stop.is_set():
@@ -388,6 +397,9 @@ def _records(consumer: Consumer, follow: bool, limit: int | None, timeout_ms: in
             raise BrokenPipeError("stdout's reader has gone")
         if timeout_ms is not None and (time.monotonic() - last) * 1000 >= timeout_ms:
             return
+
+
+_COMMIT_INTERVAL_S = 5.0  # Kafka's auto.commit.interval.ms, the console consumer's too
 
 
 def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None:
@@ -513,10 +525,22 @@ def consume(
 
         previous = {sig: signal.signal(sig, on_signal) for sig in signals}
         printed: dict[TopicPartition, int] = {}
+        committed: dict[TopicPartition, int] = {}
+        next_commit = time.monotonic() + _COMMIT_INTERVAL_S
+
+        def commit_now_and_then() -> None:
+            """With a group, what was printed is committed every 5 s (the consumer's auto-commit
+            interval), so a consumer killed by SIGKILL or a crash repeats at most that much."""
+            nonlocal next_commit
+            if group is not None and printed != committed and time.monotonic() >= next_commit:
+                consumer.commit(dict(printed))
+                committed.update(printed)
+                next_commit = time.monotonic() + _COMMIT_INTERVAL_S
+
         reader_gone = False
         damage: CorruptRecordError | None = None
         try:
-            for rec in _records(consumer, follow, limit, timeout_ms, stop):
+            for rec in _records(consumer, follow, limit, timeout_ms, stop, commit_now_and_then):
                 if fmt == "raw":
                     stdout.write(formatter.format(rec))
                 else:

@@ -4,11 +4,13 @@ installed console script in a real subprocess."""
 import os
 import re
 import subprocess
+import time
 from importlib import metadata
 
 import pytest
 
-from filechannel.client import Admin, Producer
+from filechannel.client import Admin, Producer, TopicPartition
+from filechannel.client.group import read_group
 from filechannel.errors import UnknownTopicError
 
 from .cli_helpers import SCRIPT, fc
@@ -293,3 +295,26 @@ def test_consume_at_damage_says_which_offset_to_seek_to(tmp_path):
     fc(tmp_path, "groups", "reset-offsets", "g", "--topic", "t:0", "--to-offset", "59", "--execute")
     after = fc(tmp_path, "consume", "t", "--group", "g", "--no-follow", check=False)
     assert after.stdout.split()[0] == b"record-0059-" + b"x" * 40 and "is 177 (offsets 120 to 176" in after.stderr.decode()
+
+
+def test_consume_follow_commits_what_it_printed_while_it_runs(tmp_path):
+    """Killed with SIGKILL (no chance to commit at the end), it repeats nothing already committed."""
+    fc(tmp_path, "produce", "t", input=b"a\nb\nc\n")
+    member = subprocess.Popen(
+        [str(SCRIPT), "consume", "t", "--group", "g", "--from-beginning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_env(tmp_path),
+    )
+    try:
+        assert [member.stdout.readline() for _ in range(3)] == [b"a\n", b"b\n", b"c\n"]
+        deadline = time.monotonic() + 30  # the commit interval is 5 s
+        while read_group(str(tmp_path), "g")[1].get(TopicPartition("t", 0)) != 3:
+            assert time.monotonic() < deadline, "what was printed was not committed within 30 s"
+            time.sleep(0.1)
+    finally:
+        member.kill()
+        member.wait(timeout=60)
+        member.stdout.close()
+    fc(tmp_path, "produce", "t", input=b"d\n")
+    assert fc(tmp_path, "consume", "t", "--group", "g", "--no-follow").stdout == b"d\n"
