@@ -90,7 +90,9 @@ class _Cli(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except BrokenPipeError:
+        except BrokenPipeError as exc:
+            if not _stdout_reader_gone():  # another pipe or socket (tier-2's connection) broke: an error
+                raise click.ClickException(f"a pipe or connection broke: {exc}") from exc
             _silence_closed_output()
             raise click.exceptions.Exit(0) from None
 
@@ -245,7 +247,6 @@ def topics_describe(ctx: click.Context, name: str) -> None:
 def topics_delete(ctx: click.Context, name: str, yes: bool) -> None:
     """Delete topic NAME and all its records."""
     admin = Admin(_root(ctx))
-    admin.describe_topic(name)  # a topic that does not exist is said so before anything is asked
     if not yes:
         if not sys.stdin.isatty():  # a script: nobody to ask, so it must have said so
             raise click.UsageError(f"stdin is not a terminal, so nobody can confirm: pass --yes to delete topic {name}")
@@ -549,6 +550,8 @@ def consume(
                 printed[TopicPartition(rec.topic, rec.partition)] = rec.offset + 1
                 count += 1
         except BrokenPipeError:  # `| head -1` has what it wanted: an end like --max, the last record unwritten
+            if not _stdout_reader_gone():
+                raise
             reader_gone = True
         except CorruptRecordError as exc:  # what was printed before the damage is committed still
             damage = exc

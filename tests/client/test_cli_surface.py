@@ -174,7 +174,7 @@ def test_topics_delete_without_a_terminal_needs_yes(tmp_path):
     proc = fc(tmp_path, "topics", "delete", "t", input=b"y\n", check=False)
     assert proc.returncode == 2 and "pass --yes" in proc.stderr.decode()
     assert fc(tmp_path, "topics", "list").stdout == b"t\n"
-    missing = fc(tmp_path, "topics", "delete", "other", check=False)
+    missing = fc(tmp_path, "topics", "delete", "other", "--yes", check=False)
     assert missing.returncode == 1 and "does not exist" in missing.stderr.decode()
     fc(tmp_path, "topics", "delete", "t", "--yes")
     assert fc(tmp_path, "topics", "list").stdout == b""
