@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
+import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .channel import DamagedRange
 from .cli_kafka import (
     CONSUMER_PROPERTIES,
     PRODUCER_PROPERTIES,
@@ -30,6 +33,7 @@ from .cli_kafka import (
     delete_group,
     execute_reset,
     is_true,
+    live_members,
     parse_datetime,
     parse_properties,
     plan_reset,
@@ -39,16 +43,71 @@ from .cli_kafka import (
 )
 from .client import Admin, Consumer, Producer, TopicPartition
 from .client.group import list_groups, read_group
-from .errors import FileChannelError
-
-out = Console()
-err = Console(stderr=True)
+from .errors import CorruptRecordError, FileChannelError, TopicExistsError, UnknownTopicError
 
 
-def _root(ctx: click.Context) -> str:
+class _Console(Console):
+    """rich's console, except that a closed pipe is left to the command (rich exits 1 on it)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError("the reader of the output has gone")
+
+
+out = _Console()
+err = _Console(stderr=True)
+
+
+def _silence_closed_output() -> None:
+    """After a reader closed our stdout (``| head -1``): point stdout and stderr at /dev/null,
+    so the interpreter's last flush of what is still buffered cannot fail with a second
+    "Exception ignored ... BrokenPipeError" line; the command then ends with exit 0."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader has closed it (Linux reports POLLERR on
+    such a pipe): how a waiting ``consume --follow | head -1`` learns it can stop before its
+    next record would fail with EPIPE. One poll(2), called once per consumer poll."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(1).st_mode) and not stat.S_ISSOCK(os.fstat(1).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(1, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except OSError:
+        return False
+
+
+class _Cli(click.Group):
+    """The top-level group: a closed stdout ends any command quietly with exit 0, as tools in a
+    pipeline do (click itself would exit 1)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            if not _stdout_reader_gone():  # another pipe or socket (tier-2's connection) broke: an error
+                raise click.ClickException(f"a pipe or connection broke: {exc}") from exc
+            _silence_closed_output()
+            raise click.exceptions.Exit(0) from None
+
+
+def _root(ctx: click.Context, must_exist: bool = True) -> str:
+    """The root folder; one that does not exist is an error unless the command is one that
+    creates it (``topics create``, ``produce``, ``config``): a reader never makes a root."""
     root = ctx.obj["root"]
     if not root:
         raise click.UsageError("no root folder: pass --root PATH or set FILECHANNEL_ROOT")
+    if must_exist and not os.path.isdir(root):
+        raise click.ClickException(
+            f"the root folder {os.path.abspath(root)!r} does not exist: check --root or FILECHANNEL_ROOT "
+            "(a root is made by its first `filechannel topics create` or `produce`)"
+        )
     return root
 
 
@@ -62,13 +121,31 @@ def _one(what: str, argument: str | None, option: str | None) -> str:
     return value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _store_root(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        ctx.find_root().obj["root"] = value
+    return value
+
+
+# --root after the subcommand too (`filechannel topics list --root d`): it overrides the one before.
+_ROOT = click.option(
+    "--root",
+    type=click.Path(file_okay=False),
+    expose_value=False,
+    is_eager=True,
+    callback=_store_root,
+    help="Folder holding the topics (also before the command) [env: FILECHANNEL_ROOT].",
+)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--root",
     envvar="FILECHANNEL_ROOT",
     type=click.Path(file_okay=False),
     help="Folder holding the topics [env: FILECHANNEL_ROOT].",
 )
+@click.version_option(None, "--version", package_name="filechannel", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, root: str | None) -> None:
     """filechannel: a durable, file-backed message log with a Kafka-like client."""
@@ -85,6 +162,7 @@ def topics() -> None:
 
 
 @topics.command("create")
+@_ROOT
 @click.argument("name", required=False)
 @click.option("--topic", "topic_opt", default=None, help="The topic's name (Kafka's flag; same as NAME).")
 @click.option("--partitions", "-p", default=1, show_default=True, type=click.IntRange(1, 10_000))
@@ -97,6 +175,7 @@ def topics() -> None:
     help="Topic setting, ours (retention_ms=3600000) or Kafka's (retention.ms=3600000) (repeatable).",
 )
 @click.option("--replication-factor", type=click.IntRange(1), default=None, help="Accepted and ignored (one machine).")
+@click.option("--if-not-exists", is_flag=True, help="A topic of that name already there is left as it is (exit 0).")
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def topics_create(
@@ -106,6 +185,7 @@ def topics_create(
     partitions: int,
     settings: tuple[str, ...],
     replication_factor: int | None,
+    if_not_exists: bool,
     bootstrap_server: str | None,
 ) -> None:
     """Create topic NAME (or --topic NAME)."""
@@ -120,11 +200,20 @@ def topics_create(
             click.echo(f"note: topic config {key.strip()} means nothing on one machine; ignored", err=True)
         else:
             config[setting[0]] = setting[1]
-    Admin(_root(ctx)).create_topic(name, partitions, **config)
+    admin = Admin(_root(ctx, must_exist=False))
+    try:
+        admin.create_topic(name, partitions, **config)
+    except TopicExistsError:
+        if not if_not_exists:
+            raise
+        existing = admin.describe_topic(name)
+        out.print(f"topic {name} already exists with {len(existing.partitions)} partition(s); left as it is")
+        return
     out.print(f"created topic {name} with {partitions} partition(s)")
 
 
 @topics.command("list")
+@_ROOT
 @click.pass_context
 def topics_list(ctx: click.Context) -> None:
     """List the topics."""
@@ -133,6 +222,7 @@ def topics_list(ctx: click.Context) -> None:
 
 
 @topics.command("describe")
+@_ROOT
 @click.argument("name")
 @click.pass_context
 def topics_describe(ctx: click.Context, name: str) -> None:
@@ -150,14 +240,18 @@ def topics_describe(ctx: click.Context, name: str) -> None:
 
 
 @topics.command("delete")
+@_ROOT
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 def topics_delete(ctx: click.Context, name: str, yes: bool) -> None:
     """Delete topic NAME and all its records."""
-    if not yes and sys.stdin.isatty():
+    admin = Admin(_root(ctx))
+    if not yes:
+        if not sys.stdin.isatty():  # a script: nobody to ask, so it must have said so
+            raise click.UsageError(f"stdin is not a terminal, so nobody can confirm: pass --yes to delete topic {name}")
         click.confirm(f"delete topic {name} and all its records?", abort=True)
-    Admin(_root(ctx)).delete_topic(name)
+    admin.delete_topic(name)
     out.print(f"deleted topic {name}")
 
 
@@ -165,6 +259,7 @@ def topics_delete(ctx: click.Context, name: str, yes: bool) -> None:
 
 
 @cli.command()
+@_ROOT
 @click.argument("topic", required=False)
 @click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console producer flag; same as TOPIC).")
 @click.option("--file", "-f", "path", type=click.File("rb"), default="-", help="Read records from this file (default: stdin).")
@@ -198,8 +293,10 @@ def produce(
     # os.fsencode: an argument that is not UTF-8 (e.g. -k $'\xff') arrives with surrogate escapes; these
     # are its bytes, so the separator matches what the shell passed.
     sep = os.fsencode(key_separator) if key_separator else None
+    root = _root(ctx, must_exist=False)
+    _create_for_produce(Admin(root), topic, partition)
     count = 0
-    with Producer(_root(ctx)) as producer:
+    with Producer(root, auto_create_topics=False) as producer:
         for line in path:
             line = line.rstrip(b"\r\n")
             key = None
@@ -207,13 +304,42 @@ def produce(
                 key, found, value = line.partition(sep)
                 if not found:
                     if not ignore_error:
-                        raise click.BadParameter(f"line {count + 1} has no key separator {key_separator!r}")
+                        raise click.UsageError(
+                            f"line {count + 1} has no key separator {key_separator!r}; the {count} line(s) before it were "
+                            "sent (--property ignore.error=true sends such a line as a value without key)"
+                        )
                     key, value = None, line  # Kafka's ignore.error: the whole line is the value
             else:
                 value = line
             producer.send(topic, value, key=key, partition=partition)
             count += 1
     err.print(f"sent {count} record(s) to {topic}")
+
+
+def _create_for_produce(admin: Admin, topic: str, partition: int | None) -> None:
+    """A missing topic is created (one partition, default settings) only if the root allows it,
+    as Kafka's broker does, and the user is told so: never a silent new topic from a typo."""
+    try:
+        admin.describe_topic(topic)
+        return
+    except UnknownTopicError:
+        allowed = admin.root_settings()["auto.create.topics.enable"]
+        if not allowed or partition:
+            why = (
+                "auto.create.topics.enable is false for this root (filechannel config)"
+                if not allowed
+                else f"one created here would have no partition {partition}"
+            )
+            raise click.ClickException(
+                f"topic {topic!r} does not exist under {admin.root!r} and {why}: "
+                f"create it first with `filechannel topics create {topic} --partitions N`"
+            ) from None
+    admin.create_topic(topic, 1, exist_ok=True)  # exist_ok: another producer may have created it meanwhile
+    click.echo(
+        f"note: created topic {topic} (1 partition, default settings): it did not exist and this root's "
+        "auto.create.topics.enable is true (the default; `filechannel config auto.create.topics.enable=false` turns it off)",
+        err=True,
+    )
 
 
 def _start_offsets(consumer: Consumer, spec: str) -> None:
@@ -241,15 +367,24 @@ def _start_offsets(consumer: Consumer, spec: str) -> None:
             consumer.seek(tp, found[tp].offset if found[tp] else ends[tp])
 
 
-def _records(consumer: Consumer, follow: bool, limit: int | None, timeout_ms: int | None, stop: threading.Event) -> Iterator[Any]:
+def _records(
+    consumer: Consumer,
+    follow: bool,
+    limit: int | None,
+    timeout_ms: int | None,
+    stop: threading.Event,
+    after_poll: Callable[[], None],
+) -> Iterator[Any]:
     """Records as they come: until ``limit``, until ``timeout_ms`` without one, (not following) the
-    end, or ``stop`` (set by a signal; seen within one poll's wait, 0.5 s)."""
+    end, or ``stop`` (set by a signal; seen within one poll's wait, 0.5 s). ``after_poll`` runs
+    after every poll, before its records are handed out."""
     ends = consumer.end_offsets(consumer.assignment())
     seen = 0
     last = time.monotonic()
     while (limit is None or seen < limit) and not stop.is_set():
         wait = 500 if timeout_ms is None else max(0, min(500, timeout_ms - int((time.monotonic() - last) * 1000)))
         batch = consumer.poll(timeout_ms=wait, max_records=500 if limit is None else min(500, limit - seen))
+        after_poll()
         for recs in batch.values():
             for rec in recs:
                 if stop.is_set():
@@ -259,8 +394,13 @@ def _records(consumer: Consumer, follow: bool, limit: int | None, timeout_ms: in
                 last = time.monotonic()
         if not follow and all(consumer.position(tp) >= end for tp, end in ends.items() if tp in consumer.assignment()):
             return
+        if not batch and _stdout_reader_gone():  # waiting, with nobody left to print to
+            raise BrokenPipeError("stdout's reader has gone")
         if timeout_ms is not None and (time.monotonic() - last) * 1000 >= timeout_ms:
             return
+
+
+_COMMIT_INTERVAL_S = 5.0  # Kafka's auto.commit.interval.ms, the console consumer's too
 
 
 def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None:
@@ -278,6 +418,7 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
 
 
 @cli.command()
+@_ROOT
 @click.argument("topic", required=False)
 @click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console consumer flag; same as TOPIC).")
 @click.option("--include", default=None, metavar="REGEX", help="Instead of a topic: every topic whose whole name matches.")
@@ -385,8 +526,22 @@ def consume(
 
         previous = {sig: signal.signal(sig, on_signal) for sig in signals}
         printed: dict[TopicPartition, int] = {}
+        committed: dict[TopicPartition, int] = {}
+        next_commit = time.monotonic() + _COMMIT_INTERVAL_S
+
+        def commit_now_and_then() -> None:
+            """With a group, what was printed is committed every 5 s (the consumer's auto-commit
+            interval), so a consumer killed by SIGKILL or a crash repeats at most that much."""
+            nonlocal next_commit
+            if group is not None and printed != committed and time.monotonic() >= next_commit:
+                consumer.commit(dict(printed))
+                committed.update(printed)
+                next_commit = time.monotonic() + _COMMIT_INTERVAL_S
+
+        reader_gone = False
+        damage: CorruptRecordError | None = None
         try:
-            for rec in _records(consumer, follow, limit, timeout_ms, stop):
+            for rec in _records(consumer, follow, limit, timeout_ms, stop, commit_now_and_then):
                 if fmt == "raw":
                     stdout.write(formatter.format(rec))
                 else:
@@ -394,16 +549,56 @@ def consume(
                 stdout.flush()
                 printed[TopicPartition(rec.topic, rec.partition)] = rec.offset + 1
                 count += 1
+        except BrokenPipeError:  # `| head -1` has what it wanted: an end like --max, the last record unwritten
+            if not _stdout_reader_gone():
+                raise
+            reader_gone = True
+        except CorruptRecordError as exc:  # what was printed before the damage is committed still
+            damage = exc
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if group is not None and printed:
             consumer.commit(printed)
+        if damage is not None:
+            raise click.ClickException(f"{damage}; {_where_to_seek(_root(ctx), consumer, group)}")
+        if reader_gone:
+            _silence_closed_output()
+            return
         err.print(f"Processed a total of {count} messages")
         if caught:
             ctx.exit(signals[caught[0]])  # 130 after Ctrl-C, as a shell expects; 143 after SIGTERM
     finally:
         consumer.close(autocommit=False)
+
+
+def _where_to_seek(root: str, consumer: Consumer, group: str | None) -> str:
+    """After a poll met damage: the first readable offset after it, and the command that starts there.
+
+    Which partition is found by its position (the damaged offset: every record before it was
+    handed out) falling in a damaged range of a check of it; the check reads the partition,
+    only on this error path.
+    """
+    for tp in sorted(consumer.assignment()):
+        position = consumer.position(tp)
+        found: list[DamagedRange] = []
+        with Admin(root).open_partition(tp.topic, tp.partition, read_only=True) as ch:
+            ch.check(on_damage=found.append)
+        for d in found:
+            if d.first <= position and (d.readable_after is None or position < d.readable_after):
+                if d.readable_after is None:
+                    return f"{tp.topic}[{tp.partition}] has no readable offset after {position}: the log ends in the damage"
+                how = (
+                    f"filechannel groups reset-offsets {group} --topic {tp.topic}:{tp.partition} "
+                    f"--to-offset {d.readable_after} --execute"
+                    if group is not None
+                    else f"filechannel consume {tp.topic} --partition {tp.partition} --from {d.readable_after}"
+                )
+                return (
+                    f"the first readable offset after it in {tp.topic}[{tp.partition}] is {d.readable_after} "
+                    f"(offsets {d.first} to {d.readable_after - 1} are lost): seek there, e.g. `{how}`"
+                )
+    return "run `filechannel check` to list the damaged ranges and the first readable offset after each"
 
 
 def _as_json(rec: Any) -> dict[str, Any]:
@@ -430,6 +625,7 @@ def groups() -> None:
 
 
 @groups.command("list")
+@_ROOT
 @click.pass_context
 def groups_list(ctx: click.Context) -> None:
     """List the consumer groups."""
@@ -438,14 +634,23 @@ def groups_list(ctx: click.Context) -> None:
 
 
 @groups.command("describe")
+@_ROOT
 @click.argument("group")
 @click.pass_context
 def groups_describe(ctx: click.Context, group: str) -> None:
-    """Show GROUP's members and, per partition, its committed offset, end offset and lag."""
+    """Show GROUP's live members and, per partition, its committed offset, end offset, lag and owner.
+
+    Only members whose process is alive are shown: the group's state keeps a killed member
+    until a live one next polls, and a partition such a member owned says its owner is gone.
+    """
     root = _root(ctx)
     state, offsets = read_group(root, group)
+    live = set(live_members(root, group))
     admin = Admin(root)
-    table = Table(title=f"group {group} (generation {state.generation}, {len(state.members)} member(s))")
+    for member in sorted(live):
+        info = state.members[member]
+        out.print(f"member {member}: pid {info.get('pid', '?')}, topics {', '.join(info.get('topics', [])) or '-'}")
+    table = Table(title=f"group {group} (generation {state.generation}, {len(live)} live member(s))")
     for col, just in (
         ("topic", "left"),
         ("partition", "right"),
@@ -456,6 +661,7 @@ def groups_describe(ctx: click.Context, group: str) -> None:
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     topics_seen = sorted({tp.topic for tp in offsets} | set(state.partitions))
+    orphans: list[str] = []
     for topic in topics_seen:
         try:
             desc = admin.describe_topic(topic)
@@ -466,13 +672,20 @@ def groups_describe(ctx: click.Context, group: str) -> None:
             committed = offsets.get(tp)
             lag = p.end_offset - (committed if committed is not None else p.first_offset)
             owner = state.owners.get(f"{topic}/{p.partition}", "")
+            if owner and owner not in live:  # killed: a live member's next poll takes the partition over
+                pid = state.members.get(owner, {}).get("pid", "?")
+                orphans.append(f"{topic}[{p.partition}]: its owner (pid {pid}) is gone; a live member's next poll takes it over")
+                owner = f"gone (pid {pid})"
             table.add_row(
                 topic, str(p.partition), "-" if committed is None else str(committed), str(p.end_offset), str(lag), owner
             )
     out.print(table)
+    for line in orphans:  # plain lines: rich would wrap them at the width of a terminal it does not have
+        click.echo(line)
 
 
 @groups.command("reset-offsets")
+@_ROOT
 @click.argument("group", required=False)
 @click.option("--group", "group_opt", default=None, help="The group (Kafka's flag; same as GROUP).")
 @click.option("--topic", "topics_", multiple=True, metavar="TOPIC[:P,...]", help="Reset these partitions (repeatable).")
@@ -538,6 +751,7 @@ def groups_reset_offsets(
 
 
 @groups.command("delete")
+@_ROOT
 @click.argument("group", required=False)
 @click.option("--group", "group_opt", default=None, help="The group (Kafka's flag; same as GROUP).")
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
@@ -549,30 +763,90 @@ def groups_delete(ctx: click.Context, group: str | None, group_opt: str | None, 
     click.echo(f"Deletion of requested consumer groups ('{group}') was successful.")
 
 
+# -- root settings ------------------------------------------------------------------------------
+
+
+@cli.command("config")
+@_ROOT
+@click.argument("settings", nargs=-1, metavar="[NAME=true|false]...")
+@click.pass_context
+def root_config(ctx: click.Context, settings: tuple[str, ...]) -> None:
+    """Show the root's settings, or set them (stored in ROOT/.settings.json).
+
+    auto.create.topics.enable (default true, as Kafka's broker setting): whether a send to a
+    missing topic (`filechannel produce`, a Producer) creates it with one partition.
+    """
+    admin = Admin(_root(ctx, must_exist=bool(not settings)))
+    for item in settings:
+        name, sep, raw = item.partition("=")
+        if not sep or raw.strip().lower() not in ("true", "false"):
+            raise click.BadParameter(f"{item!r} is not NAME=true or NAME=false", param_hint="SETTINGS")
+        admin.set_root_setting(name.strip(), raw.strip().lower() == "true")
+    for name, value in admin.root_settings().items():
+        click.echo(f"{name}={str(value).lower()}")
+
+
 # -- check / bench ------------------------------------------------------------------------------
 
 
 @cli.command()
+@_ROOT
 @click.argument("topics_", metavar="[TOPIC]...", nargs=-1)
 @click.pass_context
 def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
-    """Verify the CRC of every record of every segment; exit 1 naming the first corrupt one."""
+    """Verify the CRC of every record of every segment; changes no file.
+
+    Every damaged range is listed on stderr (the file and byte or block, the offsets it
+    makes unreadable, the first readable offset after it), then the exit code is 1.
+    """
     admin = Admin(_root(ctx))
+    damaged = 0
     names = list(topics_) or admin.list_topics()
     total_records = 0
+    # The bars only on a terminal: into a file or a pipe, rich would write their last frame, and
+    # with no partition to check, an empty line.
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=err, transient=False
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal or not names,
     ) as progress:
         for topic in names:
             desc = admin.describe_topic(topic)
             for p in desc.partitions:
                 task = progress.add_task(f"{topic}[{p.partition}]", total=max(p.size_bytes, 1))
+                found: list[DamagedRange] = []
                 with admin.open_partition(topic, p.partition, read_only=True) as ch:
                     total_records += ch.check(
-                        progress=lambda done, total, task=task: progress.update(task, completed=done, total=total)
+                        progress=lambda done, total, task=task: progress.update(task, completed=done, total=total),
+                        on_damage=found.append,
                     )
                 progress.update(task, completed=progress.tasks[task].total)
+                for d in found:
+                    err.print(f"damaged: {topic}[{p.partition}] {_damage_line(d, ch.path)}", soft_wrap=True, markup=False)
+                damaged += len(found)
+    if damaged:
+        raise click.ClickException(
+            f"{damaged} damaged range(s), listed above; {total_records:,} records can be read. Read past one with "
+            "`filechannel consume TOPIC --partition P --from OFFSET`, or keep the records before it with `filechannel repair`"
+        )
     out.print(f"ok: {total_records:,} records in {len(names)} topic(s), every CRC matches")
+
+
+def _damage_line(d: DamagedRange, path: str) -> str:
+    """One damaged range: its offsets, the first readable offset after it, and what is wrong where."""
+    if d.readable_after is None:
+        return (
+            f"offsets from {d.first} on cannot be read, and no offset after them (the log ends in the damage; "
+            f"`filechannel repair {path} --after {d.first - 1}` keeps the records before it): {d.message}"
+        )
+    return (
+        f"offsets {d.first} to {d.readable_after - 1} cannot be read; first readable offset after them: "
+        f"{d.readable_after}: {d.message}"
+    )
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -722,6 +996,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         err.print("aborted")
         sys.exit(1)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `filechannel topics`: say what is missing, in one line
+        names = ", ".join(exc.ctx.command.list_commands(exc.ctx)) if isinstance(exc.ctx.command, click.Group) else ""
+        click.echo(f"error: missing the command: one of {names} (see: {exc.ctx.command_path} --help)", err=True)
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:  # one line, like every other error, with where to look
         where = exc.ctx.command_path if exc.ctx is not None else "filechannel"
         click.echo(f"error: {exc.format_message()} (see: {where} --help)", err=True)
@@ -732,8 +1010,8 @@ def main(argv: list[str] | None = None) -> None:
     except FileChannelError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    except BrokenPipeError:
-        sys.stderr.close()
+    except BrokenPipeError:  # stderr closed while an error was written
+        _silence_closed_output()
         sys.exit(0)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -224,7 +224,7 @@ def reset_scope(root: str, group: str, topics: Iterable[str], all_topics: bool) 
     return sorted(set(out))
 
 
-def _live_members(root: str, group: str) -> list[str]:
+def live_members(root: str, group: str) -> list[str]:
     """Members of ``group`` whose process is alive (a probe that joins nothing); none if there is no such group."""
     if group not in list_groups(root):
         return []
@@ -237,7 +237,7 @@ def _live_members(root: str, group: str) -> list[str]:
 
 
 def require_inactive(root: str, group: str, what: str) -> None:
-    live = _live_members(root, group)
+    live = live_members(root, group)
     if live:
         raise ConfigError(
             f"{what} only when group {group!r} is inactive, but it has {len(live)} live member(s) "

@@ -73,7 +73,8 @@ class Producer:
     key_serializer / value_serializer: turn keys / values into bytes; default: they must be
         bytes already.
     auto_create_topics (kafka-python: allow_auto_create_topics): create a missing topic
-        (1 partition, default settings) on first send; with False, sending to it raises
+        (1 partition, default settings) on first send, if the root allows it (its
+        ``auto.create.topics.enable``, true unless set false); else sending to it raises
         :class:`UnknownTopicError`.
     compression_type: kafka-python's; the compression of a topic this producer auto-creates
         (None: "none", any other: "zstd"). An existing topic keeps its own.
@@ -211,7 +212,7 @@ class Producer:
         try:
             return self._topics.partitions(topic)
         except UnknownTopicError:
-            if not self._auto_create:
+            if not self._auto_create or not self._topics.auto_create_allowed():  # the root's setting, as Kafka's broker's
                 raise
             if partition:
                 raise ConfigError(

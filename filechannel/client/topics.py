@@ -6,6 +6,11 @@ Layout::
     ROOT/TOPIC/0/, ROOT/TOPIC/1/ one channel folder per partition
     ROOT/.groups/GROUP/          consumer-group state (see group.py)
     ROOT/.topics.lock            flock held while a topic is created or deleted
+    ROOT/.settings.json          the root's own settings (see ROOT_SETTINGS), written by
+                                 `filechannel config` or Admin.set_root_setting; absent: defaults
+
+The root folder is made by the first topic created in it, never by a reader: a reader of a
+root that does not exist (a typo in ``--root``) learns that instead of an empty new root.
 
 ``topic.json`` is written atomically (temp, fsync, rename), so a topic either exists
 whole or not at all; it is written after its partition folders exist.
@@ -41,6 +46,11 @@ log = logging.getLogger("filechannel")
 TOPIC_FILE = "topic.json"
 _DELETED = ".deleted."  # prefix of a topic folder being deleted (hidden: topic names cannot start with ".")
 GROUPS_DIR = ".groups"
+SETTINGS_FILE = ".settings.json"
+# The root's settings (the broker's, in Kafka) and their defaults. auto.create.topics.enable:
+# whether a send to a missing topic creates it (one partition, default settings), as Kafka's
+# broker setting of that name, whose default is true too.
+ROOT_SETTINGS: dict[str, bool] = {"auto.create.topics.enable": True}
 # Settings a topic stores; the rest (flush_interval, buffer_bytes, ...) belong to each writer.
 TOPIC_SETTINGS = (
     "segment_bytes",
@@ -95,8 +105,6 @@ class TopicStore:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.abspath(os.fspath(root))
-        with os_errors("create root folder", self.root):
-            os.makedirs(self.root, exist_ok=True)
         self._mutex = threading.Lock()
         self._meta: dict[str, dict[str, Any]] = {}
 
@@ -180,6 +188,8 @@ class TopicStore:
         if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= 10_000:
             raise ConfigError(f"partitions must be an int from 1 to 10000, not {partitions!r}")
         config = validate_topic_config(config)
+        with os_errors("create root folder", self.root):
+            os.makedirs(self.root, exist_ok=True)
         lock = FileLock(os.path.join(self.root, ".topics.lock"))
         try:
             with lock.holding():
@@ -215,6 +225,8 @@ class TopicStore:
         at the next create or delete, never a topic folder without ``topic.json``. A topic
         whose ``topic.json`` was lost can be deleted too.
         """
+        if not os.path.isdir(self.root):
+            raise UnknownTopicError(f"topic {topic!r} does not exist: the root folder {self.root!r} does not exist")
         lock = FileLock(os.path.join(self.root, ".topics.lock"))
         try:
             with lock.holding():
@@ -271,6 +283,43 @@ class TopicStore:
             return []
         return sorted(n for n in names if not n.startswith(".") and os.path.exists(os.path.join(self.root, n, TOPIC_FILE)))
 
+    def root_settings(self) -> dict[str, bool]:
+        """The root's settings (:data:`ROOT_SETTINGS`), the stored ones over the defaults."""
+        path = os.path.join(self.root, SETTINGS_FILE)
+        data = read_if_exists(path, "root settings")
+        stored: Any = {}
+        if data is not None:
+            try:
+                stored = json.loads(data)
+            except ValueError as exc:
+                raise ConfigError(f"{path} is not valid JSON ({exc}); fix it or delete it (defaults: {ROOT_SETTINGS})") from exc
+            if not isinstance(stored, dict) or any(k not in ROOT_SETTINGS or not isinstance(v, bool) for k, v in stored.items()):
+                raise ConfigError(
+                    f"{path} must be a JSON object of {', '.join(ROOT_SETTINGS)} (true or false), "
+                    f"not {stored!r}; fix it or delete it"
+                )
+        return {**ROOT_SETTINGS, **stored}
+
+    def set_root_setting(self, name: str, value: bool) -> None:
+        """Store one root setting (atomically, under the topics lock: two setters keep both)."""
+        if name not in ROOT_SETTINGS:
+            raise ConfigError(f"unknown root setting {name!r}; known: {', '.join(ROOT_SETTINGS)}")
+        if not isinstance(value, bool):
+            raise ConfigError(f"root setting {name} must be true or false, not {value!r}")
+        with os_errors("create root folder", self.root):
+            os.makedirs(self.root, exist_ok=True)
+        lock = FileLock(os.path.join(self.root, ".topics.lock"))
+        try:
+            with lock.holding():
+                settings = {**self.root_settings(), name: value}
+                write_atomically(os.path.join(self.root, SETTINGS_FILE), json.dumps(settings, indent=2).encode())
+        finally:
+            lock.close()
+
+    def auto_create_allowed(self) -> bool:
+        """Whether a send may create a missing topic: the root's ``auto.create.topics.enable``."""
+        return self.root_settings()["auto.create.topics.enable"]
+
     def open_partition(self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any) -> FileChannel:
         """Open partition ``partition`` of ``topic`` as a channel with the topic's settings."""
         n = self.partitions(topic)
@@ -310,6 +359,14 @@ class Admin:
 
     def list_topics(self) -> list[str]:
         return self._store.list()
+
+    def root_settings(self) -> dict[str, bool]:
+        """The root's settings with their defaults (``ROOT/.settings.json``): auto.create.topics.enable."""
+        return self._store.root_settings()
+
+    def set_root_setting(self, name: str, value: bool) -> None:
+        """Store a root setting, e.g. ``set_root_setting("auto.create.topics.enable", False)``."""
+        self._store.set_root_setting(name, value)
 
     def describe_topic(self, name: str) -> TopicDescription:
         """Partitions with their first and end offsets and bytes on disk, and the settings."""
