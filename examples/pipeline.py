@@ -56,6 +56,17 @@ def progress() -> Progress:
 # Small segments and a small local retention, so that a run of the default size leaves most
 # of each partition in tier-2 only and the newest segments on local disk.
 TIERED = {"segment_bytes": 1 << 20, "local_retention_bytes": 256 << 10}
+# The JVM's own log lines: errors only (Spark's WARN lines at start-up would interleave with
+# our progress). pyspark still prints its two "default log level" lines and the JVM its
+# "incubator modules" line before any configuration applies.
+LOG4J2 = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
 
 
 def produce(root: str, n: int, start_ms: int, tier: str, tier_options: dict[str, str]) -> None:
@@ -115,9 +126,13 @@ def spark_session(root: str):
 
     import filechannel.spark
 
+    log4j2 = os.path.join(root, ".spark-log4j2.properties")
+    with open(log4j2, "w") as f:
+        f.write(LOG4J2)
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("filechannel-pipeline")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j2}")
         .config("spark.ui.showConsoleProgress", "false")  # our progress bars, not Spark's stage bars
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
