@@ -6,21 +6,31 @@ The public surface is re-exported here; the modules behind it may move.
 from .channel import FileChannel
 from .config import ChannelConfig
 from .errors import (
+    AccessDeniedError,
     AckError,
     ChannelClosedError,
+    CommitFailedError,
     ConfigError,
     CorruptRecordError,
     DiskFullError,
+    FencedError,
     FileChannelError,
     InvalidNameError,
     LogCorruptedError,
     MessageTooLargeError,
     MissingSegmentError,
+    NoOffsetForPartitionError,
+    ObjectNotFoundError,
     OffsetOutOfRangeError,
     RecordTypeError,
     SenderFailedError,
     StorageError,
+    StorageFullError,
+    StorageUnavailableError,
+    TierError,
     Timeout,
+    TopicExistsError,
+    UnknownTopicError,
 )
 from .receiver import AckReceiver, Receiver
 from .record import Record
@@ -29,19 +39,24 @@ from .sender import Sender
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessDeniedError",
     "AckError",
     "AckReceiver",
     "ChannelClosedError",
     "ChannelConfig",
+    "CommitFailedError",
     "ConfigError",
     "CorruptRecordError",
     "DiskFullError",
+    "FencedError",
     "FileChannel",
     "FileChannelError",
     "InvalidNameError",
     "LogCorruptedError",
     "MessageTooLargeError",
     "MissingSegmentError",
+    "NoOffsetForPartitionError",
+    "ObjectNotFoundError",
     "OffsetOutOfRangeError",
     "Receiver",
     "Record",
@@ -49,5 +64,10 @@ __all__ = [
     "Sender",
     "SenderFailedError",
     "StorageError",
+    "StorageFullError",
+    "StorageUnavailableError",
+    "TierError",
     "Timeout",
+    "TopicExistsError",
+    "UnknownTopicError",
 ]
