@@ -39,7 +39,7 @@ from .names import validate_name
 from .position import PositionStore
 from .receiver import AckReceiver, Receiver
 from .record import Record, checked_timestamp, decode_records
-from .segment import SEGMENT_HEADER_SIZE, FrameScanner, find_valid_frame, read_segment_header, valid_frame_at
+from .segment import SEGMENT_HEADER_SIZE, FrameScanner, damage_after, read_segment_header
 from .sender import Sender
 from .wakeup import Wakeup
 
@@ -437,10 +437,8 @@ class FileChannel:
                 raise _SegmentDamage(scanner.end_offset, scanner.corrupt_error(header.base_offset))
             # The active segment ends in a bad or partial frame: torn, or still being written (then
             # it is whole by now), unless a valid frame follows it: damage in the middle of the log.
-            found = find_valid_frame(fd, ref.path, scanner.end_position + 1, size)
-            with os_errors("stat", ref.path):
-                now = os.fstat(fd).st_size
-            if found is not None and not valid_frame_at(fd, ref.path, scanner.end_position, now):
+            found = damage_after(fd, ref.path, scanner.end_position, size)
+            if found is not None:
                 raise _SegmentDamage(
                     scanner.end_offset,
                     CorruptRecordError(

@@ -50,7 +50,7 @@ from .errors import (
 from .log import Log, SegmentRef
 from .readahead import READAHEAD_BLOCKS
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records
-from .segment import SEGMENT_HEADER_SIZE, find_valid_frame, valid_frame_at
+from .segment import SEGMENT_HEADER_SIZE, damage_after
 
 READ_CHUNK = 256 * 1024
 _RELIST_INTERVAL = 1.0  # seconds: how often a reader waiting at a segment's end lists the folder
@@ -305,12 +305,10 @@ class Cursor:
         size = source.size()
         if self._tail_seen == (self._pos, size) or self._pos >= size:
             return
-        found = find_valid_frame(source.fd, source.ref.path, self._pos + 1, size)
-        if found is None:
+        found = damage_after(source.fd, source.ref.path, self._pos, size)
+        if found is None:  # torn or still being written: wait (a frame completed meanwhile grew the file)
             self._tail_seen = (self._pos, size)
             return
-        if valid_frame_at(source.fd, source.ref.path, self._pos, source.size()):
-            return  # a writer just completed it (its bytes were landing): the next read decodes it
         raise self._corrupt(
             source, f"the frame there is damaged and a valid frame follows at byte {found}, so it is not a torn tail"
         )

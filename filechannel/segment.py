@@ -234,6 +234,22 @@ def valid_frame_at(fd: int, path: str, at: int, size: int, max_payload: int = 0x
     return len(frame) == FRAME_HEADER_SIZE + length and frame_is_valid(frame)
 
 
+def damage_after(fd: int, path: str, position: int, size: int) -> int | None:
+    """Where a valid frame follows the bad or partial frame at ``position`` of a segment that a
+    writer may still be appending to: the frame is then damage, not a torn tail.
+
+    None if nothing valid follows it (a torn tail, or a frame still being written), or if the
+    frame at ``position`` became whole meanwhile (its writer finished it). Readers and
+    ``check()`` decide with this; only the damage path calls it, never a per-record one.
+    """
+    found = find_valid_frame(fd, path, position + 1, size)
+    if found is None:
+        return None
+    with os_errors("stat", path):
+        now = os.fstat(fd).st_size
+    return None if valid_frame_at(fd, path, position, now) else found
+
+
 def find_valid_frame(fd: int, path: str, start: int, size: int | None = None, max_payload: int = 0x7FFFFFFF) -> int | None:
     """The first position at or after ``start`` where a valid frame begins; None if none does.
 
