@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test bench clean
 
-$(STAMP): pyproject.toml setup.py filechannel/_codec.c filechannel/_readahead.c
+$(STAMP): pyproject.toml setup.py filechannel/engine/_codec.c filechannel/engine/_readahead.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,s3,spark,bench]'

@@ -37,9 +37,9 @@ def compressed_read_floor_s(folder: str, batch: int, repeats: int) -> dict[str, 
     """Seconds a read of the compressed segments in ``folder`` takes at the very least on
     this machine's CPUs (best of ``repeats`` per kind of work), and the raw bytes they hold;
     None without libzstd or without compressed segments."""
-    from filechannel.compressed import CompressedSegment
-    from filechannel.readahead import usable_cpus
-    from filechannel.record import decode_records
+    from filechannel.engine.compressed import CompressedSegment
+    from filechannel.engine.readahead import usable_cpus
+    from filechannel.engine.record import decode_records
 
     lib = _libzstd()
     paths = sorted(glob.glob(os.path.join(folder, "*.seg.z")))

@@ -16,7 +16,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from filechannel.files import folder_bytes
+from filechannel.engine.files import folder_bytes
 
 from .peers import BACKENDS
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from crc32c import crc32c
 
-from filechannel.files import folder_bytes
+from filechannel.engine.files import folder_bytes
 
 from .cpu_bound import compressed_read_floor_s
 from .measure import REPEATS, Row, in_child, peak_rss_mb

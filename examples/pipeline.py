@@ -39,7 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from filechannel.client import Admin, Producer
-from filechannel.names import parse_segment_file
+from filechannel.engine.names import parse_segment_file
 from filechannel.tiering.daemon import TieringDaemon, tier_status
 
 console = Console()

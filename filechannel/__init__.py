@@ -5,6 +5,7 @@ The public surface is re-exported here; the modules behind it may move.
 
 from .channel import FileChannel
 from .config import ChannelConfig
+from .engine.record import Record
 from .errors import (
     AccessDeniedError,
     AckError,
@@ -33,7 +34,6 @@ from .errors import (
     UnknownTopicError,
 )
 from .receiver import AckReceiver, Receiver
-from .record import Record
 from .sender import Sender
 
 __version__ = "0.1.0"

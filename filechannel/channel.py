@@ -20,9 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .appender import Appender
 from .config import ChannelConfig
-from .cursor import Cursor
+from .engine.appender import Appender
+from .engine.cursor import Cursor
+from .engine.files import folder_bytes
+from .engine.log import MAX_FRAME_PAYLOAD, Log, SegmentRef
+from .engine.names import validate_name
+from .engine.position import PositionStore
+from .engine.record import Record, checked_timestamp, decode_records
+from .engine.segment import SEGMENT_HEADER_SIZE, FrameScanner, damage_after, read_segment_header
+from .engine.wakeup import Wakeup
 from .errors import (
     ChannelClosedError,
     ConfigError,
@@ -33,15 +40,8 @@ from .errors import (
     file_vanished,
     os_errors,
 )
-from .files import folder_bytes
-from .log import MAX_FRAME_PAYLOAD, Log, SegmentRef
-from .names import validate_name
-from .position import PositionStore
 from .receiver import AckReceiver, Receiver
-from .record import Record, checked_timestamp, decode_records
-from .segment import SEGMENT_HEADER_SIZE, FrameScanner, damage_after, read_segment_header
 from .sender import Sender
-from .wakeup import Wakeup
 
 if TYPE_CHECKING:  # imported lazily at run time, only when the config has a tier
     from .tiering.context import TierContext
@@ -59,7 +59,7 @@ class FileChannel:
     arguments are the settings of :class:`~filechannel.config.ChannelConfig`. Use it as a
     context manager, or call :meth:`close`, which flushes what senders have buffered.
 
-    ``wakeup`` lets several channels share one :class:`~filechannel.wakeup.Wakeup`, so a
+    ``wakeup`` lets several channels share one :class:`~filechannel.engine.wakeup.Wakeup`, so a
     reader of many channels (a consumer of many partitions) can wait on all at once; the
     caller then closes it.
 

@@ -10,10 +10,10 @@ from itertools import islice
 from operator import length_hint
 from typing import TYPE_CHECKING
 
-from .cursor import Cursor
+from .engine.cursor import Cursor
+from .engine.names import validate_name
+from .engine.record import Record
 from .errors import AckError, ChannelClosedError, ConfigError, Timeout
-from .names import validate_name
-from .record import Record
 
 if TYPE_CHECKING:
     from .channel import FileChannel
@@ -149,7 +149,7 @@ class AckReceiver(Receiver):
     """A receiver whose acknowledged position survives restarts (at-least-once delivery).
 
     ``ack(n)`` acknowledges the next ``n`` delivered records and stores the position
-    durably (see :mod:`filechannel.position`). A new ack receiver of the same name
+    durably (see :mod:`filechannel.engine.position`). A new ack receiver of the same name
     resumes at the first unacknowledged record. Its position holds back garbage
     collection: no segment it has not acknowledged past is deleted.
     """

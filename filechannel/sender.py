@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .appender import Appender
+from .engine.appender import Appender
+from .engine.record import Headers
 from .errors import ChannelClosedError
-from .record import Headers
 
 if TYPE_CHECKING:
     from .channel import FileChannel

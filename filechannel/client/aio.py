@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 import anyio
 import anyio.to_thread
 
+from ..engine.record import Headers
 from ..errors import ChannelClosedError, ConfigError
-from ..record import Headers
 from .consumer import Consumer, check_timeout_ms, to_tp
 from .futures import RecordFuture
 from .producer import Producer, Serializer

@@ -12,6 +12,8 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ..channel import FileChannel
+from ..engine.record import prefixed, serialized_sizes
+from ..engine.wakeup import Wakeup
 from ..errors import (
     ChannelClosedError,
     CommitFailedError,
@@ -22,8 +24,6 @@ from ..errors import (
     UnknownTopicError,
 )
 from ..receiver import Receiver
-from ..record import prefixed, serialized_sizes
-from ..wakeup import Wakeup
 from .group import GroupMember
 from .kafka_names import CONSUMER_IGNORED, check_names
 from .records import CONSUMER_RECORD_SUFFIX, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition

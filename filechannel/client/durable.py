@@ -21,8 +21,8 @@ import threading
 from collections import deque
 from typing import Any
 
+from ..engine.record import Headers, serialized_sizes
 from ..errors import ChannelClosedError, FileChannelError
-from ..record import Headers, serialized_sizes
 from .futures import RecordFuture, complete
 from .records import RecordMetadata, TopicPartition
 

@@ -60,11 +60,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
+from ..engine.lock import FileLock
+from ..engine.names import validate_name
+from ..engine.position import PositionStore
 from ..errors import CommitFailedError, ConfigError, CorruptRecordError, StorageError, os_errors
-from ..files import read_if_exists, unlink_if_exists, write_atomically
-from ..lock import FileLock
-from ..names import validate_name
-from ..position import PositionStore
 from .records import TopicPartition
 from .topics import GROUPS_DIR
 

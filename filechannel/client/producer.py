@@ -12,8 +12,8 @@ from typing import Any
 
 from ..channel import FileChannel
 from ..config import ChannelConfig
+from ..engine.record import Headers, checked_timestamp, serialized_sizes
 from ..errors import ChannelClosedError, ConfigError, MessageTooLargeError, RecordTypeError, Timeout, UnknownTopicError
-from ..record import Headers, checked_timestamp, serialized_sizes
 from .durable import GroupSync
 from .futures import RecordFuture
 from .kafka_names import PRODUCER_IGNORED, check_names

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ..record import Headers
+from ..engine.record import Headers
 
 # The fields of a ConsumerRecord after the receiver's (offset, timestamp, key, value, headers).
 CONSUMER_RECORD_SUFFIX = (0, -1, None)  # timestamp_type CreateTime, leader_epoch unknown, checksum

@@ -35,11 +35,11 @@ from typing import Any
 
 from ..channel import FileChannel
 from ..config import ChannelConfig
+from ..engine.files import fsync_dir, read_if_exists, write_atomically
+from ..engine.lock import FileLock
+from ..engine.names import validate_name
+from ..engine.wakeup import Wakeup
 from ..errors import ConfigError, TopicExistsError, UnknownTopicError, os_errors, storage_error
-from ..files import fsync_dir, read_if_exists, write_atomically
-from ..lock import FileLock
-from ..names import validate_name
-from ..wakeup import Wakeup
 
 log = logging.getLogger("filechannel")
 

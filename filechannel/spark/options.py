@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..client.topics import TopicStore
+from ..engine.names import validate_name
 from ..errors import ConfigError, UnknownTopicError
-from ..names import validate_name
 
 EARLIEST, LATEST = -2, -1  # Kafka's sentinels in JSON offsets
 

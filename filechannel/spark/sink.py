@@ -30,12 +30,12 @@ import pyarrow.ipc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
-from .. import failpoints
 from ..client.partitioner import murmur2
 from ..client.topics import TopicStore
+from ..engine import failpoints
+from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
+from ..engine.names import validate_name
 from ..errors import ConfigError, UnknownTopicError, os_errors, storage_error
-from ..files import read_if_exists, unlink_if_exists, write_atomically
-from ..names import validate_name
 from .errors import SinkError
 from .options import REFUSED_KAFKA_SINK, SINK_OPTIONS, lower_keys, refuse_kafka_options, require_root
 

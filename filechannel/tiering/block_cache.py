@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 
-from ..compressed import BlockData
+from ..engine.compressed import BlockData
 
 
 class BlockCache:

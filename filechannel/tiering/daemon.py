@@ -34,7 +34,7 @@ Invariants:
 - A crash anywhere leaves at worst an "uploading" or "deleting" row and objects it names,
   or orphan objects: the next start cleans each of them up.
 
-The daemon reads each partition through a :class:`~filechannel.log.Log` without a tier
+The daemon reads each partition through a :class:`~filechannel.engine.log.Log` without a tier
 context: its listing is the local files only, which is what it uploads and deletes.
 """
 
@@ -51,14 +51,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..compressed import compress_segment
 from ..config import ChannelConfig
+from ..engine.compressed import compress_segment
+from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
+from ..engine.lock import FileLock
+from ..engine.log import MAX_FRAME_PAYLOAD, Log, SegmentRef
+from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
+from ..engine.recovery_point import read_recovery_point
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
-from ..files import read_if_exists, unlink_if_exists, write_atomically
-from ..lock import FileLock
-from ..log import MAX_FRAME_PAYLOAD, Log, SegmentRef
-from ..recovery_point import FILE_NAME as RECOVERY_POINT_FILE
-from ..recovery_point import read_recovery_point
 from .context import ROOT_METADATA, ROOT_TIER_DIR, STANDALONE_METADATA
 from .layout import DELETING, UPLOADED, UPLOADING, SegmentRecord, parse_object_name
 from .metadata import TierMetadata

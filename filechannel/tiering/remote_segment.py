@@ -1,7 +1,7 @@
 """Reading an uploaded segment (a ``.seg.z`` cut into chunks) from tier-2 with ranged reads.
 
 A remote segment is read like a local compressed one (compressed.py): its header and block
-table first (the same decoder, :func:`~filechannel.compressed.decode_table`), then the
+table first (the same decoder, :func:`~filechannel.engine.compressed.decode_table`), then the
 blocks a reader needs. Its bytes are the local ``.seg.z`` bytes unchanged, cut into the
 chunks the metadata lists, so byte ``p`` of the segment is byte ``p - chunk.position`` of
 the chunk holding it, and a block spanning two chunks takes two ranged reads.
@@ -46,7 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..compressed import Z_HEADER, BlockData, CompressedInfo, block_result, decode_table, decompress_block, table_length
+from ..engine.compressed import Z_HEADER, BlockData, CompressedInfo, block_result, decode_table, decompress_block, table_length
 from ..errors import ChannelClosedError, CorruptRecordError, ObjectNotFoundError, OffsetOutOfRangeError
 from .block_cache import BlockCache
 from .layout import SegmentRecord
@@ -181,8 +181,8 @@ def read_range(reader: RemoteReader, record: SegmentRecord, position: int, lengt
 class RemoteSegment:
     """Decompressed blocks of one uploaded segment, the next ones prefetched.
 
-    The same role as a local :class:`~filechannel.readahead.BlockReadahead` over a
-    :class:`~filechannel.compressed.CompressedSegment`: ``info``, ``path``, ``block(i)``,
+    The same role as a local :class:`~filechannel.engine.readahead.BlockReadahead` over a
+    :class:`~filechannel.engine.compressed.CompressedSegment`: ``info``, ``path``, ``block(i)``,
     ``start()``, ``close()``. Used by one reader thread; ``close`` may come from any thread.
     """
 

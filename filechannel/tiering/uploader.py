@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..compressed import Z_HEADER, CompressedInfo, decode_table, table_length
+from ..engine.compressed import Z_HEADER, CompressedInfo, decode_table, table_length
 from ..errors import CorruptRecordError, FencedError, StorageError, os_errors
 from .layout import UPLOADED, UPLOADING, SegmentRecord, encode_manifest, manifest_name, plan_chunks
 from .metadata import TierMetadata

@@ -5,7 +5,7 @@ import os
 
 from bench.cpu_bound import compressed_read_floor_s
 from filechannel import FileChannel
-from filechannel.compressed import CompressedSegment
+from filechannel.engine.compressed import CompressedSegment
 
 
 def test_the_floor_is_the_busier_of_the_reader_and_all_cpus_together(tmp_path):

@@ -6,8 +6,8 @@ import time
 import pytest
 
 from filechannel import AckError, FileChannel, InvalidNameError, OffsetOutOfRangeError
-from filechannel.names import parse_segment_file
-from filechannel.position import PositionStore
+from filechannel.engine.names import parse_segment_file
+from filechannel.engine.position import PositionStore
 
 SMALL = dict(segment_bytes=4096, maintenance_interval=0, compression="none")
 
@@ -163,8 +163,8 @@ def test_position_store_round_trip_and_corruption(tmp_path):
 
 @pytest.mark.parametrize("bad", [-1, 2**63, True, 1.0, "3", None])
 def test_a_bad_durable_position_is_refused_with_our_error_and_nothing_is_written(tmp_path, bad):
+    from filechannel.engine.position import PositionStore
     from filechannel.errors import ConfigError
-    from filechannel.position import PositionStore
 
     store = PositionStore(str(tmp_path))
     store.set("ack.r", 5)

@@ -1,4 +1,4 @@
-"""The per-message append in C (``AppendCore.append`` in filechannel/_codec.c) against
+"""The per-message append in C (``AppendCore.append`` in filechannel/engine/_codec.c) against
 ``Appender._append``, the whole path in Python that it falls back to and mirrors.
 
 The same records sent both ways, with limits small enough that rolls, index entries,
@@ -12,12 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from filechannel import FileChannel, appender
+from filechannel import FileChannel
+from filechannel.engine import appender
+from filechannel.engine.names import OFFSET_INDEX_SUFFIX, SEGMENT_SUFFIX, TIME_INDEX_SUFFIX
+from filechannel.engine.segment import SEGMENT_HEADER_SIZE
 from filechannel.errors import MessageTooLargeError, RecordTypeError
-from filechannel.names import OFFSET_INDEX_SUFFIX, SEGMENT_SUFFIX, TIME_INDEX_SUFFIX
-from filechannel.segment import SEGMENT_HEADER_SIZE
 
-needs_c = pytest.mark.skipif(appender._Core is object, reason="filechannel._codec is not built (see test_codec.py)")
+needs_c = pytest.mark.skipif(appender._Core is object, reason="filechannel.engine._codec is not built (see test_codec.py)")
 
 plain = st.tuples(st.binary(max_size=400), st.none(), st.none(), st.sampled_from([None, 5, 1_700_000_000_000]))
 mixed = st.tuples(

@@ -18,7 +18,7 @@ from filechannel import (
     Record,
     Timeout,
 )
-from filechannel.names import parse_segment_file
+from filechannel.engine.names import parse_segment_file
 
 SMALL = dict(segment_bytes=4096, maintenance_interval=0)
 
@@ -265,7 +265,7 @@ def test_concurrent_durable_sends_share_fsyncs(tmp_path, monkeypatch):
     and a thread whose fsync just finished does not lead the next one alone."""
     fsyncs = []
     real_fsync = os.fsync
-    monkeypatch.setattr("filechannel.appender.os.fsync", lambda fd: (real_fsync(fd), fsyncs.append(fd)))
+    monkeypatch.setattr("filechannel.engine.appender.os.fsync", lambda fd: (real_fsync(fd), fsyncs.append(fd)))
     with FileChannel(tmp_path, fsync="always", maintenance_interval=0) as ch:
         s = ch.sender()
         threads = [threading.Thread(target=lambda: [s.send(b"x" * 100) for _ in range(100)]) for _ in range(8)]

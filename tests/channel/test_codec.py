@@ -1,4 +1,4 @@
-"""The C codec (filechannel/_codec.c) against the pure-Python reference in record.py.
+"""The C codec (filechannel/engine/_codec.c) against the pure-Python reference in record.py.
 
 Both run in every test run: the C loops through ``decode_records``/``encode_value_frames``,
 the Python ones called directly. They must agree on every byte, record, position and
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from filechannel import record, segment
+from filechannel.engine import record, segment
+from filechannel.engine.record import Record, decode_records, decode_records_py, encode_batch_py, encode_record_frames
+from filechannel.engine.segment import scan_frames_py
 from filechannel.errors import CorruptRecordError
-from filechannel.record import Record, decode_records, decode_records_py, encode_batch_py, encode_record_frames
-from filechannel.segment import scan_frames_py
 
 keys = st.none() | st.binary(max_size=40)
 headers = st.none() | st.lists(st.tuples(st.text(max_size=10), st.binary(max_size=20)), max_size=3)
@@ -33,7 +33,7 @@ def test_the_c_codec_is_built_and_used_on_x86_64():
     with open("/proc/cpuinfo") as f:
         sse42 = " sse4_2" in f.read()
     if platform.machine() == "x86_64" and sse42:
-        assert record._codec is not None, "filechannel._codec did not build or load: reinstall with a C compiler"
+        assert record._codec is not None, "filechannel.engine._codec did not build or load: reinstall with a C compiler"
     else:
         assert record._codec is None
 

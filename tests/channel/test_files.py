@@ -5,7 +5,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from filechannel import files
+from filechannel.engine import files
 
 pieces_st = st.lists(st.binary(min_size=0, max_size=3000), max_size=40)
 

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from filechannel.index import MIN_TIMESTAMP, OFFSET_ENTRY, TIME_ENTRY, IndexMark, encode_marks
+from filechannel.engine.index import MIN_TIMESTAMP, OFFSET_ENTRY, TIME_ENTRY, IndexMark, encode_marks
 
 marks_st = st.lists(
     st.builds(

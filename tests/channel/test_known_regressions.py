@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 from filechannel import FileChannel
-from filechannel.cursor import READ_CHUNK
-from filechannel.segment import SEGMENT_HEADER_SIZE
+from filechannel.engine.cursor import READ_CHUNK
+from filechannel.engine.segment import SEGMENT_HEADER_SIZE
 
 CONFIG = dict(maintenance_interval=0)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from filechannel import FileChannel
-from filechannel.lock import FileLock
+from filechannel.engine.lock import FileLock
 
 PROCS = Path(__file__).parent / "procs"
 DEADLINE = 20

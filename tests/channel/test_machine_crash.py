@@ -12,9 +12,10 @@ import threading
 
 import pytest
 
-from filechannel import CorruptRecordError, FileChannel, recovery_point
+from filechannel import CorruptRecordError, FileChannel
+from filechannel.engine import recovery_point
+from filechannel.engine.recovery_point import FILE_NAME, read_recovery_point, write_recovery_point
 from filechannel.errors import LogCorruptedError
-from filechannel.recovery_point import FILE_NAME, read_recovery_point, write_recovery_point
 
 CONFIG = dict(maintenance_interval=0, compression="none", segment_bytes=4096, index_interval_bytes=256)
 VALUE = b"v" * 90

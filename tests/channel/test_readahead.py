@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from filechannel import CorruptRecordError, FileChannel
-from filechannel import readahead as ra
-from filechannel.compressed import CompressedSegment
+from filechannel.engine import readahead as ra
+from filechannel.engine.compressed import CompressedSegment
 
 # Small segments of several small blocks, so a read crosses blocks and segments.
 BLOCKY = dict(segment_bytes=64 * 1024, compression_block_bytes=4096, maintenance_interval=0)

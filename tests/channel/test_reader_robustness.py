@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from filechannel import ChannelClosedError, ConfigError, CorruptRecordError, FileChannel, FileChannelError
-from filechannel import readahead as ra
 from filechannel.client.topics import Admin
-from filechannel.compressed import Z_BLOCK, Z_HEADER, CompressedSegment
+from filechannel.engine import readahead as ra
+from filechannel.engine.compressed import Z_BLOCK, Z_HEADER, CompressedSegment
+from filechannel.engine.segment import SEGMENT_HEADER_SIZE
 from filechannel.errors import MissingSegmentError
-from filechannel.segment import SEGMENT_HEADER_SIZE
 
 SMALL = dict(segment_bytes=8 * 1024, compression_block_bytes=2048, maintenance_interval=0)
 

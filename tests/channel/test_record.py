@@ -7,8 +7,7 @@ from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from filechannel.errors import CorruptRecordError, MessageTooLargeError, RecordTypeError
-from filechannel.record import (
+from filechannel.engine.record import (
     FRAME_HEADER,
     OFFSET_ENTRY,
     TIME_ENTRY,
@@ -20,6 +19,7 @@ from filechannel.record import (
     encode_record_frames,
     encode_value_frames,
 )
+from filechannel.errors import CorruptRecordError, MessageTooLargeError, RecordTypeError
 
 keys = st.none() | st.binary(max_size=64)
 headers = st.none() | st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=40)), max_size=5)

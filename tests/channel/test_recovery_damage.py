@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from filechannel import CorruptRecordError, FileChannel, recovery_point
+from filechannel import CorruptRecordError, FileChannel
+from filechannel.engine import recovery_point
+from filechannel.engine.record import encode_frame, encode_payload
+from filechannel.engine.recovery_point import FILE_NAME, read_recovery_point, write_recovery_point
+from filechannel.engine.segment import SEGMENT_HEADER_SIZE, find_valid_frame
 from filechannel.errors import LogCorruptedError
-from filechannel.record import encode_frame, encode_payload
-from filechannel.recovery_point import FILE_NAME, read_recovery_point, write_recovery_point
-from filechannel.segment import SEGMENT_HEADER_SIZE, find_valid_frame
 
 CONFIG = dict(maintenance_interval=0, compression="none")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from filechannel import CorruptRecordError, FileChannel
-from filechannel.segment import SEGMENT_HEADER_SIZE
+from filechannel.engine.segment import SEGMENT_HEADER_SIZE
 
 N = 20
 CONFIG = dict(maintenance_interval=0, compression="none")

@@ -16,7 +16,7 @@ import pytest
 
 from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.client.group import list_groups, read_group
-from filechannel.position import PositionStore
+from filechannel.engine.position import PositionStore
 
 from .cli_helpers import SCRIPT, fc
 

@@ -213,7 +213,7 @@ def test_durable_producer_futures_complete_after_their_fsync(tmp_path, monkeypat
     Admin(tmp_path).create_topic("d", partitions=2, fsync="always")
     synced = []
     real_fsync = _os.fsync
-    monkeypatch.setattr("filechannel.appender.os.fsync", lambda fd: (real_fsync(fd), synced.append(1)))
+    monkeypatch.setattr("filechannel.engine.appender.os.fsync", lambda fd: (real_fsync(fd), synced.append(1)))
     producer = Producer(tmp_path)
     futures = []
 

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from filechannel import FileChannel
 from filechannel.client.durable import GroupSync
+from filechannel.engine.record import encode_payload
 from filechannel.errors import MessageTooLargeError
-from filechannel.record import encode_payload
 
 LIMIT = 64  # max_record_bytes of the channel under test
 

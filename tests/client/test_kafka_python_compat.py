@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from filechannel import ConfigError, record
+from filechannel import ConfigError
 from filechannel.client import (
     Admin,
     Consumer,
@@ -31,6 +31,7 @@ from filechannel.client import (
 from filechannel.client.futures import RecordFuture
 from filechannel.client.partitioner import murmur2
 from filechannel.client.records import CONSUMER_RECORD_SUFFIX
+from filechannel.engine import record
 from filechannel.errors import CommitFailedError, FileChannelError, MessageTooLargeError, NoOffsetForPartitionError, Timeout
 
 TP0 = TopicPartition("t", 0)

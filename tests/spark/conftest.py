@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 
-from filechannel.failpoints import ENV as FAILPOINTS_ENV
+from filechannel.engine.failpoints import ENV as FAILPOINTS_ENV
 
 
 @pytest.fixture(scope="session")

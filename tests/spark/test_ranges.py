@@ -31,7 +31,7 @@ def test_batches_hold_every_record_of_the_range_in_order(tmp_path, batch_rows):
 
 
 def test_batch_builder_keeps_offsets_that_are_not_dense():
-    from filechannel.record import Record
+    from filechannel.engine.record import Record
     from filechannel.spark.schema import records_to_batch
 
     batch = records_to_batch("t", 2, [Record(5, 1, None, b"a"), Record(7, 2, b"k", b"b"), Record(8, 3, None, b"c")])

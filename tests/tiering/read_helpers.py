@@ -4,8 +4,8 @@ then remove their local copies as local retention does (oldest first, a prefix, 
 from __future__ import annotations
 
 from filechannel import FileChannel
+from filechannel.engine.record import Record
 from filechannel.receiver import Receiver
-from filechannel.record import Record
 from filechannel.tiering.layout import SegmentRecord
 from filechannel.tiering.uploader import SegmentToUpload, upload_segment
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from filechannel.client.topics import Admin, TopicStore
-from filechannel.compressed import CompressedSegment
-from filechannel.record import Record, decode_records
+from filechannel.engine.compressed import CompressedSegment
+from filechannel.engine.record import Record, decode_records
 from filechannel.tiering import ChunkStorage
 from filechannel.tiering.metadata import TierMetadata
 

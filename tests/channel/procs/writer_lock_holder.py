@@ -7,7 +7,7 @@ Reads commands from stdin, one a line, and answers each on stdout:
 
 import sys
 
-from filechannel.lock import FileLock
+from filechannel.engine.lock import FileLock
 
 lock = FileLock(sys.argv[1])
 for line in sys.stdin:

@@ -22,7 +22,7 @@ import struct
 
 from crc32c import crc32c
 
-from .errors import ConfigError, CorruptRecordError, os_errors, storage_error
+from ..errors import ConfigError, CorruptRecordError, os_errors, storage_error
 from .files import fsync_dir, read_if_exists, unlink_if_exists, write_atomically
 from .names import validate_name
 

@@ -1,5 +1,5 @@
 /* Blocks of compressed segments read and decompressed on threads that never take the
- * GIL (filechannel/readahead.py says when and why; compressed.CompressedSegment.read_block
+ * GIL (filechannel/engine/readahead.py says when and why; compressed.CompressedSegment.read_block
  * is the Python reference of one job).
  *
  * python-zstandard releases the GIL while it decompresses, but a Python thread needs it
@@ -412,7 +412,7 @@ static PyMethodDef Job_methods[] = {
 };
 
 static PyTypeObject Job_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel._readahead.Job",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel.engine._readahead.Job",
     .tp_basicsize = sizeof(Job),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "One block read and decompressed by a worker thread.",
@@ -502,7 +502,7 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef readahead_module = {
-    PyModuleDef_HEAD_INIT, "filechannel._readahead", "Compressed blocks decompressed on threads without the GIL.", -1,
+    PyModuleDef_HEAD_INIT, "filechannel.engine._readahead", "Compressed blocks decompressed on threads without the GIL.", -1,
     module_methods,
 };
 

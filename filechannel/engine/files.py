@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from .errors import os_errors, storage_error
+from ..errors import os_errors, storage_error
 
 
 def fsync_dir(path: str) -> None:

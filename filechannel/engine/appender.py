@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable
 
 from crc32c import crc32c
 
-from .config import ChannelConfig
-from .errors import ChannelClosedError, FileChannelError, SenderFailedError, os_errors, storage_error
+from ..config import ChannelConfig
+from ..errors import ChannelClosedError, FileChannelError, SenderFailedError, os_errors, storage_error
 from .files import write_pieces
 from .log import Log
 from .names import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
@@ -56,7 +56,7 @@ from .record import (
 from .sealer import Sealer
 from .writer_state import WriterState, write_state
 
-try:  # Appender.append's common case in C (filechannel/_codec.c), when it was built and loads
+try:  # Appender.append's common case in C (filechannel/engine/_codec.c), when it was built and loads
     from ._codec import AppendCore as _Core
 except ImportError:
     _Core = object  # type: ignore[assignment,misc]

@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import threading
 
+from ..errors import ChannelClosedError
 from .compressed import BlockData, CompressedSegment
-from .errors import ChannelClosedError
 
 try:
     from . import _readahead

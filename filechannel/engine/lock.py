@@ -2,7 +2,7 @@
 
 ``writer.lock`` serializes appends, rolls and tail recovery across processes: a writer
 holds it from the moment it assigns offsets to buffered records until they are written.
-The file also holds the writer state (see :mod:`filechannel.writer_state`), so the next
+The file also holds the writer state (see :mod:`filechannel.engine.writer_state`), so the next
 holder learns where the log ends without scanning. ``maintenance.lock`` lets exactly one
 process at a time compress and collect segments. The kernel releases both when a
 process dies, however it dies.
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .errors import os_errors, storage_error
+from ..errors import os_errors, storage_error
 
 
 class FileLock:

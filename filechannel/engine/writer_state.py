@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from .errors import os_errors
+from ..errors import os_errors
 
-try:  # the counters as C integers, for the appender's C fast path (filechannel/_codec.c)
+try:  # the counters as C integers, for the appender's C fast path (filechannel/engine/_codec.c)
     from ._codec import StateCore as _Core
 except ImportError:
     _Core = object  # type: ignore[assignment,misc]

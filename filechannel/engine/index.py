@@ -29,7 +29,7 @@ import bisect
 import os
 import struct
 
-from .errors import os_errors, storage_error
+from ..errors import os_errors, storage_error
 from .files import read_if_exists, write_atomically
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, OFFSET_ENTRY, RECORD_PREFIX_SIZE, TIME_ENTRY
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, frame_is_valid
@@ -210,7 +210,7 @@ class TimeIndex:
 
         Entries are not checked against the frames here: a sealed segment's are checked
         whole on first use, and an active segment's one by one as a lookup uses them
-        (:meth:`filechannel.log.Log.time_start`, with :func:`entry_agrees`).
+        (:meth:`filechannel.engine.log.Log.time_start`, with :func:`entry_agrees`).
         """
         max_before: list[int] = []
         offsets: list[int] = []

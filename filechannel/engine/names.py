@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import InvalidNameError
+from ..errors import InvalidNameError
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from ..errors import CorruptRecordError, os_errors
 from . import names
-from .errors import CorruptRecordError, os_errors
 from .record import ATTR_KNOWN, FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE, _codec, decode_payload
 
 SEGMENT_MAGIC = b"FCHS"

@@ -39,10 +39,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from . import names
-from .compressed import Z_HEADER, CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length
-from .config import ChannelConfig
-from .errors import (
+from ..config import ChannelConfig
+from ..errors import (
     CorruptRecordError,
     LogCorruptedError,
     OffsetOutOfRangeError,
@@ -51,6 +49,8 @@ from .errors import (
     os_errors,
     storage_error,
 )
+from . import names
+from .compressed import Z_HEADER, CompressedInfo, CompressedSegment, compress_segment, decode_table, table_length
 from .files import fsync_dir, fsync_if_exists, unlink_if_exists
 from .index import (
     MIN_TIMESTAMP,
@@ -276,7 +276,7 @@ class Log:
 
     def load_offset_index(self, base_offset: int, valid_end: int | None = None) -> OffsetIndex:
         """The offset index of a raw segment as its file holds it; lookups check the entries
-        they use against the frames (see :mod:`filechannel.index`)."""
+        they use against the frames (see :mod:`filechannel.engine.index`)."""
         return OffsetIndex.load(
             self.file(base_offset, names.OFFSET_INDEX_SUFFIX), base_offset, valid_end, segment_path=self.segment_path(base_offset)
         )
@@ -430,7 +430,7 @@ class Log:
         Only a writer recovers, the first time it takes the lock (see :meth:`current_state`):
         opening a channel to read changes nothing. Every frame of the active segment is
         checked from its first one, whatever its index says. After a restart of the
-        machine (see :mod:`filechannel.recovery_point`) the sealed raw segments from the
+        machine (see :mod:`filechannel.engine.recovery_point`) the sealed raw segments from the
         recovery point on are checked too. Only a *torn tail* is cut: a partial or bad
         last frame with nothing valid after it anywhere in the log. Damage followed by
         valid data raises :class:`LogCorruptedError` and nothing is cut (see :meth:`repair`).

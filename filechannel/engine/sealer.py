@@ -3,7 +3,7 @@
 Rolling used to fsync the sealed 64 MiB segment before the next record could be
 appended, which made produce disk-bound for large records. Now a roll only asks this
 thread to fsync every sealed segment below the new active one and then move the
-recovery point (see :mod:`filechannel.recovery_point`). Requests made while it works are
+recovery point (see :mod:`filechannel.engine.recovery_point`). Requests made while it works are
 merged into its next pass. An fsync error is kept: the appender then refuses further
 sends, as after a failed write, because the kernel may have dropped the pages it could
 not write.

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .client import Admin, Consumer, TopicPartition
-from .client.group import GroupMember, list_groups, read_group
-from .client.topics import GROUPS_DIR
-from .errors import ConfigError, os_errors
-from .position import PositionStore
+from ..client import Admin, Consumer, TopicPartition
+from ..client.group import GroupMember, list_groups, read_group
+from ..client.topics import GROUPS_DIR
+from ..engine.position import PositionStore
+from ..errors import ConfigError, os_errors
 
 # Kafka topic config -> (our setting, how its value converts). None: accepted, means nothing here.
 _UNLIMITED = -1  # Kafka's "no limit" for retention.ms / retention.bytes
@@ -176,9 +176,6 @@ class ConsoleFormatter:
         if self.flags["print.value"]:
             parts.append(rec.value if rec.value is not None else self.null)
         return self.sep.join(parts) + self.line_sep
-
-
-# -- kafka-consumer-groups ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,9 @@ from typing import Any, NamedTuple, TypeVar
 
 from crc32c import crc32c
 
-from .errors import CorruptRecordError, MessageTooLargeError, RecordTypeError
+from ..errors import CorruptRecordError, MessageTooLargeError, RecordTypeError
 
-try:  # the two hot loops below in C (filechannel/_codec.c), when it was built and loads
+try:  # the two hot loops below in C (filechannel/engine/_codec.c), when it was built and loads
     from . import _codec
 except ImportError:  # no compiler at install time, or no SSE4.2: the pure-Python loops
     _codec = None  # type: ignore[assignment]
@@ -45,7 +45,7 @@ FRAME_AND_PREFIX = struct.Struct("<IIBq")
 # A send_many batch stays in one segment: its frames may not pass 2 GiB, so that with a
 # segment under 2 GiB (config.MAX_SEGMENT_BYTES) every byte position fits an index's u32.
 MAX_BATCH_BYTES = 2**31
-# Sparse index entries (see filechannel.index): .idx [u32 offset - base][u32 position],
+# Sparse index entries (see filechannel.engine.index): .idx [u32 offset - base][u32 position],
 # .tix [i64 max timestamp before][u32 offset - base]. Here since the batch path makes them.
 OFFSET_ENTRY = struct.Struct("<II")
 TIME_ENTRY = struct.Struct("<qI")

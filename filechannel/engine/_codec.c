@@ -1,5 +1,5 @@
 /* The channel's per-record hot paths in C: frame heads and index entries of a send_many
- * batch, decoding frames of key-less, header-less records (filechannel/record.py holds
+ * batch, decoding frames of key-less, header-less records (filechannel/engine/record.py holds
  * the pure-Python reference of both), walking and checking the frames of a segment
  * (segment.scan_frames_py is its reference), and the common case of a single send (AppendCore,
  * below; appender.Appender._append is its Python reference). Python uses this module only
@@ -520,7 +520,7 @@ static PyMemberDef state_members[] = {
 };
 
 static PyTypeObject StateCore_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel._codec.StateCore",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel.engine._codec.StateCore",
     .tp_basicsize = sizeof(StateCore),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "The writer state's counters as C integers (see writer_state.WriterState).",
@@ -754,7 +754,7 @@ static PyMethodDef core_methods[] = {
 };
 
 static PyTypeObject AppendCore_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel._codec.AppendCore",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel.engine._codec.AppendCore",
     .tp_basicsize = sizeof(AppendCore),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The appender's buffer and limits, and the per-message append in C (see appender.Appender).",
@@ -775,7 +775,7 @@ static PyMethodDef codec_methods[] = {
 };
 
 static struct PyModuleDef codec_module = {
-    PyModuleDef_HEAD_INIT, "filechannel._codec", "The frame codec's hot loops in C (see record.py).", -1, codec_methods,
+    PyModuleDef_HEAD_INIT, "filechannel.engine._codec", "The frame codec's hot loops in C (see record.py).", -1, codec_methods,
 };
 
 PyMODINIT_FUNC
@@ -812,6 +812,6 @@ PyInit__codec(void)
         return m;
     }
 #endif
-    PyErr_SetString(PyExc_ImportError, "filechannel._codec needs an x86-64 CPU with SSE4.2 (hardware CRC-32C)");
+    PyErr_SetString(PyExc_ImportError, "filechannel.engine._codec needs an x86-64 CPU with SSE4.2 (hardware CRC-32C)");
     return NULL;
 }

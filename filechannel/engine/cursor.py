@@ -38,8 +38,7 @@ import os
 import threading
 import time
 
-from .compressed import BlockData
-from .errors import (
+from ..errors import (
     ChannelClosedError,
     CorruptRecordError,
     FileChannelError,
@@ -47,6 +46,7 @@ from .errors import (
     file_vanished,
     os_errors,
 )
+from .compressed import BlockData
 from .log import Log, SegmentRef
 from .readahead import READAHEAD_BLOCKS
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records

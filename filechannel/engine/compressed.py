@@ -40,7 +40,7 @@ from functools import cached_property
 import zstandard
 from crc32c import crc32c
 
-from .errors import ChannelClosedError, CorruptRecordError, os_errors
+from ..errors import ChannelClosedError, CorruptRecordError, os_errors
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, read_segment_header
 
 Z_MAGIC = b"FCHZ"

@@ -1,0 +1,5 @@
+"""``python -m filechannel.cli``: the console script."""
+
+from . import main
+
+main()

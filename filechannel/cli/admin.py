@@ -1,0 +1,140 @@
+"""Root-wide commands: ``config`` (root settings), ``check``, ``bench``, ``repair``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ..channel import DamagedRange
+from ..client import Admin
+from .common import ROOT_OPTION, cli, err, out, root_folder
+
+# -- root settings ------------------------------------------------------------------------------
+
+
+@cli.command("config")
+@ROOT_OPTION
+@click.argument("settings", nargs=-1, metavar="[NAME=true|false]...")
+@click.pass_context
+def root_config(ctx: click.Context, settings: tuple[str, ...]) -> None:
+    """Show the root's settings, or set them (stored in ROOT/.settings.json).
+
+    auto.create.topics.enable (default true, as Kafka's broker setting): whether a send to a
+    missing topic (`filechannel produce`, a Producer) creates it with one partition.
+    """
+    admin = Admin(root_folder(ctx, must_exist=bool(not settings)))
+    for item in settings:
+        name, sep, raw = item.partition("=")
+        if not sep or raw.strip().lower() not in ("true", "false"):
+            raise click.BadParameter(f"{item!r} is not NAME=true or NAME=false", param_hint="SETTINGS")
+        admin.set_root_setting(name.strip(), raw.strip().lower() == "true")
+    for name, value in admin.root_settings().items():
+        click.echo(f"{name}={str(value).lower()}")
+
+
+# -- check / bench ------------------------------------------------------------------------------
+
+
+@cli.command()
+@ROOT_OPTION
+@click.argument("topics_", metavar="[TOPIC]...", nargs=-1)
+@click.pass_context
+def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
+    """Verify the CRC of every record of every segment; changes no file.
+
+    Every damaged range is listed on stderr (the file and byte or block, the offsets it
+    makes unreadable, the first readable offset after it), then the exit code is 1.
+    """
+    admin = Admin(root_folder(ctx))
+    damaged = 0
+    names = list(topics_) or admin.list_topics()
+    total_records = 0
+    # The bars only on a terminal: into a file or a pipe, rich would write their last frame, and
+    # with no partition to check, an empty line.
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal or not names,
+    ) as progress:
+        for topic in names:
+            desc = admin.describe_topic(topic)
+            for p in desc.partitions:
+                task = progress.add_task(f"{topic}[{p.partition}]", total=max(p.size_bytes, 1))
+                found: list[DamagedRange] = []
+                with admin.open_partition(topic, p.partition, read_only=True) as ch:
+                    total_records += ch.check(
+                        progress=lambda done, total, task=task: progress.update(task, completed=done, total=total),
+                        on_damage=found.append,
+                    )
+                progress.update(task, completed=progress.tasks[task].total)
+                for d in found:
+                    err.print(f"damaged: {topic}[{p.partition}] {_damage_line(d, ch.path)}", soft_wrap=True, markup=False)
+                damaged += len(found)
+    if damaged:
+        raise click.ClickException(
+            f"{damaged} damaged range(s), listed above; {total_records:,} records can be read. Read past one with "
+            "`filechannel consume TOPIC --partition P --from OFFSET`, or keep the records before it with `filechannel repair`"
+        )
+    out.print(f"ok: {total_records:,} records in {len(names)} topic(s), every CRC matches")
+
+
+def _damage_line(d: DamagedRange, path: str) -> str:
+    """One damaged range: its offsets, the first readable offset after it, and what is wrong where."""
+    if d.readable_after is None:
+        return (
+            f"offsets from {d.first} on cannot be read, and no offset after them (the log ends in the damage; "
+            f"`filechannel repair {path} --after {d.first - 1}` keeps the records before it): {d.message}"
+        )
+    return (
+        f"offsets {d.first} to {d.readable_after - 1} cannot be read; first readable offset after them: "
+        f"{d.readable_after}: {d.message}"
+    )
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def bench(ctx: click.Context) -> None:
+    """Run the benchmark harness (same options as `python -m bench`)."""
+    if os.path.isdir(os.path.join(os.getcwd(), "bench")) and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the harness lives in the source checkout, not the package
+    try:
+        from bench.__main__ import main as bench_main  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the benchmark harness is not importable ({exc}); run it from a source checkout: python -m bench"
+        ) from exc
+    sys.exit(bench_main(ctx.args))
+
+
+# -- repair ------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option("--after", "after", type=int, required=True, help="The last offset to keep; every later record is deleted.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def repair(path: str, after: int, yes: bool) -> None:
+    """Cut the channel (a partition folder) at PATH after offset --after.
+
+    The answer to damage in the middle of a log, which recovery never cuts by itself:
+    appends are refused until the operator chooses what to keep, usually every record
+    before the damage (the error names the offset). Keeps every record up to --after and
+    deletes every later one.
+    """
+    from ..channel import FileChannel
+    from ..engine.names import parse_segment_file
+
+    if not os.path.isdir(path) or not any(parse_segment_file(f) for f in os.listdir(path)):
+        raise click.ClickException(f"{path!r} is not a channel folder (no segment files in it)")
+    with FileChannel(path, maintenance_interval=0) as ch:
+        if not yes:
+            click.confirm(f"keep the records of {ch.path} up to offset {after} and delete every later one?", abort=True, err=True)
+        ch.repair(after)
+        out.print(f"repaired: {ch.path} now ends after offset {ch.end_offset - 1}; sends go on from {ch.end_offset}")

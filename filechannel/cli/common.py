@@ -1,0 +1,118 @@
+"""What every command shares: the top-level group, --root, the consoles, and the quiet end of a closed pipe."""
+
+from __future__ import annotations
+
+import os
+import select
+import stat
+from typing import Any
+
+import click
+from rich.console import Console
+
+
+class _Console(Console):
+    """rich's console, except that a closed pipe is left to the command (rich exits 1 on it)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError("the reader of the output has gone")
+
+
+out = _Console()
+err = _Console(stderr=True)
+
+
+def silence_closed_output() -> None:
+    """After a reader closed our stdout (``| head -1``): point stdout and stderr at /dev/null,
+    so the interpreter's last flush of what is still buffered cannot fail with a second
+    "Exception ignored ... BrokenPipeError" line; the command then ends with exit 0."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader has closed it (Linux reports POLLERR on
+    such a pipe): how a waiting ``consume --follow | head -1`` learns it can stop before its
+    next record would fail with EPIPE. One poll(2), called once per consumer poll."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(1).st_mode) and not stat.S_ISSOCK(os.fstat(1).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(1, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except OSError:
+        return False
+
+
+class CliGroup(click.Group):
+    """The top-level group: a closed stdout ends any command quietly with exit 0, as tools in a
+    pipeline do (click itself would exit 1)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            if not stdout_reader_gone():  # another pipe or socket (tier-2's connection) broke: an error
+                raise click.ClickException(f"a pipe or connection broke: {exc}") from exc
+            silence_closed_output()
+            raise click.exceptions.Exit(0) from None
+
+
+def root_folder(ctx: click.Context, must_exist: bool = True) -> str:
+    """The root folder; one that does not exist is an error unless the command is one that
+    creates it (``topics create``, ``produce``, ``config``): a reader never makes a root."""
+    root = ctx.obj["root"]
+    if not root:
+        raise click.UsageError("no root folder: pass --root PATH or set FILECHANNEL_ROOT")
+    if must_exist and not os.path.isdir(root):
+        raise click.ClickException(
+            f"the root folder {os.path.abspath(root)!r} does not exist: check --root or FILECHANNEL_ROOT "
+            "(a root is made by its first `filechannel topics create` or `produce`)"
+        )
+    return root
+
+
+def one_name(what: str, argument: str | None, option: str | None) -> str:
+    """A topic or group given as an argument or as Kafka's ``--topic``/``--group`` (the same one if both)."""
+    if argument and option and argument != option:
+        raise click.UsageError(f"two {what}s given: {argument!r} and --{what} {option!r}")
+    value = argument or option
+    if not value:
+        raise click.UsageError(f"missing the {what}: pass {what.upper()} or --{what} {what.upper()}")
+    return value
+
+
+def _store_root(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        ctx.find_root().obj["root"] = value
+    return value
+
+
+# --root after the subcommand too (`filechannel topics list --root d`): it overrides the one before.
+ROOT_OPTION = click.option(
+    "--root",
+    type=click.Path(file_okay=False),
+    expose_value=False,
+    is_eager=True,
+    callback=_store_root,
+    help="Folder holding the topics (also before the command) [env: FILECHANNEL_ROOT].",
+)
+
+
+@click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--root",
+    envvar="FILECHANNEL_ROOT",
+    type=click.Path(file_okay=False),
+    help="Folder holding the topics [env: FILECHANNEL_ROOT].",
+)
+@click.version_option(None, "--version", package_name="filechannel", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, root: str | None) -> None:
+    """filechannel: a durable, file-backed message log with a Kafka-like client."""
+    ctx.ensure_object(dict)
+    ctx.obj["root"] = root

@@ -1,0 +1,165 @@
+"""``filechannel groups``: list, describe, reset-offsets, delete."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from ..client import Admin, TopicPartition
+from ..client.group import list_groups, read_group
+from ..errors import FileChannelError
+from .common import ROOT_OPTION, cli, one_name, out, root_folder
+from .kafka import (
+    Reset,
+    delete_group,
+    execute_reset,
+    live_members,
+    parse_datetime,
+    plan_reset,
+    require_inactive,
+    reset_scope,
+)
+
+
+@cli.group()
+def groups() -> None:
+    """List, describe and delete consumer groups; reset their offsets."""
+
+
+@groups.command("list")
+@ROOT_OPTION
+@click.pass_context
+def groups_list(ctx: click.Context) -> None:
+    """List the consumer groups."""
+    for g in list_groups(root_folder(ctx)):
+        click.echo(g)
+
+
+@groups.command("describe")
+@ROOT_OPTION
+@click.argument("group")
+@click.pass_context
+def groups_describe(ctx: click.Context, group: str) -> None:
+    """Show GROUP's live members and, per partition, its committed offset, end offset, lag and owner.
+
+    Only members whose process is alive are shown: the group's state keeps a killed member
+    until a live one next polls, and a partition such a member owned says its owner is gone.
+    """
+    root = root_folder(ctx)
+    state, offsets = read_group(root, group)
+    live = set(live_members(root, group))
+    admin = Admin(root)
+    for member in sorted(live):
+        info = state.members[member]
+        out.print(f"member {member}: pid {info.get('pid', '?')}, topics {', '.join(info.get('topics', [])) or '-'}")
+    table = Table(title=f"group {group} (generation {state.generation}, {len(live)} live member(s))")
+    for col, just in (
+        ("topic", "left"),
+        ("partition", "right"),
+        ("committed", "right"),
+        ("end offset", "right"),
+        ("lag", "right"),
+        ("owner", "left"),
+    ):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    topics_seen = sorted({tp.topic for tp in offsets} | set(state.partitions))
+    orphans: list[str] = []
+    for topic in topics_seen:
+        try:
+            desc = admin.describe_topic(topic)
+        except FileChannelError:
+            continue
+        for p in desc.partitions:
+            tp = TopicPartition(topic, p.partition)
+            committed = offsets.get(tp)
+            lag = p.end_offset - (committed if committed is not None else p.first_offset)
+            owner = state.owners.get(f"{topic}/{p.partition}", "")
+            if owner and owner not in live:  # killed: a live member's next poll takes the partition over
+                pid = state.members.get(owner, {}).get("pid", "?")
+                orphans.append(f"{topic}[{p.partition}]: its owner (pid {pid}) is gone; a live member's next poll takes it over")
+                owner = f"gone (pid {pid})"
+            table.add_row(
+                topic, str(p.partition), "-" if committed is None else str(committed), str(p.end_offset), str(lag), owner
+            )
+    out.print(table)
+    for line in orphans:  # plain lines: rich would wrap them at the width of a terminal it does not have
+        click.echo(line)
+
+
+@groups.command("reset-offsets")
+@ROOT_OPTION
+@click.argument("group", required=False)
+@click.option("--group", "group_opt", default=None, help="The group (Kafka's flag; same as GROUP).")
+@click.option("--topic", "topics_", multiple=True, metavar="TOPIC[:P,...]", help="Reset these partitions (repeatable).")
+@click.option("--all-topics", is_flag=True, help="Reset every partition of the topics the group has offsets for.")
+@click.option("--to-earliest", is_flag=True, help="To the first offset of each partition.")
+@click.option("--to-latest", is_flag=True, help="To the end of each partition.")
+@click.option("--to-offset", type=click.IntRange(0), default=None, help="To this offset (clamped to the partition).")
+@click.option("--to-datetime", default=None, help="To the first record at or after this ISO time (e.g. 2026-01-31T12:00:00.000).")
+@click.option("--shift-by", type=int, default=None, help="Move the committed offsets by N (may be negative).")
+@click.option("--to-current", is_flag=True, help="To the committed offsets (keep them).")
+@click.option("--dry-run", is_flag=True, help="Show the new offsets, change nothing (the default).")
+@click.option("--execute", is_flag=True, help="Commit the new offsets.")
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def groups_reset_offsets(
+    ctx: click.Context,
+    group: str | None,
+    group_opt: str | None,
+    topics_: tuple[str, ...],
+    all_topics: bool,
+    to_earliest: bool,
+    to_latest: bool,
+    to_offset: int | None,
+    to_datetime: str | None,
+    shift_by: int | None,
+    to_current: bool,
+    dry_run: bool,
+    execute: bool,
+    bootstrap_server: str | None,
+) -> None:
+    """Reset GROUP's committed offsets, as kafka-consumer-groups --reset-offsets does.
+
+    Only while no member of the group is alive. Offsets outside a partition's records are
+    set to its first offset or its end, with a warning. Without --execute nothing changes.
+    """
+    group = one_name("group", group, group_opt)
+    scenarios = [
+        Reset("earliest") if to_earliest else None,
+        Reset("latest") if to_latest else None,
+        Reset("offset", to_offset) if to_offset is not None else None,
+        Reset("datetime", parse_datetime(to_datetime)) if to_datetime is not None else None,
+        Reset("shift", shift_by) if shift_by is not None else None,
+        Reset("current") if to_current else None,
+    ]
+    chosen = [r for r in scenarios if r is not None]
+    if len(chosen) != 1:
+        raise click.UsageError(
+            "give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by, --to-current"
+        )
+    if dry_run and execute:
+        raise click.UsageError("options --dry-run and --execute cannot be specified together")
+    if not dry_run and not execute:
+        click.echo("WARN: No action will be performed as the --execute option is missing; showing the new offsets.", err=True)
+    root = root_folder(ctx)
+    tps = reset_scope(root, group, topics_, all_topics)
+    require_inactive(root, group, "offsets can be reset")
+    plan = plan_reset(root, group, tps, chosen[0], lambda msg: click.echo(f"WARN: {msg}", err=True))
+    if execute:
+        execute_reset(root, group, plan)
+    click.echo(f"{'GROUP':<20} {'TOPIC':<30} {'PARTITION':>9} {'NEW-OFFSET':>12}")
+    for tp, off in sorted(plan.items()):
+        click.echo(f"{group:<20} {tp.topic:<30} {tp.partition:>9} {off:>12}")
+
+
+@groups.command("delete")
+@ROOT_OPTION
+@click.argument("group", required=False)
+@click.option("--group", "group_opt", default=None, help="The group (Kafka's flag; same as GROUP).")
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def groups_delete(ctx: click.Context, group: str | None, group_opt: str | None, bootstrap_server: str | None) -> None:
+    """Delete GROUP and its committed offsets (only while no member of it is alive)."""
+    group = one_name("group", group, group_opt)
+    delete_group(root_folder(ctx), group)
+    click.echo(f"Deletion of requested consumer groups ('{group}') was successful.")

@@ -1,0 +1,386 @@
+"""``filechannel produce`` and ``filechannel consume``: records in and out, as Kafka's console tools."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+import click
+
+from ..channel import DamagedRange
+from ..client import Admin, Consumer, Producer, TopicPartition
+from ..errors import CorruptRecordError, UnknownTopicError
+from .common import ROOT_OPTION, cli, err, one_name, root_folder, silence_closed_output, stdout_reader_gone
+from .kafka import (
+    CONSUMER_PROPERTIES,
+    PRODUCER_PROPERTIES,
+    ConsoleFormatter,
+    is_true,
+    parse_properties,
+)
+
+
+@cli.command()
+@ROOT_OPTION
+@click.argument("topic", required=False)
+@click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console producer flag; same as TOPIC).")
+@click.option("--file", "-f", "path", type=click.File("rb"), default="-", help="Read records from this file (default: stdin).")
+@click.option("--key-separator", "-k", default=None, help="Split each line into KEY<sep>VALUE at the first SEP.")
+@click.option("--partition", type=int, default=None, help="Send every record to this partition.")
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Kafka's console producer properties: parse.key=true, key.separator=SEP (default tab), ignore.error=true.",
+)
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def produce(
+    ctx: click.Context,
+    topic: str | None,
+    topic_opt: str | None,
+    path: Any,
+    key_separator: str | None,
+    partition: int | None,
+    properties: tuple[str, ...],
+    bootstrap_server: str | None,
+) -> None:
+    """Send one record per line of input to TOPIC."""
+    topic = one_name("topic", topic, topic_opt)
+    props = parse_properties(properties, PRODUCER_PROPERTIES, "produce")
+    if key_separator is None and is_true(props, "parse.key"):
+        key_separator = props["key.separator"]
+    ignore_error = is_true(props, "ignore.error")
+    # os.fsencode: an argument that is not UTF-8 (e.g. -k $'\xff') arrives with surrogate escapes; these
+    # are its bytes, so the separator matches what the shell passed.
+    sep = os.fsencode(key_separator) if key_separator else None
+    root = root_folder(ctx, must_exist=False)
+    _create_for_produce(Admin(root), topic, partition)
+    count = 0
+    with Producer(root, auto_create_topics=False) as producer:
+        for line in path:
+            line = line.rstrip(b"\r\n")
+            key = None
+            if sep is not None:
+                key, found, value = line.partition(sep)
+                if not found:
+                    if not ignore_error:
+                        raise click.UsageError(
+                            f"line {count + 1} has no key separator {key_separator!r}; the {count} line(s) before it were "
+                            "sent (--property ignore.error=true sends such a line as a value without key)"
+                        )
+                    key, value = None, line  # Kafka's ignore.error: the whole line is the value
+            else:
+                value = line
+            producer.send(topic, value, key=key, partition=partition)
+            count += 1
+    err.print(f"sent {count} record(s) to {topic}")
+
+
+def _create_for_produce(admin: Admin, topic: str, partition: int | None) -> None:
+    """A missing topic is created (one partition, default settings) only if the root allows it,
+    as Kafka's broker does, and the user is told so: never a silent new topic from a typo."""
+    try:
+        admin.describe_topic(topic)
+        return
+    except UnknownTopicError:
+        allowed = admin.root_settings()["auto.create.topics.enable"]
+        if not allowed or partition:
+            why = (
+                "auto.create.topics.enable is false for this root (filechannel config)"
+                if not allowed
+                else f"one created here would have no partition {partition}"
+            )
+            raise click.ClickException(
+                f"topic {topic!r} does not exist under {admin.root!r} and {why}: "
+                f"create it first with `filechannel topics create {topic} --partitions N`"
+            ) from None
+    admin.create_topic(topic, 1, exist_ok=True)  # exist_ok: another producer may have created it meanwhile
+    click.echo(
+        f"note: created topic {topic} (1 partition, default settings): it did not exist and this root's "
+        "auto.create.topics.enable is true (the default; `filechannel config auto.create.topics.enable=false` turns it off)",
+        err=True,
+    )
+
+
+def _start_offsets(consumer: Consumer, spec: str) -> None:
+    tps = sorted(consumer.assignment())
+    if spec == "earliest":
+        consumer.seek_to_beginning(*tps)
+    elif spec == "latest":
+        consumer.seek_to_end(*tps)
+    elif spec.isascii() and spec.isdigit():  # not str.isdigit alone: "²" is a digit to it, not to int()
+        for tp in tps:
+            consumer.seek(tp, int(spec))
+    else:
+        try:
+            when = datetime.fromisoformat(spec)
+            if when.tzinfo is None:
+                when = when.astimezone()
+            ts = int(when.timestamp() * 1000)
+        except (ValueError, OverflowError, OSError) as exc:
+            raise click.BadParameter(
+                f"{spec!r} is not earliest, latest, an offset or an ISO time that can be converted ({exc})", param_hint="--from"
+            ) from None
+        found = consumer.offsets_for_times({tp: ts for tp in tps})
+        ends = consumer.end_offsets(tps)
+        for tp in tps:
+            consumer.seek(tp, found[tp].offset if found[tp] else ends[tp])
+
+
+def _records(
+    consumer: Consumer,
+    follow: bool,
+    limit: int | None,
+    timeout_ms: int | None,
+    stop: threading.Event,
+    after_poll: Callable[[], None],
+) -> Iterator[Any]:
+    """Records as they come: until ``limit``, until ``timeout_ms`` without one, (not following) the
+    end, or ``stop`` (set by a signal; seen within one poll's wait, 0.5 s). ``after_poll`` runs
+    after every poll, before its records are handed out."""
+    ends = consumer.end_offsets(consumer.assignment())
+    seen = 0
+    last = time.monotonic()
+    while (limit is None or seen < limit) and not stop.is_set():
+        wait = 500 if timeout_ms is None else max(0, min(500, timeout_ms - int((time.monotonic() - last) * 1000)))
+        batch = consumer.poll(timeout_ms=wait, max_records=500 if limit is None else min(500, limit - seen))
+        after_poll()
+        for recs in batch.values():
+            for rec in recs:
+                if stop.is_set():
+                    return
+                yield rec
+                seen += 1
+                last = time.monotonic()
+        if not follow and all(consumer.position(tp) >= end for tp, end in ends.items() if tp in consumer.assignment()):
+            return
+        if not batch and stdout_reader_gone():  # waiting, with nobody left to print to
+            raise BrokenPipeError("stdout's reader has gone")
+        if timeout_ms is not None and (time.monotonic() - last) * 1000 >= timeout_ms:
+            return
+
+
+_COMMIT_INTERVAL_S = 5.0  # Kafka's auto.commit.interval.ms, the console consumer's too
+
+
+def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None:
+    """Kafka's ``--offset``: earliest, latest or an offset (at most the end)."""
+    if offset.lower() == "earliest":
+        consumer.seek_to_beginning(tp)
+    elif offset.lower() == "latest":
+        consumer.seek_to_end(tp)
+    elif offset.isascii() and offset.isdigit():
+        consumer.seek(tp, min(int(offset), consumer.end_offsets([tp])[tp]))
+    else:
+        raise click.BadParameter(
+            f"the offset {offset!r} is incorrect: earliest, latest or a non-negative integer", param_hint="--offset"
+        )
+
+
+@cli.command()
+@ROOT_OPTION
+@click.argument("topic", required=False)
+@click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console consumer flag; same as TOPIC).")
+@click.option("--include", default=None, metavar="REGEX", help="Instead of a topic: every topic whose whole name matches.")
+@click.option("--group", "-g", default=None, help="Consume as a member of this group (commits its offsets).")
+@click.option(
+    "--from",
+    "start",
+    default=None,
+    help="earliest, latest, an OFFSET, or an ISO time [default: the group's committed offset, else the end].",
+)
+@click.option(
+    "--from-beginning", is_flag=True, help="Without a committed offset, start at the earliest record instead of the end."
+)
+@click.option("--partition", type=click.IntRange(0), default=None, help="Read only this partition (not with --group).")
+@click.option("--offset", default=None, help="With --partition: earliest, latest or an offset to start at.")
+@click.option("--follow/--no-follow", default=True, show_default=True, help="Wait for new records; --no-follow stops at the end.")
+@click.option("--max", "--max-messages", "limit", type=click.IntRange(1), default=None, help="Stop after N records.")
+@click.option("--timeout-ms", type=click.IntRange(0), default=None, help="Stop once no record arrived for this long.")
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Kafka's console consumer properties: print.key=true, key.separator=SEP, print.timestamp, print.partition, "
+    "print.offset, print.headers, print.value, line.separator, null.literal.",
+)
+@click.option("--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True)
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def consume(
+    ctx: click.Context,
+    topic: str | None,
+    topic_opt: str | None,
+    include: str | None,
+    group: str | None,
+    start: str | None,
+    from_beginning: bool,
+    partition: int | None,
+    offset: str | None,
+    follow: bool,
+    limit: int | None,
+    timeout_ms: int | None,
+    properties: tuple[str, ...],
+    fmt: str,
+    bootstrap_server: str | None,
+) -> None:
+    """Print TOPIC's records, one per line, as Kafka's console consumer does.
+
+    By default from the end (or the group's committed offsets), waiting for new records until
+    interrupted, --max-messages or --timeout-ms.
+    """
+    if include is not None:
+        if topic or topic_opt:
+            raise click.UsageError("give either a topic or --include, not both")
+        if partition is not None:
+            raise click.UsageError("the topic is required when partition is specified")
+        try:
+            re.compile(include)
+        except re.error as exc:
+            raise click.BadParameter(f"{include!r} is not a regular expression ({exc})", param_hint="--include") from None
+    else:
+        topic = one_name("topic", topic, topic_opt)
+    if partition is not None and group is not None:
+        raise click.UsageError("options --group and --partition cannot be specified together")
+    if offset is not None and partition is None:
+        raise click.UsageError("the partition is required when --offset is specified")
+    if offset is not None and from_beginning:
+        raise click.UsageError("options --from-beginning and --offset cannot be specified together")
+    if start is not None and (from_beginning or offset is not None):
+        raise click.UsageError("--from cannot be combined with --from-beginning or --offset")
+    props = parse_properties(properties, CONSUMER_PROPERTIES, "consume")
+    formatter = ConsoleFormatter(props)
+    if topic is not None:
+        Admin(root_folder(ctx)).describe_topic(topic)  # a missing topic is an error (a Consumer would wait for it to appear)
+    consumer = Consumer(
+        *((topic,) if topic is not None and partition is None else ()),
+        root=root_folder(ctx),
+        group_id=group,
+        auto_offset_reset="earliest" if from_beginning else "latest",
+        enable_auto_commit=False,
+    )
+    count = 0
+    try:
+        if include is not None:
+            consumer.subscribe(pattern=f"(?:{include})\\Z")  # Kafka matches the whole name
+        if partition is not None:
+            assert topic is not None
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            _seek_partition(consumer, tp, offset or ("earliest" if from_beginning else "latest"))
+        if start is not None:
+            _start_offsets(consumer, start)
+        stdout = sys.stdout.buffer
+        # Ctrl-C or SIGTERM ends a console consumer between two records, never inside one: then
+        # exactly what was written to stdout is counted and (with a group) committed, as Kafka's
+        # console consumer commits on shutdown. poll hands out whole batches, so the commit names
+        # the offsets printed rather than the consumer's positions.
+        stop = threading.Event()
+        signals = {signal.SIGINT: 130, signal.SIGTERM: 143}
+        caught: list[int] = []
+
+        def on_signal(signum: int, _frame: object) -> None:
+            caught.append(signum)
+            stop.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in signals}
+        printed: dict[TopicPartition, int] = {}
+        committed: dict[TopicPartition, int] = {}
+        next_commit = time.monotonic() + _COMMIT_INTERVAL_S
+
+        def commit_now_and_then() -> None:
+            """With a group, what was printed is committed every 5 s (the consumer's auto-commit
+            interval), so a consumer killed by SIGKILL or a crash repeats at most that much."""
+            nonlocal next_commit
+            if group is not None and printed != committed and time.monotonic() >= next_commit:
+                consumer.commit(dict(printed))
+                committed.update(printed)
+                next_commit = time.monotonic() + _COMMIT_INTERVAL_S
+
+        reader_gone = False
+        damage: CorruptRecordError | None = None
+        try:
+            for rec in _records(consumer, follow, limit, timeout_ms, stop, commit_now_and_then):
+                if fmt == "raw":
+                    stdout.write(formatter.format(rec))
+                else:
+                    stdout.write(json.dumps(_as_json(rec)).encode() + b"\n")
+                stdout.flush()
+                printed[TopicPartition(rec.topic, rec.partition)] = rec.offset + 1
+                count += 1
+        except BrokenPipeError:  # `| head -1` has what it wanted: an end like --max, the last record unwritten
+            if not stdout_reader_gone():
+                raise
+            reader_gone = True
+        except CorruptRecordError as exc:  # what was printed before the damage is committed still
+            damage = exc
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if group is not None and printed:
+            consumer.commit(printed)
+        if damage is not None:
+            raise click.ClickException(f"{damage}; {_where_to_seek(root_folder(ctx), consumer, group)}")
+        if reader_gone:
+            silence_closed_output()
+            return
+        err.print(f"Processed a total of {count} messages")
+        if caught:
+            ctx.exit(signals[caught[0]])  # 130 after Ctrl-C, as a shell expects; 143 after SIGTERM
+    finally:
+        consumer.close(autocommit=False)
+
+
+def _where_to_seek(root: str, consumer: Consumer, group: str | None) -> str:
+    """After a poll met damage: the first readable offset after it, and the command that starts there.
+
+    Which partition is found by its position (the damaged offset: every record before it was
+    handed out) falling in a damaged range of a check of it; the check reads the partition,
+    only on this error path.
+    """
+    for tp in sorted(consumer.assignment()):
+        position = consumer.position(tp)
+        found: list[DamagedRange] = []
+        with Admin(root).open_partition(tp.topic, tp.partition, read_only=True) as ch:
+            ch.check(on_damage=found.append)
+        for d in found:
+            if d.first <= position and (d.readable_after is None or position < d.readable_after):
+                if d.readable_after is None:
+                    return f"{tp.topic}[{tp.partition}] has no readable offset after {position}: the log ends in the damage"
+                how = (
+                    f"filechannel groups reset-offsets {group} --topic {tp.topic}:{tp.partition} "
+                    f"--to-offset {d.readable_after} --execute"
+                    if group is not None
+                    else f"filechannel consume {tp.topic} --partition {tp.partition} --from {d.readable_after}"
+                )
+                return (
+                    f"the first readable offset after it in {tp.topic}[{tp.partition}] is {d.readable_after} "
+                    f"(offsets {d.first} to {d.readable_after - 1} are lost): seek there, e.g. `{how}`"
+                )
+    return "run `filechannel check` to list the damaged ranges and the first readable offset after each"
+
+
+def _as_json(rec: Any) -> dict[str, Any]:
+    def text(data: bytes | None) -> str | None:
+        return data.decode("utf-8", "replace") if data is not None else None
+
+    return {
+        "topic": rec.topic,
+        "partition": rec.partition,
+        "offset": rec.offset,
+        "timestamp": rec.timestamp,
+        "key": text(rec.key),
+        "value": text(rec.value),
+        "headers": {k: text(v) for k, v in rec.headers},
+    }

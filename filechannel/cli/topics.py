@@ -1,0 +1,114 @@
+"""``filechannel topics``: create, list, describe, delete."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.table import Table
+
+from ..client import Admin
+from ..errors import TopicExistsError
+from .common import ROOT_OPTION, cli, one_name, out, root_folder
+from .kafka import (
+    topic_setting,
+)
+
+
+@cli.group()
+def topics() -> None:
+    """Create, list, describe and delete topics."""
+
+
+@topics.command("create")
+@ROOT_OPTION
+@click.argument("name", required=False)
+@click.option("--topic", "topic_opt", default=None, help="The topic's name (Kafka's flag; same as NAME).")
+@click.option("--partitions", "-p", default=1, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--config",
+    "-c",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Topic setting, ours (retention_ms=3600000) or Kafka's (retention.ms=3600000) (repeatable).",
+)
+@click.option("--replication-factor", type=click.IntRange(1), default=None, help="Accepted and ignored (one machine).")
+@click.option("--if-not-exists", is_flag=True, help="A topic of that name already there is left as it is (exit 0).")
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def topics_create(
+    ctx: click.Context,
+    name: str | None,
+    topic_opt: str | None,
+    partitions: int,
+    settings: tuple[str, ...],
+    replication_factor: int | None,
+    if_not_exists: bool,
+    bootstrap_server: str | None,
+) -> None:
+    """Create topic NAME (or --topic NAME)."""
+    name = one_name("topic", name, topic_opt)
+    config = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--config")
+        setting = topic_setting(key.strip(), value.strip())
+        if setting is None:
+            click.echo(f"note: topic config {key.strip()} means nothing on one machine; ignored", err=True)
+        else:
+            config[setting[0]] = setting[1]
+    admin = Admin(root_folder(ctx, must_exist=False))
+    try:
+        admin.create_topic(name, partitions, **config)
+    except TopicExistsError:
+        if not if_not_exists:
+            raise
+        existing = admin.describe_topic(name)
+        out.print(f"topic {name} already exists with {len(existing.partitions)} partition(s); left as it is")
+        return
+    out.print(f"created topic {name} with {partitions} partition(s)")
+
+
+@topics.command("list")
+@ROOT_OPTION
+@click.pass_context
+def topics_list(ctx: click.Context) -> None:
+    """List the topics."""
+    for name in Admin(root_folder(ctx)).list_topics():
+        click.echo(name)
+
+
+@topics.command("describe")
+@ROOT_OPTION
+@click.argument("name")
+@click.pass_context
+def topics_describe(ctx: click.Context, name: str) -> None:
+    """Show NAME's partitions (first and end offsets, bytes on disk) and settings."""
+    desc = Admin(root_folder(ctx)).describe_topic(name)
+    table = Table(title=f"topic {name}")
+    for col in ("partition", "first offset", "end offset", "records", "bytes on disk"):
+        table.add_column(col, justify="right")
+    for p in desc.partitions:
+        table.add_row(
+            str(p.partition), str(p.first_offset), str(p.end_offset), str(p.end_offset - p.first_offset), f"{p.size_bytes:,}"
+        )
+    out.print(table)
+    out.print("settings: " + (", ".join(f"{k}={v}" for k, v in sorted(desc.config.items())) or "defaults"))
+
+
+@topics.command("delete")
+@ROOT_OPTION
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+def topics_delete(ctx: click.Context, name: str, yes: bool) -> None:
+    """Delete topic NAME and all its records."""
+    admin = Admin(root_folder(ctx))
+    if not yes:
+        if not sys.stdin.isatty():  # a script: nobody to ask, so it must have said so
+            raise click.UsageError(f"stdin is not a terminal, so nobody can confirm: pass --yes to delete topic {name}")
+        click.confirm(f"delete topic {name} and all its records?", abort=True)
+    admin.delete_topic(name)
+    out.print(f"deleted topic {name}")
