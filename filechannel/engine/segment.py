@@ -39,6 +39,7 @@ from . import names
 from .record import ATTR_KNOWN, FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE, _codec, decode_payload
 
 SEGMENT_MAGIC = b"FCHS"
+MAX_FRAME_PAYLOAD = 0x7FFFFFFF  # the largest payload a frame may declare (its length is a u31)
 FORMAT_VERSION = 1
 SEGMENT_HEADER = struct.Struct("<4sHHIIQq")
 SEGMENT_HEADER_SIZE = SEGMENT_HEADER.size

@@ -1,0 +1,110 @@
+"""Garbage collection of a channel folder: which sealed segments go, and their deletion.
+
+Invariants: it runs under ``maintenance.lock``; only a prefix of the sealed segments is
+ever deleted (oldest first, so a crash midway leaves a shorter prefix, never a hole),
+never the active segment. With a tier, :func:`collect_garbage` deletes nothing: only
+the tiering daemon deletes segments, and only once they are uploaded (see
+filechannel/tiering/daemon.py), so no retention rule or reader position can delete a
+segment that exists nowhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+from ..errors import (
+    os_errors,
+)
+from . import names
+from .files import fsync_dir, unlink_if_exists
+from .segment import (
+    MAX_FRAME_PAYLOAD,
+    FrameScanner,
+)
+
+if TYPE_CHECKING:
+    from .log import Log, SegmentRef
+
+logger = logging.getLogger("filechannel")
+
+
+def segment_bytes_on_disk(ref: SegmentRef) -> int:
+    """The size of a segment's file, 0 if it is gone (collected or compressed meanwhile)."""
+    try:
+        return os.path.getsize(ref.path)
+    except FileNotFoundError:
+        return 0
+
+
+def segment_max_timestamp(log: Log, ref: SegmentRef, end_offset: int) -> int:
+    """The largest timestamp in a sealed segment (from its checked time index and a
+    scan of the frames after its last entry)."""
+    if ref.compressed:
+        return log.compressed_info(ref).max_timestamp
+    idx, tix = log.sealed_indexes(ref)
+    offset, position, max_ts = (idx.offsets[-1], idx.positions[-1], tix.max_before[-1]) if len(idx) else idx.start
+    with os_errors("open segment", ref.path):
+        fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _marks, _since, max_ts = FrameScanner(fd, ref.path, position, offset, MAX_FRAME_PAYLOAD).scan(max_ts=max_ts)
+    finally:
+        os.close(fd)
+    return max_ts
+
+
+def collect_garbage(log: Log, hold: int | None) -> list[int]:
+    """Delete the oldest sealed segments that every rule allows; return their base offsets.
+
+    A sealed segment goes when all of its records lie below ``hold`` (the smallest
+    durable reader position, None if there is none), or when retention says so.
+    Only a prefix of the sealed segments is ever deleted. Caller holds maintenance.lock.
+    With a tier it deletes nothing: the tiering daemon deletes, uploaded segments only.
+    """
+    if log.tier is not None:
+        return []
+    refs = log.local_segments()
+    sealed = refs[:-1]
+    if not sealed:
+        return []
+    ends = [r.base_offset for r in refs[1:]]
+    k = 0
+    if hold is not None:
+        while k < len(sealed) and ends[k] <= hold:
+            k += 1
+    if log.config.retention_ms is not None:
+        cutoff = int(time.time() * 1000) - log.config.retention_ms
+        j = 0
+        while j < len(sealed) and segment_max_timestamp(log, sealed[j], ends[j]) < cutoff:
+            j += 1
+        k = max(k, j)
+    if log.config.retention_bytes is not None:
+        sizes = [segment_bytes_on_disk(r) for r in refs]
+        total = sum(sizes)
+        j = 0
+        while j < len(sealed) and total > log.config.retention_bytes:
+            total -= sizes[j]
+            j += 1
+        k = max(k, j)
+    return delete_sealed_prefix(log, ends[k - 1]) if k else []
+
+
+def delete_sealed_prefix(log: Log, upto: int) -> list[int]:
+    """Delete the sealed segments whose records all lie below ``upto``, oldest first (a crash
+    midway leaves a shorter prefix, never a hole); never the active segment. Return their
+    base offsets. Caller holds maintenance.lock."""
+    refs = log.local_segments()  # local files only: with a tier, the listing also holds remote segments
+    deleted = []
+    for ref, end in zip(refs[:-1], [r.base_offset for r in refs[1:]], strict=True):
+        if end > upto:
+            break
+        for suffix in (names.COMPRESSED_SUFFIX, names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
+            unlink_if_exists(log.file(ref.base_offset, suffix))
+        deleted.append(ref.base_offset)
+    if deleted:
+        fsync_dir(log.path)
+        log.list_segments()
+        logger.info("channel %s: deleted %d sealed segment(s) below offset %d", log.path, len(deleted), upto)
+    return deleted
