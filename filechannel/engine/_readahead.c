@@ -6,7 +6,8 @@
  * back between blocks, and the reader holds it while it decodes: measured, Python
  * readahead threads ran no faster than the reader alone. Here a job is a C struct: the
  * submitting thread (holding the GIL) gives it a buffer the block decompresses into; a
- * worker preads the compressed block and decompresses it with no Python call; the
+ * worker preads the compressed block (or takes the bytes a tier-2 read fetched:
+ * submit_bytes) and decompresses it with no Python call; the
  * reader's result() waits with the GIL released and returns a memoryview of the job. A
  * job still queued when its result is wanted is taken back and run by the caller, also
  * without the GIL, and a caller whose job a worker is running runs the next queued ones
@@ -43,8 +44,10 @@ typedef struct Job {
     struct Job *next; /* in the queue, while QUEUED */
     int state;        /* guarded by lock */
     pid_t pid;        /* the process that queued it */
-    int fd;
+    int fd;            /* -1 for a job over bytes already fetched (src) */
     long long position;
+    PyObject *src;     /* a bytes object holding the compressed block (tier-2), or NULL */
+    const char *src_ptr; /* its bytes: immutable, kept alive by the job's reference */
     Py_ssize_t length, raw_length;
     char *buf;         /* raw_length bytes (cap allocated), written by whoever runs the job */
     size_t cap;
@@ -166,17 +169,19 @@ read_block(Job *j, char *in)
     return 0;
 }
 
-/* One job, without the GIL: pread the compressed block, decompress it into j->buf. */
+/* One job, without the GIL: pread the compressed block (or take the bytes a tier-2 fetch
+ * gave it), decompress it into j->buf. */
 static void
 run(Job *j)
 {
-    ThreadState *ts = thread_state((size_t)j->length);
+    ThreadState *ts = thread_state(j->src_ptr != NULL ? 0 : (size_t)j->length);
     if (ts == NULL) {
         j->err = ENOMEM;
         return;
     }
-    if (read_block(j, ts->in) == 0) {
-        size_t got = zstd_decompress(ts->dctx, j->buf, (size_t)j->raw_length, ts->in, (size_t)j->length);
+    const char *in = j->src_ptr != NULL ? j->src_ptr : ts->in;
+    if (j->src_ptr != NULL || read_block(j, ts->in) == 0) {
+        size_t got = zstd_decompress(ts->dctx, j->buf, (size_t)j->raw_length, in, (size_t)j->length);
         if (zstd_is_error(got)) {
             j->zerr = zstd_error_name(got);
         } else {
@@ -386,6 +391,7 @@ Job_dealloc(Job *j)
     if (j->buf != NULL) {
         give_buffer(j->buf, j->cap);
     }
+    Py_XDECREF(j->src);
     Py_TYPE(j)->tp_free((PyObject *)j);
 }
 
@@ -421,16 +427,11 @@ static PyTypeObject Job_Type = {
     .tp_as_buffer = &Job_as_buffer,
 };
 
-static PyObject *
-submit(PyObject *module, PyObject *args)
+/* A new job (not yet queued) decompressing `length` bytes into `raw_length`; NULL with an
+ * exception set. Called with the GIL. */
+static Job *
+new_job(int fd, long long position, Py_ssize_t length, Py_ssize_t raw_length, PyObject *src)
 {
-    (void)module;
-    int fd;
-    long long position;
-    Py_ssize_t length, raw_length;
-    if (!PyArg_ParseTuple(args, "iLnn", &fd, &position, &length, &raw_length)) {
-        return NULL;
-    }
     if (!usable) {
         PyErr_SetString(PyExc_RuntimeError, "readahead is unavailable: see unavailable_reason");
         return NULL;
@@ -450,6 +451,9 @@ submit(PyObject *module, PyObject *args)
     j->position = position;
     j->length = length;
     j->raw_length = raw_length;
+    Py_XINCREF(src);
+    j->src = src;
+    j->src_ptr = src != NULL ? PyBytes_AS_STRING(src) : NULL;
     j->err = j->short_read = 0;
     j->zerr = NULL;
     j->got = 0;
@@ -457,8 +461,17 @@ submit(PyObject *module, PyObject *args)
     j->buf = take_buffer((size_t)raw_length, &j->cap);
     if (j->buf == NULL) {
         Py_DECREF(j);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        return NULL;
     }
+    return j;
+}
+
+/* Queue the job for the workers (starting them in this process first); steals the
+ * reference to `j` on failure. */
+static PyObject *
+queue_job(Job *j)
+{
     pthread_mutex_lock(&lock);
     if (workers_pid != j->pid && start_workers() != 0) {
         pthread_mutex_unlock(&lock);
@@ -475,6 +488,33 @@ submit(PyObject *module, PyObject *args)
     pthread_cond_signal(&work_cv);
     pthread_mutex_unlock(&lock);
     return (PyObject *)j;
+}
+
+static PyObject *
+submit(PyObject *module, PyObject *args)
+{
+    (void)module;
+    int fd;
+    long long position;
+    Py_ssize_t length, raw_length;
+    if (!PyArg_ParseTuple(args, "iLnn", &fd, &position, &length, &raw_length)) {
+        return NULL;
+    }
+    Job *j = new_job(fd, position, length, raw_length, NULL);
+    return j == NULL ? NULL : queue_job(j);
+}
+
+static PyObject *
+submit_bytes(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *src;
+    Py_ssize_t raw_length;
+    if (!PyArg_ParseTuple(args, "Sn", &src, &raw_length)) {
+        return NULL;
+    }
+    Job *j = new_job(-1, 0, PyBytes_GET_SIZE(src), raw_length, src);
+    return j == NULL ? NULL : queue_job(j);
 }
 
 static PyObject *
@@ -497,6 +537,9 @@ static PyMethodDef module_methods[] = {
     {"submit", submit, METH_VARARGS,
      "submit(fd, position, length, raw_length) -> Job: read `length` bytes of fd at `position` "
      "(one zstd frame) and decompress them into `raw_length` bytes, on a worker thread."},
+    {"submit_bytes", submit_bytes, METH_VARARGS,
+     "submit_bytes(data, raw_length) -> Job: decompress `data` (a bytes object: one zstd frame a tier-2 "
+     "read fetched) into `raw_length` bytes, on a worker thread."},
     {"set_threads", set_threads, METH_O, "How many worker threads a process starts (default 2)."},
     {NULL},
 };

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
 from ..errors import ChannelClosedError
-from .compressed import BlockData, CompressedSegment
+from .compressed import Block, BlockData, CompressedSegment, decompress_block
 
 try:
     from . import _readahead
@@ -109,6 +110,18 @@ class BlockReadahead:
         with self._lock:
             self._closed = True
             self._drop()
+
+
+def decompress_fetched(body: bytes, block: Block) -> Callable[[], BlockData]:
+    """The decompression of a block whose bytes were fetched already (a tier-2 read): queued
+    to the C workers now, where they run, so it proceeds without the GIL while the fetching
+    thread goes on with the next request; the returned call waits for it (running it on
+    the caller's thread if no worker has started it). Without the C module, the call
+    decompresses with python-zstandard. Errors raise from the call, as
+    :func:`~filechannel.engine.compressed.block_result` expects."""
+    if ENABLED:
+        return _readahead.submit_bytes(body if type(body) is bytes else bytes(body), block.raw_length).result
+    return lambda: decompress_block(body, block)
 
 
 class LocalBlocks:

@@ -28,14 +28,15 @@ Invariants:
   quarter of it per open segment (a cursor has two open near a segment's end), plus
   the block it decodes: under 1.5x ``tier_cache_bytes`` + tables.
 
-Prefetch: a reader moving from block ``i`` to ``i + 1`` schedules the next ``depth``
-blocks on a thread pool shared by the channel (``2 x tier_concurrency`` threads, so several
-ranged GETs are in flight: S3 answers in milliseconds, a block decompresses in about one).
-Each prefetch thread fetches *and* decompresses its block with python-zstandard, which
-releases the GIL, so both CPUs decompress. The C readahead (readahead.py) is not used for
-remote blocks: its workers ``pread`` a file descriptor, and there is none here; handing
-it fetched bytes would need a second code path in C for no gain, since the fetch
-dominates and the Python threads already decompress in parallel.
+Prefetch, in two stages as for local segments: a reader moving from block ``i`` to
+``i + 1`` schedules the next ``depth`` blocks (up to ``MAX_PREFETCH_BLOCKS``: S3 answers in
+milliseconds, a block decompresses in about one, so far more blocks are in flight than the
+local readahead's four) on a thread pool shared by the channel (``2 x tier_concurrency``
+threads, so several ranged GETs are in flight). A fetch thread only fetches: the bytes it
+gets go to the C readahead workers (:func:`~filechannel.engine.readahead.decompress_fetched`),
+which decompress without the GIL while the thread issues its next GET, so both CPUs
+decompress as they do for a local segment. Without the C module, the reader's thread
+decompresses with python-zstandard.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..engine.compressed import Z_HEADER, BlockData, CompressedInfo, block_result, decode_table, decompress_block, table_length
+from ..engine.compressed import Z_HEADER, BlockData, CompressedInfo, block_result, decode_table, table_length
+from ..engine.readahead import decompress_fetched
 from ..errors import ChannelClosedError, CorruptRecordError, ObjectNotFoundError, OffsetOutOfRangeError
 from .block_cache import BlockCache
 from .layout import SegmentRecord
@@ -123,12 +125,13 @@ class RemoteReader:
             raise ChannelClosedError(f"the tier-2 reader of {self.storage.url} is closed")
         return RemoteSegment(self, record, self.info(record))
 
-    def prefetch(self, segment: RemoteSegment, i: int) -> Future[BlockData]:
-        """Fetch and decompress block ``i`` of ``segment`` on a prefetch thread."""
+    def prefetch(self, segment: RemoteSegment, i: int) -> Future[Callable[[], BlockData]]:
+        """Fetch block ``i`` of ``segment`` on a prefetch thread; the future's result is its
+        decompression, queued (see :meth:`RemoteSegment.fetch`)."""
         with self._lock:  # against close: a closed pool refuses work with a RuntimeError
             if self._closed:
                 raise ChannelClosedError(f"the tier-2 reader of {self.storage.url} is closed")
-            return self._pool.submit(segment.load, i)
+            return self._pool.submit(segment.fetch, i)
 
     def close(self) -> None:
         """Stop the prefetch threads (waits for the reads in flight) and drop the caches."""
@@ -193,7 +196,7 @@ class RemoteSegment:
         self.path = reader.object_url(record.chunks[0].name)
         largest = max((b.raw_length + b.compressed_length for b in info.blocks), default=1)
         self.depth = max(1, min(MAX_PREFETCH_BLOCKS, reader.cache.capacity // (4 * largest)))
-        self._ahead: dict[int, Future[BlockData]] = {}
+        self._ahead: dict[int, Future[Callable[[], BlockData]]] = {}
         self._last = -1
         self._lock = threading.Lock()
         self._closed = False
@@ -223,7 +226,7 @@ class RemoteSegment:
                 self._schedule(range(i + 1, min(i + 1 + self.depth, len(self.info.blocks))))
         if fut is None:
             return self.load(i)
-        return fut.result()  # its error (damage, an unreachable storage) raises here, at the read
+        return self._finish(i, fut.result)  # a fetch's error (damage, an unreachable storage) raises here, at the read
 
     def start(self) -> None:
         """Prefetch the first blocks now (a reader nearing the end of the segment before)."""
@@ -239,19 +242,24 @@ class RemoteSegment:
     def _key(self, i: int) -> tuple[str, int, int, int]:
         return (self.record.channel, self.record.base_offset, self.record.epoch, i)
 
+    def fetch(self, i: int) -> Callable[[], BlockData]:
+        """Fetch block ``i``'s bytes (ranged reads) and queue their decompression; returns the
+        call that waits for it. Runs on a prefetch thread, or the reader's."""
+        b = self.info.blocks[i]
+        return decompress_fetched(read_range(self.reader, self.record, b.file_position, b.compressed_length), b)
+
     def load(self, i: int) -> BlockData:
-        """Block ``i`` from the cache, or fetched and decompressed on this thread and cached."""
+        """Block ``i`` from the cache, or fetched and decompressed now and cached."""
+        return self._finish(i, lambda: self.fetch(i))
+
+    def _finish(self, i: int, fetched: Callable[[], Callable[[], BlockData]]) -> BlockData:
+        """Block ``i`` from the cache, or from ``fetched`` (the fetch's result: the queued
+        decompression), checked as every block is, then cached."""
         key = self._key(i)
         data = self.reader.cache.get(key)
         if data is not None:
             return data
-        b = self.info.blocks[i]
-        data = block_result(
-            self.where(i),
-            self.info,
-            i,
-            lambda: decompress_block(read_range(self.reader, self.record, b.file_position, b.compressed_length), b),
-        )
+        data = block_result(self.where(i), self.info, i, lambda: fetched()())
         self.reader.cache.put(key, data)
         return data
 
