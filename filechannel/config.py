@@ -60,7 +60,8 @@ class ChannelConfig:
     tier_after_ms: upload a sealed segment only once its newest record is this old (None:
         as soon as it is sealed and compressed).
     tier_chunk_bytes: largest chunk object of an uploaded segment. tier_cache_bytes: the
-        bound of the in-memory cache of remote blocks. tier_upload_bytes_per_s: upload rate
+        bound of the cache of remote blocks, in memory, or in files of ``tier_cache_dir``
+        when set (a private subfolder per process, removed on close). tier_upload_bytes_per_s: upload rate
         limit (None: unlimited). tier_concurrency: chunk uploads (and remote reads) in flight.
     """
 
@@ -85,6 +86,7 @@ class ChannelConfig:
     tier_after_ms: int | None = None
     tier_chunk_bytes: int = 16 * 1024 * 1024
     tier_cache_bytes: int = 64 * 1024 * 1024
+    tier_cache_dir: str | None = None
     tier_upload_bytes_per_s: int | None = None
     tier_concurrency: int = 4
 
@@ -113,6 +115,8 @@ class ChannelConfig:
         _int(self, "tier_after_ms", minimum=0, maximum=_MAX_I64, optional=True)
         _int(self, "tier_chunk_bytes", minimum=1024, maximum=5 * 2**30)
         _int(self, "tier_cache_bytes", minimum=1024, maximum=_MAX_I64)
+        if self.tier_cache_dir is not None and (not isinstance(self.tier_cache_dir, str) or not self.tier_cache_dir.strip()):
+            raise ConfigError(f"tier_cache_dir must be a folder path or None, not {self.tier_cache_dir!r}")
         _int(self, "tier_upload_bytes_per_s", minimum=1, maximum=_MAX_I64, optional=True)
         _int(self, "tier_concurrency", minimum=1, maximum=256)
         if self.tier is not None and (not isinstance(self.tier, str) or "://" not in self.tier):

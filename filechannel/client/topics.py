@@ -71,6 +71,7 @@ TOPIC_SETTINGS = (
     "tier_after_ms",
     "tier_chunk_bytes",
     "tier_cache_bytes",
+    "tier_cache_dir",
     "tier_upload_bytes_per_s",
     "tier_concurrency",
 )

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..config import ChannelConfig
 from ..errors import TierError
+from .block_cache import BlockCache, DiskBlockCache
 from .layout import SegmentRecord, validate_channel
 from .metadata import TierMetadata
 from .remote_segment import RemoteReader
@@ -48,10 +49,12 @@ class TierContext:
         name: str,
         *,
         cache_bytes: int = ChannelConfig.tier_cache_bytes,
+        cache_dir: str | None = None,
         concurrency: int = ChannelConfig.tier_concurrency,
     ) -> None:
         self.url = url
         self.cache_bytes = cache_bytes
+        self.cache_dir = cache_dir
         self.concurrency = concurrency
         self.name = validate_channel(name)
         self.metadata_path = os.fspath(metadata_path)
@@ -92,12 +95,16 @@ class TierContext:
 
     @property
     def reader(self) -> RemoteReader:
-        """The read side (tables, the block cache of ``cache_bytes``, prefetch threads), made on first use."""
+        """The read side (tables, the block cache of ``cache_bytes`` in memory or in ``cache_dir``,
+        prefetch threads), made on first use."""
         storage = self.storage
         with self._lock:
             self._check_open()
             if self._reader is None:
-                self._reader = RemoteReader(storage, self.cache_bytes, self.concurrency, self._still_uploaded)
+                cache = (
+                    BlockCache(self.cache_bytes) if self.cache_dir is None else DiskBlockCache(self.cache_bytes, self.cache_dir)
+                )
+                self._reader = RemoteReader(storage, self.cache_bytes, self.concurrency, self._still_uploaded, cache=cache)
             return self._reader
 
     def _still_uploaded(self, record: SegmentRecord) -> bool:
@@ -152,5 +159,6 @@ def tier_context_for(
         metadata_path,
         name,
         cache_bytes=config.tier_cache_bytes,
+        cache_dir=config.tier_cache_dir,
         concurrency=config.tier_concurrency,
     )

@@ -50,7 +50,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from ..engine.compressed import Z_HEADER, BlockData, CompressedInfo, block_result, decode_table, table_length
 from ..engine.readahead import decompress_fetched
 from ..errors import ChannelClosedError, CorruptRecordError, ObjectNotFoundError, OffsetOutOfRangeError
-from .block_cache import BlockCache
+from .block_cache import BlockCache, DiskBlockCache
 from .layout import SegmentRecord
 from .storage import ChunkStorage, redact_url
 
@@ -68,12 +68,14 @@ class RemoteReader:
         cache_bytes: int,
         concurrency: int,
         still_uploaded: Callable[[SegmentRecord], bool] | None = None,
+        *,
+        cache: BlockCache | DiskBlockCache | None = None,
     ) -> None:
         self.storage = storage
         # Asked when an object is missing: False means total retention deleted the segment
         # (OffsetOutOfRangeError, as for a local segment collected under a reader), not damage.
         self.still_uploaded = still_uploaded
-        self.cache = BlockCache(cache_bytes)
+        self.cache = cache if cache is not None else BlockCache(cache_bytes)  # of cache_bytes, in memory or files
         self._tables: OrderedDict[tuple[str, int, int], CompressedInfo] = OrderedDict()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * concurrency), thread_name_prefix="filechannel-tier-read")
