@@ -66,6 +66,7 @@ def split(
     min_partitions: int | None,
     max_records: int | None = None,
     cut: Callable[[R, int], list[R]] = _pieces,
+    whole: Callable[[R], bool] = lambda r: False,
 ) -> list[R]:
     """Split ranges into tasks as Spark's Kafka source does.
 
@@ -74,17 +75,20 @@ def split(
     range gets a share of ``min_partitions`` proportional to its size (at least one) and is
     cut into that many nearly equal pieces. Empty ranges are dropped. ``cut(range, n)`` makes
     the pieces (a tier-2 range is cut only at segment or block boundaries, so it may give fewer
-    or larger ones: see tier.py).
+    or larger ones: see tier.py); a range for which ``whole(range)`` is true (the local tail
+    of a partition read mostly from tier-2) gets no share of ``min_partitions``.
     """
     ranges = [r for r in ranges if r.size > 0]
     if max_records:
         ranges = [piece for r in ranges for piece in cut(r, -(-r.size // max_records))]
-    total = sum(r.size for r in ranges)
+    kept = [whole(r) for r in ranges]
+    total = sum(r.size for r, keep in zip(ranges, kept, strict=True) if not keep)
     if not min_partitions or min_partitions <= len(ranges) or total == 0:
         return ranges
+    share = min_partitions - sum(kept)
     out = []
-    for r in ranges:
-        out.extend(cut(r, max(1, min(r.size, math.floor(r.size / total * min_partitions + 0.5)))))
+    for r, keep in zip(ranges, kept, strict=True):
+        out.extend([r] if keep else cut(r, max(1, min(r.size, math.floor(r.size / total * share + 0.5)))))
     return out
 
 

@@ -87,7 +87,7 @@ def plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartiti
     is read from its first offset, as Kafka's source reads newly discovered partitions.
     With ``tierDirectReads`` (the default), the part of a range already uploaded to tier-2
     becomes :class:`~.tier.TierRange` tasks that executors read from the storage alone, and
-    only the rest is read through the channel (tier.py).
+    only the rest (the local tail) is read through the channel, in one task (tier.py).
     """
     bounds = partition_bounds(opts)
     ranges = []
@@ -110,7 +110,12 @@ def plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartiti
     planner = TierPlanner(opts.root)
     try:
         tasks = [piece for r in ranges for piece in planner.split_tiers(r)]
-        return list(split(tasks, opts.min_partitions, opts.max_records_per_partition, planner.pieces))
+        tiered = {(t.topic, t.partition) for t in tasks if isinstance(t, TierRange)}
+
+        def tail(r: OffsetRange | TierRange) -> bool:
+            return isinstance(r, OffsetRange) and (r.topic, r.partition) in tiered
+
+        return list(split(tasks, opts.min_partitions, opts.max_records_per_partition, planner.pieces, tail))
     finally:
         planner.close()
 
