@@ -208,6 +208,25 @@ class TierPlanner:
                 metadata.close()
 
 
+def uploaded_end_offsets(root: str, topics: Sequence[str]) -> dict[str, dict[str, int]]:
+    """``{"topic": {"partition": offset}}``: where each partition's records in tier-2, from its
+    first offset on, end (its first offset if none are uploaded). As ``endingOffsets`` of a batch
+    from ``earliest``, a read that executors do from tier-2 alone, with no task on the channel."""
+    planner = TierPlanner(root)
+    try:
+        out: dict[str, dict[str, int]] = {}
+        for topic in topics:
+            out[topic] = {}
+            for p in range(planner.store.partitions(topic)):
+                with planner.store.open_partition(topic, p, read_only=True) as ch:
+                    first = ch.first_offset
+                run = _run_from(planner._uploaded(topic, p), first) if planner._tier(topic) else []
+                out[topic][str(p)] = run[-1].end_offset if run else first
+        return out
+    finally:
+        planner.close()
+
+
 def _run_from(uploaded: list[SegmentRecord], offset: int) -> list[SegmentRecord]:
     """The uploaded segments from the one holding ``offset`` on, while each starts where the last ended."""
     i = bisect.bisect_right([s.base_offset for s in uploaded], offset) - 1

@@ -119,7 +119,9 @@ def test_executors_read_offloaded_ranges_without_the_channel_folder(spark, tmp_p
         assert str(root).encode() not in shipped and seaweed.secret_key.encode() not in shipped
         assert t.storage_url == url and not hasattr(t, "root")
     with executor_env(spark, credentials(seaweed)):
-        ends = json.dumps({"t": {str(p): off for p, off in uploaded_end.items()}})
+        ends = filechannel.spark.uploaded_end_offsets(str(root), ["t"])
+        assert ends == {"t": {str(p): off for p, off in uploaded_end.items()}}
+        ends = json.dumps(ends)
         df = read(spark, root, "t", endingOffsets=ends)
         assert df.rdd.getNumPartitions() == len(tier)  # planned now, on the driver, with the root there
         # What guarantees the workers never touched the folder: it is gone before any task
