@@ -28,7 +28,7 @@ from filechannel.tiering.daemon import TieringDaemon
 
 from .helpers import read, stream
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
 N = 6000  # records per partition
 
