@@ -32,11 +32,16 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
+import functools
 import itertools
+import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,13 +50,14 @@ from pyspark.sql.datasource import InputPartition
 
 from ..client.topics import TopicStore
 from ..config import ChannelConfig
+from ..engine.readahead import READAHEAD_BLOCKS
 from ..engine.record import Record, decode_records
 from ..errors import AccessDeniedError, CorruptRecordError, OffsetOutOfRangeError
 from ..tiering.context import ROOT_METADATA
 from ..tiering.layout import SegmentRecord
 from ..tiering.metadata import TierMetadata
 from ..tiering.remote_segment import RemoteReader, RemoteSegment
-from ..tiering.storage import open_storage, redact_url
+from ..tiering.storage import ChunkStorage, open_storage, redact_url
 from .errors import data_loss
 from .ranges import BATCH_ROWS, DECODE_ROWS, OffsetRange
 from .schema import BatchBuilder
@@ -192,7 +198,7 @@ class TierPlanner:
     def _block_starts(self, r: TierRange, segment: SegmentRecord) -> list[int]:
         reader = self._readers.get(r.storage_url)
         if reader is None:
-            storage = open_storage(r.storage_url, **r.storage_options)
+            storage = storage_for(r.storage_url, r.storage_options)
             reader = self._readers[r.storage_url] = RemoteReader(storage, 1024 * 1024, 1)
         return [b.first_offset for b in reader.info(segment).blocks]
 
@@ -201,8 +207,7 @@ class TierPlanner:
         metadata, self._metadata = self._metadata, None
         try:
             for reader in readers:
-                reader.close()
-                reader.storage.close()
+                reader.close()  # its storage is this process's (storage_for): kept open
         finally:
             if metadata is not None:
                 metadata.close()
@@ -240,10 +245,68 @@ def _run_from(uploaded: list[SegmentRecord], offset: int) -> list[SegmentRecord]
     return run
 
 
+_STORAGES: dict[tuple[str, str], ChunkStorage] = {}
+_STORAGES_LOCK = threading.Lock()
+
+
+def storage_for(url: str, options: dict[str, Any]) -> ChunkStorage:
+    """This process's client of the storage at ``url`` with ``options``, made on first use and kept.
+
+    Spark reuses a Python worker for many tasks, and making a boto3 client costs about
+    0.3 s (it loads the service's model): once per worker, not once per task. A client is
+    thread-safe, and its credentials come from the worker's environment, which does not change.
+    """
+    key = (url, json.dumps(options, sort_keys=True, default=str))
+    with _STORAGES_LOCK:
+        storage = _STORAGES.get(key)
+        if storage is None:
+            storage = _STORAGES[key] = open_storage(url, **options)
+        return storage
+
+
+class _Segments:
+    """Opens a task's segments in order, the next one ahead: its table and first blocks are
+    fetched while the last blocks of the current one are decoded (as a cursor opens the next
+    segment near the end of one), so a task does not wait two round trips at each segment.
+    At most two segments are open, as for a cursor (the bound of remote_segment.py)."""
+
+    def __init__(self, reader: RemoteReader, records: Sequence[SegmentRecord]) -> None:
+        self.reader, self.records = reader, records
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="filechannel-tier-open")
+        self._next: tuple[int, Future[RemoteSegment]] | None = None
+
+    def open(self, k: int) -> RemoteSegment:
+        if self._next is not None and self._next[0] == k:
+            future, self._next = self._next[1], None
+            return future.result()  # its error (retention, damage, access) raises here
+        self._drop()
+        return self.reader.open(self.records[k])
+
+    def prepare(self, k: int) -> None:
+        """Start opening segment ``k`` (once; nothing past the last)."""
+        if k < len(self.records) and self._next is None:
+            self._next = (k, self._pool.submit(self._open_started, self.records[k]))
+
+    def _open_started(self, record: SegmentRecord) -> RemoteSegment:
+        segment = self.reader.open(record)
+        segment.start()
+        return segment
+
+    def _drop(self) -> None:
+        if self._next is not None:
+            future, self._next = self._next[1], None
+            with contextlib.suppress(Exception):  # never read: its error does not matter
+                future.result().close()
+
+    def close(self) -> None:
+        self._drop()
+        self._pool.shutdown(wait=True)
+
+
 def read_tier_range(r: TierRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """On an executor: the records of ``r`` from tier-2 as Arrow batches, in offset order."""
     try:
-        storage = open_storage(r.storage_url, **r.storage_options)
+        storage = storage_for(r.storage_url, r.storage_options)
     except AccessDeniedError as exc:
         raise _no_access(r, exc) from exc
 
@@ -253,18 +316,17 @@ def read_tier_range(r: TierRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.R
         return record.manifest is None or storage.exists(record.manifest)
 
     reader = RemoteReader(storage, r.cache_bytes, r.concurrency, still_uploaded)
+    records = _holding(r.segments, r.start, r.end)
+    segments = _Segments(reader, records)
     try:
         builder = BatchBuilder(r.topic, r.partition, r.include_headers)
         pos = r.start
-        for record in r.segments:
-            if pos >= r.end:
-                break
-            if record.end_offset <= pos:
-                continue
+        for k, record in enumerate(records):
             try:
-                segment = reader.open(record)
+                segment = segments.open(k)
                 try:
-                    yield from _segment_batches(segment, pos, r.end, builder, batch_rows)
+                    near_end = functools.partial(segments.prepare, k + 1)
+                    yield from _segment_batches(segment, pos, r.end, builder, batch_rows, near_end)
                 finally:
                     segment.close()
             except OffsetOutOfRangeError:
@@ -274,23 +336,26 @@ def read_tier_range(r: TierRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.R
                 log.warning("%s[%d]: offsets %d to %d were deleted from tier-2; going on", *gone)
             except AccessDeniedError as exc:
                 raise _no_access(r, exc) from exc
-            pos = max(pos, record.end_offset)
+            pos = min(r.end, record.end_offset)
         if pos < r.end:
             raise data_loss(r.topic, r.partition, pos, pos, missing_tail=True)
         if len(builder):
             yield builder.build()
     finally:
+        segments.close()
         reader.close()
-        storage.close()
 
 
 def _segment_batches(
-    segment: RemoteSegment, start: int, end: int, builder: BatchBuilder, batch_rows: int
+    segment: RemoteSegment, start: int, end: int, builder: BatchBuilder, batch_rows: int, near_end: Callable[[], None]
 ) -> Iterator[pa.RecordBatch]:
-    """The records ``[start, end)`` of one remote segment into ``builder``, yielding full batches."""
+    """The records ``[start, end)`` of one remote segment into ``builder``, yielding full batches;
+    ``near_end()`` is called on its last blocks (to open the next segment ahead)."""
     info = segment.info
     i = info.block_for_offset(start)
     while i < len(info.blocks) and info.blocks[i].first_offset < end:
+        if i >= len(info.blocks) - READAHEAD_BLOCKS:
+            near_end()
         raw = segment.block(i)  # prefetches the next blocks
         first = info.blocks[i].first_offset
         stop = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
