@@ -19,7 +19,7 @@ from filechannel.spark.errors import DataLossError
 from filechannel.spark.options import SourceOptions
 from filechannel.spark.ranges import OffsetRange
 from filechannel.spark.source import FileChannelBatchReader, read_partition
-from filechannel.spark.tier import TierRange, snap
+from filechannel.spark.tier import TierRange, snap, storage_for
 from filechannel.tiering.daemon import TieringDaemon
 
 pytestmark = pytest.mark.spark
@@ -112,3 +112,13 @@ def test_executor_code_never_needs_the_root(root, tmp_path):
     assert sum(len(offsets(t)) for t in tier) == sum(t.end - t.start for t in tier)
     with pytest.raises(Exception, match=r"unknown topic|does not exist"):
         offsets(next(t for t in plan if isinstance(t, OffsetRange)))
+
+
+def test_a_worker_keeps_one_storage_client_per_storage_across_tasks(root, tmp_path):
+    plan = [t for t in tasks(root, minPartitions=6) if isinstance(t, TierRange)]
+    first = storage_for(plan[0].storage_url, plan[0].storage_options)
+    assert all(storage_for(t.storage_url, t.storage_options) is first for t in plan)
+    for t in plan:  # a task leaves the shared client open for the next one
+        offsets(t)
+    assert first.exists(plan[0].segments[0].chunks[0].name)
+    assert storage_for((tmp_path / "other").as_uri(), {}) is not first
