@@ -90,11 +90,6 @@ class TierRange(InputPartition):
     def size(self) -> int:
         return self.end - self.start
 
-    @property
-    def bytes(self) -> int:
-        """Compressed bytes of the segments it touches (what its task fetches, at most)."""
-        return sum(s.size for s in self.segments)
-
     def cut(self, bounds: Sequence[int]) -> list[TierRange]:
         """This range cut at ``bounds`` (increasing offsets strictly inside it), each piece with its segments."""
         edges = [self.start, *bounds, self.end]
@@ -138,11 +133,13 @@ class TierPlanner:
         self._metadata: TierMetadata | None = None
         self._readers: dict[str, RemoteReader] = {}
 
-    def _tier(self, topic: str) -> dict[str, Any] | None:
+    def tier_config(self, topic: str) -> dict[str, Any] | None:
+        """The topic's settings if it has a tier, else None."""
         config = self.store.meta(topic).get("config", {})
         return config if config.get("tier") is not None else None
 
-    def _uploaded(self, topic: str, partition: int) -> list[SegmentRecord]:
+    def uploaded(self, topic: str, partition: int) -> list[SegmentRecord]:
+        """The partition's segments in state uploaded, by offset (none if nothing was ever uploaded)."""
         path = os.path.join(self.root, ROOT_METADATA)
         if self._metadata is None:
             if not os.path.exists(path):
@@ -152,10 +149,10 @@ class TierPlanner:
 
     def split_tiers(self, r: OffsetRange) -> list[TierRange | OffsetRange]:
         """``r`` as tier ranges of at most about :data:`TASK_BYTES` over its uploaded run, then the local rest."""
-        config = self._tier(r.topic)
+        config = self.tier_config(r.topic)
         if config is None or r.size <= 0:
             return [r]
-        run = _run_from(self._uploaded(r.topic, r.partition), r.start)
+        run = _run_from(self.uploaded(r.topic, r.partition), r.start)
         if not run:
             return [r]
         upto = min(r.end, run[-1].end_offset)
@@ -225,7 +222,7 @@ def uploaded_end_offsets(root: str, topics: Sequence[str]) -> dict[str, dict[str
             for p in range(planner.store.partitions(topic)):
                 with planner.store.open_partition(topic, p, read_only=True) as ch:
                     first = ch.first_offset
-                run = _run_from(planner._uploaded(topic, p), first) if planner._tier(topic) else []
+                run = _run_from(planner.uploaded(topic, p), first) if planner.tier_config(topic) else []
                 out[topic][str(p)] = run[-1].end_offset if run else first
         return out
     finally:
