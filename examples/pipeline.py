@@ -5,7 +5,9 @@
    is tiered: a pass of the tiering daemon uploads its sealed segments to tier-2 (a local
    folder by default, ``--tier s3://...`` for S3) and deletes the local copies past a small
    local retention, so the oldest records exist only in tier-2.
-2. A streaming query reads ``pageviews`` across both tiers with ``format("filechannel")``, parses the JSON,
+2. A streaming query reads ``pageviews`` across both tiers with ``format("filechannel")``
+   (Spark's executors read the uploaded offsets straight from tier-2, the local tail
+   through the channel; the run prints how many rows came from each), parses the JSON,
    counts views per page in 5-minute windows with a 1-minute watermark, and writes each
    closed window to the topic ``pageview-counts`` through the filechannel sink (exactly once).
 3. A second streaming query reads ``pageview-counts`` and writes it to Parquet.
@@ -39,7 +41,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from filechannel.client import Admin, Producer
-from filechannel.engine.names import parse_segment_file
 from filechannel.tiering.daemon import TieringDaemon, tier_status
 
 console = Console()
@@ -108,16 +109,19 @@ def offload(root: str) -> None:
     console.print(table)
 
 
-def read_split(root: str) -> tuple[int, int]:
-    """Records of ``pageviews`` only in tier-2 (below each partition's first local segment), and on local disk."""
-    remote = local = 0
-    for p in Admin(root).describe_topic("pageviews").partitions:
-        folder = os.path.join(root, "pageviews", str(p.partition))
-        bases = [parsed[0] for parsed in map(parse_segment_file, os.listdir(folder)) if parsed is not None]
-        first_local = min(bases, default=p.end_offset)
-        remote += first_local - p.first_offset
-        local += p.end_offset - first_local
-    return remote, local
+def read_split(root: str) -> tuple[int, int, int, int]:
+    """How Spark's source splits a read of ``pageviews`` from earliest: rows and tasks that
+    executors read straight from tier-2, and rows and tasks read through the channel (the
+    local tail). The plan of the streaming query cuts the same offsets into micro-batches."""
+    from filechannel.spark.options import SourceOptions
+    from filechannel.spark.source import FileChannelBatchReader
+    from filechannel.spark.tier import TierRange
+
+    opts = SourceOptions.parse({"root": root, "subscribe": "pageviews", "startingOffsets": "earliest"}, batch=True)
+    tasks = FileChannelBatchReader(opts).partitions()
+    tier = [t for t in tasks if isinstance(t, TierRange)]
+    local = [t for t in tasks if not isinstance(t, TierRange)]
+    return sum(t.end - t.start for t in tier), len(tier), sum(t.end - t.start for t in local), len(local)
 
 
 def spark_session(root: str):
@@ -261,16 +265,19 @@ def main() -> None:
         produce(root, args.events, start_ms=int(time.time() * 1000) - 3 * HOUR_MS, tier=tier, tier_options=options)
         console.print(f"produced in {time.monotonic() - t:.1f} s")
         offload(root)
-        remote, local = read_split(root)
-        console.print(f"pageviews: {remote:,} records only in tier-2, {local:,} on local disk; starting Spark (local[2])")
+        remote, remote_tasks, local, local_tasks = read_split(root)
+        console.print(
+            f"pageviews: Spark's executors read {remote:,} rows straight from tier-2 ({remote_tasks} tasks), "
+            f"{local:,} rows through the channel's local disk ({local_tasks} tasks); starting Spark (local[2])"
+        )
         spark = spark_session(root)
         t = time.monotonic()
         count_windows(spark, root, args.events)
         out = os.path.join(root, "pageview-counts.parquet")
         rows = counts_to_parquet(spark, root, out)
         console.print(
-            f"streamed in {time.monotonic() - t:.1f} s ({rows:,} window counts); pageviews read "
-            f"{remote:,} records from tier-2 and {local:,} from local disk"
+            f"streamed in {time.monotonic() - t:.1f} s ({rows:,} window counts); pageviews: "
+            f"{remote:,} rows came from tier-2 and {local:,} from local disk"
         )
         summarize(spark, out, args.events)
     finally:

@@ -15,6 +15,7 @@ from typing import Any
 from .datasource import FileChannelDataSource
 from .errors import DataLossError, SinkError
 from .schema import SCHEMA
+from .tier import uploaded_end_offsets
 
 
 def register(spark: Any) -> None:
@@ -22,4 +23,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(FileChannelDataSource)
 
 
-__all__ = ["SCHEMA", "DataLossError", "FileChannelDataSource", "SinkError", "register"]
+__all__ = ["SCHEMA", "DataLossError", "FileChannelDataSource", "SinkError", "register", "uploaded_end_offsets"]

@@ -45,6 +45,7 @@ SOURCE_OPTIONS = {
     "failondataloss",
     "includeheaders",
     "groupid",
+    "tierdirectreads",
 }
 # Options of Kafka's source about its consumers and the broker: nothing to tune here.
 IGNORED_SOURCE_OPTIONS = {
@@ -173,6 +174,7 @@ class SourceOptions:
     fail_on_data_loss: bool
     include_headers: bool
     group_id: str | None
+    tier_direct_reads: bool = True  # offloaded ranges read by executors from tier-2 (spark/tier.py)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool | None) -> SourceOptions:
@@ -256,6 +258,7 @@ class SourceOptions:
             fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
             include_headers=parse_bool(opts, "includeHeaders", False),
             group_id=group_id,
+            tier_direct_reads=parse_bool(opts, "tierDirectReads", True),
         )
         parsed.check_bounds(batch)
         return parsed

@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -48,23 +49,46 @@ class OffsetRange(InputPartition):
         return [dataclasses.replace(self, start=a, end=b) for a, b in itertools.pairwise(bounds)]
 
 
-def split(ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None = None) -> list[OffsetRange]:
+class Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+R = TypeVar("R", bound=Sized)
+
+
+def _pieces(r: Any, parts: int) -> list[Any]:
+    return list(r.pieces(parts))
+
+
+def split(
+    ranges: Sequence[R],
+    min_partitions: int | None,
+    max_records: int | None = None,
+    cut: Callable[[R, int], list[R]] = _pieces,
+    whole: Callable[[R], bool] = lambda r: False,
+) -> list[R]:
     """Split ranges into tasks as Spark's Kafka source does.
 
     First every range larger than ``max_records`` (maxRecordsPerPartition) is cut into pieces
     of at most that many records; then, if that makes fewer than ``min_partitions`` tasks, each
     range gets a share of ``min_partitions`` proportional to its size (at least one) and is
-    cut into that many nearly equal pieces. Empty ranges are dropped.
+    cut into that many nearly equal pieces. Empty ranges are dropped. ``cut(range, n)`` makes
+    the pieces (a tier-2 range is cut only at segment or block boundaries, so it may give fewer
+    or larger ones: see tier.py); a range for which ``whole(range)`` is true (the local tail
+    of a partition read mostly from tier-2) gets no share of ``min_partitions``.
     """
     ranges = [r for r in ranges if r.size > 0]
     if max_records:
-        ranges = [piece for r in ranges for piece in r.pieces(-(-r.size // max_records))]
-    total = sum(r.size for r in ranges)
+        ranges = [piece for r in ranges for piece in cut(r, -(-r.size // max_records))]
+    kept = [whole(r) for r in ranges]
+    total = sum(r.size for r, keep in zip(ranges, kept, strict=True) if not keep)
     if not min_partitions or min_partitions <= len(ranges) or total == 0:
         return ranges
+    share = min_partitions - sum(kept)
     out = []
-    for r in ranges:
-        out.extend(r.pieces(max(1, min(r.size, math.floor(r.size / total * min_partitions + 0.5)))))
+    for r, keep in zip(ranges, kept, strict=True):
+        out.extend([r] if keep else cut(r, max(1, min(r.size, math.floor(r.size / total * share + 0.5)))))
     return out
 
 

@@ -28,6 +28,7 @@ from ..errors import ConfigError
 from .errors import data_loss
 from .options import EARLIEST, LATEST, Bound, Offsets, SourceOptions
 from .ranges import OffsetRange, read_range, split
+from .tier import TierPlanner, TierRange, read_tier_range
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,9 @@ def plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartiti
 
     A partition missing from ``start`` (a topic or partition created since the query began)
     is read from its first offset, as Kafka's source reads newly discovered partitions.
+    With ``tierDirectReads`` (the default), the part of a range already uploaded to tier-2
+    becomes :class:`~.tier.TierRange` tasks that executors read from the storage alone, and
+    only the rest (the local tail) is read through the channel, in one task (tier.py).
     """
     bounds = partition_bounds(opts)
     ranges = []
@@ -101,7 +105,28 @@ def plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartiti
                 log.warning("%s[%s]: offsets %d to %d are gone; going on from %d", topic, p, begin, first - 1, first)
                 begin = min(first, stop)
             ranges.append(OffsetRange(opts.root, topic, int(p), begin, stop, opts.fail_on_data_loss, opts.include_headers))
-    return list(split(ranges, opts.min_partitions, opts.max_records_per_partition))
+    if not opts.tier_direct_reads:
+        return list(split(ranges, opts.min_partitions, opts.max_records_per_partition))
+    planner = TierPlanner(opts.root)
+    try:
+        tasks = [piece for r in ranges for piece in planner.split_tiers(r)]
+        tiered = {(t.topic, t.partition) for t in tasks if isinstance(t, TierRange)}
+
+        def tail(r: OffsetRange | TierRange) -> bool:
+            return isinstance(r, OffsetRange) and (r.topic, r.partition) in tiered
+
+        return list(split(tasks, opts.min_partitions, opts.max_records_per_partition, planner.pieces, tail))
+    finally:
+        planner.close()
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """On an executor: a local range through the channel, a tier-2 range from the storage alone."""
+    if isinstance(partition, TierRange):
+        return read_tier_range(partition)
+    if isinstance(partition, OffsetRange):
+        return read_range(partition)
+    return iter(())  # nothing to read: pyspark plans one empty InputPartition(None) for a batch
 
 
 def limit_rows(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
@@ -136,9 +161,7 @@ class FileChannelBatchReader(DataSourceReader):
         return plan(self.opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, OffsetRange):
-            return iter(())  # nothing to read: pyspark plans one empty InputPartition(None)
-        return read_range(partition)
+        return read_partition(partition)
 
 
 class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -201,8 +224,7 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return plan(self.opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
-        return read_range(partition)
+        return read_partition(partition)
 
     def commit(self, end: dict) -> None:
         """Advance the consumer group named by option groupId (lets GC free processed segments)."""

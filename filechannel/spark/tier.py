@@ -1,0 +1,390 @@
+"""Offset ranges in tier-2, planned on the driver and read on executors straight from the storage.
+
+Once a partition's segments are uploaded (DESIGN.md "Tier-2"), any machine that can reach
+the bucket can read them: the driver, next to the channel, plans; the executors read with
+ranged GETs and never open the channel's folder. Only the part of a range that is not
+uploaded yet (the local tail) is read through the channel, as an :class:`OffsetRange`.
+
+Invariants:
+
+- A :class:`TierRange` carries all its executor needs and nothing secret: the storage URL
+  (credentials stripped by ``redact_url``; the config refuses them in ``s3://`` URLs anyway),
+  the topic's ``tier_options`` (the config refuses credential-like names in them), and the
+  uploaded :class:`~filechannel.tiering.layout.SegmentRecord` of every segment it touches,
+  pickled whole, so a field added to the records (or their chunks) reaches the executor with
+  no change here. It has no root: executor code cannot open the channel. Credentials come
+  from the executor's environment (``spark.executorEnv.*``) or boto3's default chain.
+- The offsets of a topic-partition are covered exactly once: the uploaded run holding the
+  start is cut into tier ranges at segment boundaries, or at block boundaries when more
+  tasks are asked than there are segments, and the rest of the range is one local range.
+  Tasks never share an offset, and each yields its rows in offset order.
+- Planning reads only the root's tier-2 metadata (``ROOT/.tier/metadata.db``); it fetches
+  a segment's header and block table (one ranged GET) only for a segment cut inside, which
+  happens only when ``minPartitions``/``maxRecordsPerPartition`` ask for more tasks than
+  there are segments.
+- Damage is never skipped (as for any tier-2 read): a missing chunk, a short read, a bad
+  table, a block that does not decompress or a record whose CRC fails raises
+  :class:`~filechannel.errors.CorruptRecordError` naming the objects. A chunk missing
+  because retention deleted its segment after planning (its manifest is gone too) is data
+  loss: the task fails unless ``failOnDataLoss=false``, which skips that segment.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import functools
+import itertools
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from ..client.topics import TopicStore
+from ..config import ChannelConfig
+from ..engine.readahead import READAHEAD_BLOCKS
+from ..engine.record import Record, decode_records
+from ..errors import AccessDeniedError, CorruptRecordError, OffsetOutOfRangeError
+from ..tiering.context import ROOT_METADATA
+from ..tiering.layout import SegmentRecord
+from ..tiering.metadata import TierMetadata
+from ..tiering.remote_segment import RemoteReader, RemoteSegment
+from ..tiering.storage import ChunkStorage, open_storage, redact_url
+from .errors import data_loss
+from .ranges import BATCH_ROWS, DECODE_ROWS, OffsetRange
+from .schema import BatchBuilder
+
+log = logging.getLogger(__name__)
+
+# Default task size of an offloaded range (compressed bytes): enough to amortise a task's
+# start (a Python worker, a storage client, tables), small enough that a backfill of months
+# spreads across executors. Two default segments (64 MiB each).
+TASK_BYTES = 128 * 1024 * 1024
+
+
+@dataclass(repr=False)
+class TierRange(InputPartition):
+    """Offsets ``[start, end)`` of one topic-partition, read from tier-2 alone (see the module)."""
+
+    storage_url: str
+    storage_options: dict[str, Any]
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+    segments: tuple[SegmentRecord, ...]  # the uploaded segments holding [start, end), in order
+    cache_bytes: int = ChannelConfig.tier_cache_bytes
+    concurrency: int = ChannelConfig.tier_concurrency
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def cut(self, bounds: Sequence[int]) -> list[TierRange]:
+        """This range cut at ``bounds`` (increasing offsets strictly inside it), each piece with its segments."""
+        edges = [self.start, *bounds, self.end]
+        pairs = itertools.pairwise(edges)
+        return [dataclasses.replace(self, start=a, end=b, segments=_holding(self.segments, a, b)) for a, b in pairs]
+
+    def __repr__(self) -> str:  # never the options (they are not secret, but they are noise in Spark's logs)
+        where = f"{self.topic}[{self.partition}] {self.start}..{self.end - 1}"
+        return f"TierRange({where} from {redact_url(self.storage_url)}, {len(self.segments)} segment(s))"
+
+
+def _holding(segments: Sequence[SegmentRecord], start: int, end: int) -> tuple[SegmentRecord, ...]:
+    """The segments holding some offset of ``[start, end)``."""
+    return tuple(s for s in segments if s.base_offset < end and start < s.end_offset)
+
+
+def snap(ideal: Sequence[int], candidates: Sequence[int]) -> list[int]:
+    """For each ideal cut, the nearest candidate; increasing, without repeats (so maybe fewer)."""
+    out: list[int] = []
+    for c in ideal:
+        i = bisect.bisect_left(candidates, c)
+        near = [candidates[j] for j in (i - 1, i) if 0 <= j < len(candidates)]
+        if not near:
+            continue
+        best = min(near, key=lambda x: abs(x - c))
+        if not out or best > out[-1]:
+            out.append(best)
+    return out
+
+
+class TierPlanner:
+    """The driver's view of the root's tier-2: which offsets are uploaded, and block bounds on demand.
+
+    Opens the root's metadata store on first use, and a storage (with its reader) only for a
+    segment it must cut inside. Close it after planning.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.store = TopicStore(root)
+        self._metadata: TierMetadata | None = None
+        self._readers: dict[str, RemoteReader] = {}
+
+    def tier_config(self, topic: str) -> dict[str, Any] | None:
+        """The topic's settings if it has a tier, else None."""
+        config = self.store.meta(topic).get("config", {})
+        return config if config.get("tier") is not None else None
+
+    def uploaded(self, topic: str, partition: int) -> list[SegmentRecord]:
+        """The partition's segments in state uploaded, by offset (none if nothing was ever uploaded)."""
+        path = os.path.join(self.root, ROOT_METADATA)
+        if self._metadata is None:
+            if not os.path.exists(path):
+                return []  # nothing was ever uploaded under this root
+            self._metadata = TierMetadata(path)
+        return self._metadata.segments(f"{topic}/{partition}")
+
+    def split_tiers(self, r: OffsetRange) -> list[TierRange | OffsetRange]:
+        """``r`` as tier ranges of at most about :data:`TASK_BYTES` over its uploaded run, then the local rest."""
+        config = self.tier_config(r.topic)
+        if config is None or r.size <= 0:
+            return [r]
+        run = _run_from(self.uploaded(r.topic, r.partition), r.start)
+        if not run:
+            return [r]
+        upto = min(r.end, run[-1].end_offset)
+        whole = TierRange(
+            redact_url(config["tier"]),
+            dict(config.get("tier_options") or {}),
+            r.topic,
+            r.partition,
+            r.start,
+            upto,
+            _holding(run, r.start, upto),
+            cache_bytes=config.get("tier_cache_bytes", ChannelConfig.tier_cache_bytes),
+            concurrency=config.get("tier_concurrency", ChannelConfig.tier_concurrency),
+            fail_on_data_loss=r.fail_on_data_loss,
+            include_headers=r.include_headers,
+        )
+        bounds, total = [], 0
+        for s in whole.segments[:-1]:
+            total += s.size
+            if total >= TASK_BYTES:
+                bounds.append(s.end_offset)
+                total = 0
+        pieces: list[TierRange | OffsetRange] = list(whole.cut(bounds))
+        if upto < r.end:
+            pieces.append(dataclasses.replace(r, start=upto))
+        return pieces
+
+    def pieces(self, r: TierRange | OffsetRange, parts: int) -> list[TierRange | OffsetRange]:
+        """``r`` cut into about ``parts`` pieces of nearly equal records: a local range anywhere, a
+        tier range at segment boundaries, or block boundaries when there are too few of those."""
+        if isinstance(r, OffsetRange):
+            return list(r.pieces(parts))
+        step = r.size / parts
+        ideal = [r.start + round(i * step) for i in range(1, parts)]
+        candidates = [s.base_offset for s in r.segments if r.start < s.base_offset < r.end]
+        if len(candidates) < parts - 1:
+            candidates = [o for s in r.segments for o in self._block_starts(r, s) if r.start < o < r.end]
+        return list(r.cut(snap(ideal, candidates)))
+
+    def _block_starts(self, r: TierRange, segment: SegmentRecord) -> list[int]:
+        reader = self._readers.get(r.storage_url)
+        if reader is None:
+            storage = storage_for(r.storage_url, r.storage_options)
+            reader = self._readers[r.storage_url] = RemoteReader(storage, 1024 * 1024, 1)
+        return [b.first_offset for b in reader.info(segment).blocks]
+
+    def close(self) -> None:
+        readers, self._readers = list(self._readers.values()), {}
+        metadata, self._metadata = self._metadata, None
+        try:
+            for reader in readers:
+                reader.close()  # its storage is this process's (storage_for): kept open
+        finally:
+            if metadata is not None:
+                metadata.close()
+
+
+def uploaded_end_offsets(root: str, topics: Sequence[str]) -> dict[str, dict[str, int]]:
+    """``{"topic": {"partition": offset}}``: where each partition's records in tier-2, from its
+    first offset on, end (its first offset if none are uploaded). As ``endingOffsets`` of a batch
+    from ``earliest``, a read that executors do from tier-2 alone, with no task on the channel."""
+    planner = TierPlanner(root)
+    try:
+        out: dict[str, dict[str, int]] = {}
+        for topic in topics:
+            out[topic] = {}
+            for p in range(planner.store.partitions(topic)):
+                with planner.store.open_partition(topic, p, read_only=True) as ch:
+                    first = ch.first_offset
+                run = _run_from(planner.uploaded(topic, p), first) if planner.tier_config(topic) else []
+                out[topic][str(p)] = run[-1].end_offset if run else first
+        return out
+    finally:
+        planner.close()
+
+
+def _run_from(uploaded: list[SegmentRecord], offset: int) -> list[SegmentRecord]:
+    """The uploaded segments from the one holding ``offset`` on, while each starts where the last ended."""
+    i = bisect.bisect_right([s.base_offset for s in uploaded], offset) - 1
+    if i < 0 or uploaded[i].end_offset <= offset:
+        return []
+    run = [uploaded[i]]
+    for s in uploaded[i + 1 :]:
+        if s.base_offset != run[-1].end_offset:
+            break
+        run.append(s)
+    return run
+
+
+_STORAGES: dict[tuple[str, str], ChunkStorage] = {}
+_STORAGES_LOCK = threading.Lock()
+
+
+def storage_for(url: str, options: dict[str, Any]) -> ChunkStorage:
+    """This process's client of the storage at ``url`` with ``options``, made on first use and kept.
+
+    Spark reuses a Python worker for many tasks, and making a boto3 client costs about
+    0.3 s (it loads the service's model): once per worker, not once per task. A client is
+    thread-safe, and its credentials come from the worker's environment, which does not change.
+    """
+    key = (url, json.dumps(options, sort_keys=True, default=str))
+    with _STORAGES_LOCK:
+        storage = _STORAGES.get(key)
+        if storage is None:
+            storage = _STORAGES[key] = open_storage(url, **options)
+        return storage
+
+
+class _Segments:
+    """Opens a task's segments in order, the next one ahead: its table and first blocks are
+    fetched while the last blocks of the current one are decoded (as a cursor opens the next
+    segment near the end of one), so a task does not wait two round trips at each segment.
+    At most two segments are open, as for a cursor (the bound of remote_segment.py)."""
+
+    def __init__(self, reader: RemoteReader, records: Sequence[SegmentRecord]) -> None:
+        self.reader, self.records = reader, records
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="filechannel-tier-open")
+        self._next: tuple[int, Future[RemoteSegment]] | None = None
+
+    def open(self, k: int) -> RemoteSegment:
+        if self._next is not None and self._next[0] == k:
+            future, self._next = self._next[1], None
+            return future.result()  # its error (retention, damage, access) raises here
+        self._drop()
+        return self.reader.open(self.records[k])
+
+    def prepare(self, k: int) -> None:
+        """Start opening segment ``k`` (once; nothing past the last)."""
+        if k < len(self.records) and self._next is None:
+            self._next = (k, self._pool.submit(self._open_started, self.records[k]))
+
+    def _open_started(self, record: SegmentRecord) -> RemoteSegment:
+        segment = self.reader.open(record)
+        segment.start()
+        return segment
+
+    def _drop(self) -> None:
+        if self._next is not None:
+            future, self._next = self._next[1], None
+            with contextlib.suppress(Exception):  # never read: its error does not matter
+                future.result().close()
+
+    def close(self) -> None:
+        self._drop()
+        self._pool.shutdown(wait=True)
+
+
+def read_tier_range(r: TierRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """On an executor: the records of ``r`` from tier-2 as Arrow batches, in offset order."""
+    try:
+        storage = storage_for(r.storage_url, r.storage_options)
+    except AccessDeniedError as exc:
+        raise _no_access(r, exc) from exc
+
+    def still_uploaded(record: SegmentRecord) -> bool:
+        # Retention deletes the chunks, then the manifest: a missing chunk whose manifest is
+        # still there is damage (or a deletion half done, which a retried task tells apart).
+        return record.manifest is None or storage.exists(record.manifest)
+
+    reader = RemoteReader(storage, r.cache_bytes, r.concurrency, still_uploaded)
+    records = _holding(r.segments, r.start, r.end)
+    segments = _Segments(reader, records)
+    try:
+        builder = BatchBuilder(r.topic, r.partition, r.include_headers)
+        pos = r.start
+        for k, record in enumerate(records):
+            try:
+                segment = segments.open(k)
+                try:
+                    near_end = functools.partial(segments.prepare, k + 1)
+                    yield from _segment_batches(segment, pos, r.end, builder, batch_rows, near_end)
+                finally:
+                    segment.close()
+            except OffsetOutOfRangeError:
+                if r.fail_on_data_loss:
+                    raise data_loss(r.topic, r.partition, pos, record.end_offset) from None
+                gone = (r.topic, r.partition, pos, record.end_offset - 1)
+                log.warning("%s[%d]: offsets %d to %d were deleted from tier-2; going on", *gone)
+            except AccessDeniedError as exc:
+                raise _no_access(r, exc) from exc
+            pos = min(r.end, record.end_offset)
+        if pos < r.end:
+            raise data_loss(r.topic, r.partition, pos, pos, missing_tail=True)
+        if len(builder):
+            yield builder.build()
+    finally:
+        segments.close()
+        reader.close()
+
+
+def _segment_batches(
+    segment: RemoteSegment, start: int, end: int, builder: BatchBuilder, batch_rows: int, near_end: Callable[[], None]
+) -> Iterator[pa.RecordBatch]:
+    """The records ``[start, end)`` of one remote segment into ``builder``, yielding full batches;
+    ``near_end()`` is called on its last blocks (to open the next segment ahead)."""
+    info = segment.info
+    i = info.block_for_offset(start)
+    while i < len(info.blocks) and info.blocks[i].first_offset < end:
+        if i >= len(info.blocks) - READAHEAD_BLOCKS:
+            near_end()
+        raw = segment.block(i)  # prefetches the next blocks
+        first = info.blocks[i].first_offset
+        stop = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
+        position, offset = 0, first
+        while offset < min(stop, end):
+            out: list[Record] = []
+            try:
+                want = min(DECODE_ROWS, stop - offset, batch_rows - len(builder))
+                position, n = decode_records(raw, position, offset, want, out)
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(f"{segment.where(i)}: {exc}") from exc
+            if n == 0:
+                raise CorruptRecordError(
+                    f"{segment.where(i)}: block {i} ends at offset {offset}, but the table says it holds offsets "
+                    f"{first} to {stop - 1}"
+                )
+            offset += n
+            keep = out[max(0, start - out[0].offset) : len(out) - max(0, out[-1].offset + 1 - end)]
+            builder.add(keep)
+            if len(builder) >= batch_rows:
+                yield builder.build()
+        if offset == stop and position != len(raw):
+            raise CorruptRecordError(
+                f"{segment.where(i)}: block {i} holds more than the offsets {first} to {stop - 1} its table says"
+            )
+        i += 1
+
+
+def _no_access(r: TierRange, exc: AccessDeniedError) -> AccessDeniedError:
+    return AccessDeniedError(
+        f"this executor cannot read tier-2 storage {redact_url(r.storage_url)} ({r.topic}[{r.partition}] offsets "
+        f"{r.start} to {r.end - 1}): {exc}. Give the executors credentials (spark.executorEnv.AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, an instance profile or web identity), or read through the channel with "
+        'option("tierDirectReads", "false")'
+    )

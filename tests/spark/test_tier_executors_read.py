@@ -1,0 +1,124 @@
+"""The two halves of a tier-2 read without a Spark session: the driver's plan and an executor's read.
+
+Tier-2 is a folder here (file://): the executor's code sees only the storage, whatever it is;
+tests/spark/test_tier_executors.py runs the same through Spark against a real S3 (SeaweedFS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import shutil
+
+import pytest
+
+from filechannel.client import Admin, Producer
+from filechannel.errors import CorruptRecordError
+from filechannel.spark.errors import DataLossError
+from filechannel.spark.options import SourceOptions
+from filechannel.spark.ranges import OffsetRange
+from filechannel.spark.source import FileChannelBatchReader, read_partition
+from filechannel.spark.tier import TierRange, snap, storage_for
+from filechannel.tiering.daemon import TieringDaemon
+
+pytestmark = pytest.mark.spark
+
+N = 3000
+
+
+@pytest.fixture
+def root(tmp_path):
+    """Topic "t", 2 partitions of N records, every sealed segment in tier-2, most deleted locally."""
+    root = tmp_path / "root"
+    Admin(root).create_topic(
+        "t",
+        partitions=2,
+        tier=(tmp_path / "tier2").as_uri(),
+        segment_bytes=8192,
+        compression_block_bytes=1024,
+        tier_chunk_bytes=1500,
+        local_retention_bytes=16384,
+    )
+    with Producer(root) as p:
+        for i in range(2 * N):
+            p.send("t", f"v{i:05d}".encode() * 4, partition=i % 2)
+    with TieringDaemon(root) as daemon:
+        assert daemon.run(once=True).failures == []
+    return root
+
+
+def tasks(root, **options):
+    opts = SourceOptions.parse({"root": str(root), "subscribe": "t", **{k: str(v) for k, v in options.items()}}, batch=True)
+    return FileChannelBatchReader(opts).partitions()
+
+
+def offsets(task) -> list[tuple[int, int]]:
+    return [
+        (p, o) for b in read_partition(task) for p, o in zip(b["partition"].to_pylist(), b["offset"].to_pylist(), strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"minPartitions": 3}, {"minPartitions": 25}, {"minPartitions": 1000}, {"maxRecordsPerPartition": 400}]
+)
+def test_every_offset_is_read_once_in_order_whatever_the_cuts(root, options):
+    plan = tasks(root, **options)
+    tier = [t for t in plan if isinstance(t, TierRange)]
+    assert tier and all(isinstance(t, TierRange | OffsetRange) for t in plan)
+    for p in (0, 1):  # per partition: tier ranges from 0, back to back, then one local tail
+        mine = [t for t in plan if t.partition == p]
+        assert [type(t) for t in mine][-1] is OffsetRange and sum(isinstance(t, OffsetRange) for t in mine) == 1
+        assert mine[0].start == 0 and mine[-1].end == N and all(a.end == b.start for a, b in itertools.pairwise(mine))
+    got = []
+    for t in plan:
+        read = offsets(t)
+        assert read == sorted(read) and len(read) == t.end - t.start
+        got += read
+    assert sorted(got) == [(p, o) for p in (0, 1) for o in range(N)]
+
+
+def test_cuts_snap_to_the_nearest_boundary_and_never_repeat():
+    assert snap([10, 20, 30], [0, 12, 19, 31, 50]) == [12, 19, 31]
+    assert snap([10, 11, 12], [0, 11, 40]) == [11]  # fewer pieces rather than an empty one
+    assert snap([5], []) == []
+
+
+def test_damage_in_tier2_fails_the_task_naming_the_object(root, tmp_path):
+    task = next(t for t in tasks(root) if isinstance(t, TierRange) and t.partition == 0)
+    chunk = task.segments[1].chunks[0]
+    os.unlink(tmp_path / "tier2" / chunk.name)  # its manifest is still there: damage, not retention
+    with pytest.raises(CorruptRecordError, match=rf"tier-2 object .*{chunk.name}.* is missing"):
+        offsets(task)
+
+
+def test_a_segment_deleted_by_retention_after_planning_is_data_loss(root, tmp_path):
+    task = next(t for t in tasks(root) if isinstance(t, TierRange) and t.partition == 0)
+    gone = task.segments[0]
+    for name in [c.name for c in gone.chunks] + [gone.manifest]:  # as the daemon deletes: chunks, then the manifest
+        os.unlink(tmp_path / "tier2" / name)
+    with pytest.raises(DataLossError, match=r"t\[0\]: offset 0 is no longer there"):
+        offsets(task)
+    # failOnDataLoss=false goes on after the deleted segment, as Kafka's source does.
+    rest = offsets(dataclasses.replace(task, fail_on_data_loss=False))
+    assert rest == [(0, o) for o in range(gone.end_offset, task.end)]
+
+
+def test_executor_code_never_needs_the_root(root, tmp_path):
+    plan = tasks(root)
+    moved = tmp_path / "moved"
+    shutil.move(root, moved)  # what an executor on another machine sees: no such folder
+    tier = [t for t in plan if isinstance(t, TierRange)]
+    assert sum(len(offsets(t)) for t in tier) == sum(t.end - t.start for t in tier)
+    with pytest.raises(Exception, match=r"unknown topic|does not exist"):
+        offsets(next(t for t in plan if isinstance(t, OffsetRange)))
+
+
+def test_a_worker_keeps_one_storage_client_per_storage_across_tasks(root, tmp_path):
+    plan = [t for t in tasks(root, minPartitions=6) if isinstance(t, TierRange)]
+    first = storage_for(plan[0].storage_url, plan[0].storage_options)
+    assert all(storage_for(t.storage_url, t.storage_options) is first for t in plan)
+    for t in plan:  # a task leaves the shared client open for the next one
+        offsets(t)
+    assert first.exists(plan[0].segments[0].chunks[0].name)
+    assert storage_for((tmp_path / "other").as_uri(), {}) is not first
