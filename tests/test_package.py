@@ -2,6 +2,9 @@
 
 import importlib.resources
 import inspect
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import filechannel
@@ -24,3 +27,68 @@ def test_the_package_is_marked_typed_and_licensed():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'license = "Apache-2.0"' in pyproject and 'license-files = ["LICENSE"]' in pyproject
     assert 'filechannel = ["py.typed"]' in pyproject
+
+
+# A sitecustomize that makes the named modules (and their submodules) fail to import, as on a
+# machine where they are not installed: what a user without the extra or the compiler meets.
+_BLOCKER = """
+import os, sys
+
+class _NotInstalled:
+    names = os.environ["FC_TEST_NOT_INSTALLED"].split(",")
+
+    def find_spec(self, name, path=None, target=None):
+        if any(name == n or name.startswith(n + ".") for n in self.names):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+def _without(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """The environment of a subprocess in which ``modules`` cannot be imported."""
+    (tmp_path / "sitecustomize.py").write_text(_BLOCKER)
+    path = os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "FC_TEST_NOT_INSTALLED": ",".join(modules)}
+
+
+def test_filechannel_spark_without_pyspark_says_to_install_the_extra(tmp_path):
+    env = _without(tmp_path, "pyspark")
+    code = "import filechannel, sys; assert 'pyspark' not in sys.modules; import filechannel.spark"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: filechannel.spark needs pyspark >= 4 and pyarrow"), proc.stderr
+    assert "pip install 'filechannel[spark]'" in last
+
+
+def test_the_spark_errors_are_importable_without_pyspark(tmp_path):
+    code = (
+        "import sys\n"
+        "from filechannel import DataLossError, OffsetOutOfRangeError, SinkError, FileChannelError\n"
+        "assert issubclass(DataLossError, OffsetOutOfRangeError) and issubclass(SinkError, FileChannelError)\n"
+        "assert not any(m.startswith('pyspark') for m in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_without(tmp_path, "pyspark"))
+    assert proc.returncode == 0, proc.stderr
+    # The same classes as the Spark integration raises (here, where pyspark is installed).
+    from filechannel.spark import errors as spark_errors
+
+    assert spark_errors.SinkError is filechannel.SinkError and spark_errors.DataLossError is filechannel.DataLossError
+
+
+def test_without_the_c_extensions_the_package_runs_and_says_so(tmp_path):
+    env = _without(tmp_path, "filechannel.engine._codec", "filechannel.engine._readahead")
+    code = "import filechannel; print(filechannel.native_extensions())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.stdout == "{'codec': False, 'readahead': False}\n", proc.stderr
+    script = Path(sys.executable).parent / "filechannel"
+    env["FILECHANNEL_ROOT"] = str(tmp_path / "root")
+    version = subprocess.run([str(script), "--version"], capture_output=True, text=True, env=env, timeout=60)
+    assert version.stdout == f"filechannel {filechannel.__version__} (native codec: no, readahead: no)\n"
+    # ...and works: a record in and out through the pure-Python code.
+    run = {"capture_output": True, "env": env, "timeout": 60}
+    assert subprocess.run([str(script), "produce", "t"], input=b"hello\n", **run).returncode == 0
+    out = subprocess.run([str(script), "consume", "t", "--from-beginning", "--no-follow"], **run)
+    assert out.stdout == b"hello\n", out.stderr

@@ -91,9 +91,17 @@ def test_records_before_a_line_without_separator_are_sent(tmp_path):
     assert fc(tmp_path, "consume", "t", "--from-beginning", "--no-follow").stdout == b"1\n2\n"
 
 
-def test_version(tmp_path):
+def test_version_says_whether_the_c_extensions_are_loaded(tmp_path):
+    import filechannel
+
+    native = {True: "yes", False: "no"}
+    loaded = filechannel.native_extensions()  # this process imports the same build as the script
     proc = fc(tmp_path, "--version")
-    assert proc.stdout.decode() == f"filechannel {metadata.version('filechannel')}\n"
+    assert proc.stdout.decode() == (
+        f"filechannel {metadata.version('filechannel')} "
+        f"(native codec: {native[loaded['codec']]}, readahead: {native[loaded['readahead']]})\n"
+    )
+    assert filechannel.__version__ == metadata.version("filechannel")
 
 
 def test_root_after_the_subcommand(tmp_path):
