@@ -3,14 +3,18 @@
 import importlib.resources
 import inspect
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import filechannel
 from filechannel import errors
 
 ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def test_every_error_a_user_may_catch_is_importable_from_filechannel():
@@ -92,3 +96,41 @@ def test_without_the_c_extensions_the_package_runs_and_says_so(tmp_path):
     assert subprocess.run([str(script), "produce", "t"], input=b"hello\n", **run).returncode == 0
     out = subprocess.run([str(script), "consume", "t", "--from-beginning", "--no-follow"], **run)
     assert out.stdout == b"hello\n", out.stderr
+
+
+def _tracked_copy(dest: Path) -> Path:
+    """The checkout's sources without build output, so building there leaves the checkout as it is."""
+    skip = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".pytest_cache")
+    return Path(shutil.copytree(ROOT, dest, ignore=skip))
+
+
+def test_the_sdist_carries_the_license_the_c_sources_py_typed_and_what_the_readme_links_to(tmp_path):
+    src = _tracked_copy(tmp_path / "src")
+    # setuptools' PEP 517 hook, as `python -m build --sdist` calls it (no network, no new venv).
+    code = "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "dist")], cwd=src, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    name = proc.stdout.strip().splitlines()[-1]
+    with tarfile.open(tmp_path / "dist" / name) as sdist:
+        top = name.removesuffix(".tar.gz")
+        members = {m.name.removeprefix(top + "/") for m in sdist.getmembers()}
+        pkg_info = sdist.extractfile(f"{top}/PKG-INFO").read().decode()  # type: ignore[union-attr]
+    linked = set(re.findall(r"\]\((?!https?:|#)([^)]+)\)", README.read_text()))
+    assert linked, "the README links to files of the repository"
+    expected = {
+        "LICENSE",
+        "README.md",
+        "pyproject.toml",
+        "setup.py",
+        "filechannel/py.typed",
+        "filechannel/engine/_codec.c",
+        "filechannel/engine/_readahead.c",
+        "examples/demo.py",
+    } | linked
+    assert expected <= members, sorted(expected - members)
+    assert not any(m.endswith((".so", ".pyc")) for m in members)
+    assert "License-Expression: Apache-2.0" in pkg_info and "Requires-Python: >=3.11" in pkg_info
+    for python in ("3.11", "3.12", "3.13"):
+        assert f"Classifier: Programming Language :: Python :: {python}" in pkg_info
