@@ -111,7 +111,7 @@ def _plain_value(text: str) -> Any:
     return text
 
 
-def parse_properties(items: Iterable[str], known: dict[str, str], tool: str) -> dict[str, str]:
+def parse_properties(items: Iterable[str], known: dict[str, str | None], tool: str) -> dict[str, str | None]:
     """``--property NAME=VALUE`` items, each a name in ``known`` (its default is the value there)."""
     props = dict(known)
     for item in items:
@@ -138,15 +138,126 @@ CONSUMER_PROPERTIES = {
     "headers.key.separator": ":",
     "null.literal": "null",
 }
-# Kafka's LineMessageReader properties we honour.
-PRODUCER_PROPERTIES = {"parse.key": "false", "key.separator": "\t", "ignore.error": "false"}
+# Kafka's LineMessageReader properties and defaults (null.marker: none unless set).
+PRODUCER_PROPERTIES: dict[str, str | None] = {
+    "parse.key": "false",
+    "key.separator": "\t",
+    "parse.headers": "false",
+    "headers.delimiter": "\t",
+    "headers.separator": ",",
+    "headers.key.separator": ":",
+    "ignore.error": "false",
+    "null.marker": None,
+}
 
 
-def is_true(props: dict[str, str], name: str) -> bool:
-    value = props[name].strip().lower()
+def is_true(props: dict[str, str | None], name: str) -> bool:
+    value = (props[name] or "").strip().lower()
     if value not in ("true", "false"):
         raise ConfigError(f"--property {name} must be true or false, not {props[name]!r}")
     return value == "true"
+
+
+class LineFormatError(ValueError):
+    """A line of ``produce``'s input that does not have the layout its properties say."""
+
+
+class LineReader:
+    """A line of input as Kafka's console producer reads it (LineMessageReader):
+    ``[HEADERS<headers.delimiter>][KEY<key.separator>]VALUE``, the headers
+    ``name<headers.key.separator>value`` pairs split at ``headers.separator`` (a regular
+    expression, as Kafka's); an empty headers field is no headers. A key or value equal to
+    ``null.marker`` is absent (a tombstone, for the value). With ``ignore.error``, a missing delimiter means no headers
+    or no key, and a pair without its separator is a header with an empty value (Kafka's is
+    null; a header value here is always bytes).
+
+    Lines are bytes: separators are the bytes of their arguments, header names are UTF-8.
+    """
+
+    def __init__(self, props: dict[str, str | None], key_separator: str | None = None) -> None:
+        self.parse_key = key_separator is not None or is_true(props, "parse.key")
+        self.parse_headers = is_true(props, "parse.headers")
+        self.ignore_error = is_true(props, "ignore.error")
+        seps = {
+            name: props[name] or ""
+            for name in ("key.separator", "headers.delimiter", "headers.separator", "headers.key.separator")
+        }
+        if key_separator is not None:
+            seps["key.separator"] = key_separator
+        marker = props["null.marker"]
+        for a, b in (
+            ("headers.delimiter", "headers.separator"),
+            ("headers.delimiter", "headers.key.separator"),
+            ("headers.separator", "headers.key.separator"),
+        ):
+            if seps[a] == seps[b]:
+                raise ConfigError(f"{a} and {b} may not be equal")
+        for name in ("key.separator", "headers.separator", "headers.delimiter", "headers.key.separator"):
+            if marker is not None and seps[name] == marker:
+                raise ConfigError(f"null.marker and {name} may not be equal")
+        for name, sep in seps.items():
+            if not sep:
+                raise ConfigError(f"--property {name} may not be empty")
+        # os.fsencode: an argument that is not UTF-8 (e.g. $'\xff') arrives with surrogate escapes;
+        # these are its bytes, so the separator matches what the shell passed.
+        self.key_sep = os.fsencode(seps["key.separator"])
+        self.headers_delim = os.fsencode(seps["headers.delimiter"])
+        try:
+            self.headers_split = re.compile(os.fsencode(seps["headers.separator"]))
+        except re.error as exc:
+            raise ConfigError(f"headers.separator {seps['headers.separator']!r} is not a regular expression ({exc})") from None
+        self.header_key_sep = os.fsencode(seps["headers.key.separator"])
+        self.null = os.fsencode(marker) if marker is not None else None
+
+    def read(self, line: bytes, number: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+        """(key, value, headers) of ``line`` (its ``number``, from 1, for messages)."""
+        start = 0
+        headers: list[tuple[str, bytes]] = []
+        text = self._field(line, start, self.headers_delim, "headers delimiter", number) if self.parse_headers else None
+        if text is not None:
+            start = len(text) + len(self.headers_delim)
+            if text and text != self.null:  # empty: no headers (Kafka refuses it: a pair without separator)
+                headers = self._headers(text, number)
+        key = self._field(line, start, self.key_sep, "key separator", number) if self.parse_key else None
+        if key is not None:
+            start += len(key) + len(self.key_sep)
+        value = line[start:]
+        return (None if key == self.null else key), (None if value == self.null else value), headers
+
+    def _field(self, line: bytes, start: int, sep: bytes, what: str, number: int) -> bytes | None:
+        end = line.find(sep, start)
+        if end < 0:
+            if self.ignore_error:
+                return None
+            raise LineFormatError(f"line {number} has no {what} {os.fsdecode(sep)!r}")
+        return line[start:end]
+
+    def _headers(self, text: bytes, number: int) -> list[tuple[str, bytes]]:
+        parts = self.headers_split.split(text)
+        while len(parts) > 1 and parts[-1] == b"":  # as Java's String.split: no trailing empty strings
+            parts.pop()
+        out = []
+        for pair in parts:
+            name, found, value = pair.partition(self.header_key_sep)
+            if not found:
+                if not self.ignore_error:
+                    raise LineFormatError(
+                        f"line {number}: the header {pair[:200]!r} has no header key separator "
+                        f"{os.fsdecode(self.header_key_sep)!r}"
+                    )
+                value = b""
+            if self.null is not None and name == self.null:
+                raise LineFormatError(f"line {number}: a header name may not be the null marker {os.fsdecode(self.null)!r}")
+            if self.null is not None and value == self.null:
+                raise LineFormatError(
+                    f"line {number}: the value of header {os.fsdecode(name)!r} is the null marker; header values are "
+                    "bytes here, never null"
+                )
+            try:
+                out.append((name.decode("utf-8"), value))
+            except UnicodeDecodeError:
+                raise LineFormatError(f"line {number}: the header name {name[:200]!r} is not UTF-8") from None
+        return out
 
 
 class ConsoleFormatter:

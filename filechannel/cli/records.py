@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import sys
@@ -23,7 +22,8 @@ from .kafka import (
     CONSUMER_PROPERTIES,
     PRODUCER_PROPERTIES,
     ConsoleFormatter,
-    is_true,
+    LineFormatError,
+    LineReader,
     parse_properties,
 )
 
@@ -37,10 +37,13 @@ from .kafka import (
 @click.option("--partition", type=int, default=None, help="Send every record to this partition.")
 @click.option(
     "--property",
+    "--reader-property",
     "properties",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Kafka's console producer properties: parse.key=true, key.separator=SEP (default tab), ignore.error=true.",
+    help="Kafka's console producer properties: parse.key=true, key.separator=SEP (default tab), parse.headers=true "
+    "(lines are H1:V1,H2:V2<tab>[KEY<tab>]VALUE), headers.delimiter (tab), headers.separator (,), "
+    "headers.key.separator (:), null.marker=TEXT (a key or value equal to it is absent: a tombstone), ignore.error=true.",
 )
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
@@ -56,32 +59,20 @@ def produce(
 ) -> None:
     """Send one record per line of input to TOPIC."""
     topic = one_name("topic", topic, topic_opt)
-    props = parse_properties(properties, PRODUCER_PROPERTIES, "produce")
-    if key_separator is None and is_true(props, "parse.key"):
-        key_separator = props["key.separator"]
-    ignore_error = is_true(props, "ignore.error")
-    # os.fsencode: an argument that is not UTF-8 (e.g. -k $'\xff') arrives with surrogate escapes; these
-    # are its bytes, so the separator matches what the shell passed.
-    sep = os.fsencode(key_separator) if key_separator else None
+    reader = LineReader(parse_properties(properties, PRODUCER_PROPERTIES, "produce"), key_separator)
     root = root_folder(ctx, must_exist=False)
     _create_for_produce(Admin(root), topic, partition)
     count = 0
     with Producer(root, auto_create_topics=False) as producer:
         for line in path:
-            line = line.rstrip(b"\r\n")
-            key = None
-            if sep is not None:
-                key, found, value = line.partition(sep)
-                if not found:
-                    if not ignore_error:
-                        raise click.UsageError(
-                            f"line {count + 1} has no key separator {key_separator!r}; the {count} line(s) before it were "
-                            "sent (--property ignore.error=true sends such a line as a value without key)"
-                        )
-                    key, value = None, line  # Kafka's ignore.error: the whole line is the value
-            else:
-                value = line
-            producer.send(topic, value, key=key, partition=partition)
+            try:
+                key, value, headers = reader.read(line.rstrip(b"\r\n"), count + 1)
+            except LineFormatError as exc:
+                raise click.UsageError(
+                    f"{exc}; the {count} line(s) before it were sent (--property ignore.error=true sends what it can of such "
+                    "a line: no headers or no key when their delimiter is missing)"
+                ) from None
+            producer.send(topic, value, key=key, headers=headers, partition=partition)
             count += 1
     err.print(f"sent {count} record(s) to {topic}")
 
@@ -209,11 +200,12 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
 @click.option("--timeout-ms", type=click.IntRange(0), default=None, help="Stop once no record arrived for this long.")
 @click.option(
     "--property",
+    "--formatter-property",
     "properties",
     multiple=True,
     metavar="NAME=VALUE",
     help="Kafka's console consumer properties: print.key=true, key.separator=SEP, print.timestamp, print.partition, "
-    "print.offset, print.headers, print.value, line.separator, null.literal.",
+    "print.offset, print.headers, print.value, line.separator, headers.separator, headers.key.separator, null.literal.",
 )
 @click.option("--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True)
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")

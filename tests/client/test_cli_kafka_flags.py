@@ -14,9 +14,11 @@ import time
 
 import pytest
 
+from filechannel.cli.kafka import PRODUCER_PROPERTIES, LineFormatError, LineReader, parse_properties
 from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.client.group import list_groups, read_group
 from filechannel.engine.position import PositionStore
+from filechannel.errors import ConfigError
 
 from .cli_helpers import SCRIPT, fc
 
@@ -124,7 +126,7 @@ def test_produce_with_kafkas_flags(tmp_path):
     got = fc(tmp_path, "consume", "--topic", "t", "--from-beginning", "--timeout-ms", "300", "--property", "print.key=true")
     assert sorted(got.stdout.splitlines()) == [b"k1\tv1", b"k2\tv2", b"k3\tv3"]
     bad = fc(tmp_path, "produce", "--topic", "t", "--property", "parse.key=true", input=b"no-separator\n", check=False)
-    assert bad.returncode != 0 and "no key separator" in bad.stderr.decode()
+    assert bad.returncode != 0 and "line 1 has no key separator '\\t'" in bad.stderr.decode()
     fc(tmp_path, "produce", "--topic", "u", "--property", "parse.key=true", "--property", "ignore.error=true", input=b"whole\n")
     got = fc(tmp_path, "consume", "--topic", "u", "--from-beginning", "--timeout-ms", "300", "--property", "print.key=true")
     assert got.stdout == b"null\twhole\n"
@@ -307,3 +309,118 @@ def test_include_reads_every_topic_whose_whole_name_matches(tmp_path):
     ]:
         bad = fc(tmp_path, "consume", *args, "--timeout-ms", "100", check=False)
         assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
+
+
+# -- the console producer's LineMessageReader (parse.headers, null.marker), ported from Kafka's LineMessageReaderTest
+
+
+def _reader(**props):
+    """A LineReader with Kafka's test defaults (parse.key and parse.headers true) and ``props`` (dots as underscores)."""
+    items = ["parse.key=true", "parse.headers=true", *(f"{k.replace('_', '.')}={v}" for k, v in props.items())]
+    return LineReader(parse_properties(items, PRODUCER_PROPERTIES, "produce"))
+
+
+def _read_all(reader, text):
+    return [reader.read(line, n) for n, line in enumerate(text.split(b"\n"), 1)]
+
+
+def test_line_reader_headers_key_and_value():
+    assert _read_all(_reader(), b"headerKey0:headerValue0,headerKey1:headerValue1\tkey0\tvalue0") == [
+        (b"key0", b"value0", [("headerKey0", b"headerValue0"), ("headerKey1", b"headerValue1")])
+    ]
+    assert _read_all(_reader(), b":\t\t") == [(b"", b"", [("", b"")])]  # the minimal valid input
+    assert _read_all(_reader(parse_headers="false"), b"key\t") == [(b"key", b"", [])]
+    assert _read_all(_reader(parse_key="false"), b"headerKey:headerValue\tvalue") == [
+        (None, b"value", [("headerKey", b"headerValue")])
+    ]
+    long = _reader(
+        **{"key_separator": "\t\t", "headers_delimiter": "\t\t", "headers_separator": "---", "headers_key_separator": "::::"}
+    )
+    assert _read_all(long, b"headerKey0.0::::headerValue0.0---headerKey1.0::::\t\tkey\t\tvalue") == [
+        (b"key", b"value", [("headerKey0.0", b"headerValue0.0"), ("headerKey1.0", b"")])
+    ]
+    custom = _reader(key_separator="#", headers_delimiter="!", headers_separator="&", headers_key_separator=":")
+    assert _read_all(custom, b"h0.0:v0.0&h0.1:v0.1!key0#value0\nh1.0:v1.0!key1#value1") == [
+        (b"key0", b"value0", [("h0.0", b"v0.0"), ("h0.1", b"v0.1")]),
+        (b"key1", b"value1", [("h1.0", b"v1.0")]),
+    ]
+
+
+def test_line_reader_errors_and_ignore_error():
+    reader = _reader()
+    with pytest.raises(LineFormatError, match="line 2 has no key separator"):
+        _read_all(reader, b"h0:v0\tkey0\tvalue0\nh1:v1\tkey1[MISSING-DELIMITER]value1")
+    with pytest.raises(LineFormatError, match="line 1: the header b'key-val' has no header key separator"):
+        reader.read(b"key-val\tkey0\tvalue0", 1)
+    lenient = _reader(ignore_error="true")
+    assert _read_all(
+        lenient,
+        b"h0:v0\tkey0\tvalue0\n"
+        b"h1:v1,h2:v2[MISSING-HEADER-DELIMITER]key1\tvalue1\n"
+        b"h3:v3\tkey2[MISSING-KEY-DELIMITER]value2\n"
+        b"h4:v4[MISSING-HEADER-DELIMITER]key3[MISSING-KEY-DELIMITER]value3",
+    ) == [
+        (b"key0", b"value0", [("h0", b"v0")]),
+        (None, b"value1", [("h1", b"v1"), ("h2", b"v2[MISSING-HEADER-DELIMITER]key1")]),
+        (None, b"key2[MISSING-KEY-DELIMITER]value2", [("h3", b"v3")]),
+        (None, b"h4:v4[MISSING-HEADER-DELIMITER]key3[MISSING-KEY-DELIMITER]value3", []),
+    ]
+    # Kafka gives a pair without separator a null value; a header value is bytes here: empty.
+    assert lenient.read(b"key-val\tkey0\tvalue0", 1) == (b"key0", b"value0", [("key-val", b"")])
+
+
+def test_line_reader_null_marker():
+    plain = _reader(null_marker="<NULL>", parse_headers="false")
+    assert _read_all(plain, b"key\t\nkey\t<NULL>\nkey\t<NULL>value\n<NULL>\tvalue\n<NULL>\t<NULL>") == [
+        (b"key", b"", []),
+        (b"key", None, []),
+        (b"key", b"<NULL>value", []),
+        (None, b"value", []),
+        (None, None, []),
+    ]
+    with_headers = _reader(null_marker="<NULL>")
+    assert _read_all(with_headers, b"h0:v0,h1:v1\t<NULL>\tvalue\n<NULL>\tkey\t<NULL>\nh0:,h1:v1\t<NULL>\t<NULL>") == [
+        (None, b"value", [("h0", b"v0"), ("h1", b"v1")]),
+        (b"key", None, []),
+        (None, None, [("h0", b""), ("h1", b"v1")]),
+    ]
+    with pytest.raises(LineFormatError, match="a header name may not be the null marker"):
+        with_headers.read(b"<NULL>:v0,h1:v1\tkey\tvalue", 1)
+    with pytest.raises(LineFormatError, match="header values are bytes here, never null"):
+        with_headers.read(b"h0:<NULL>,h1:v1\tkey\t<NULL>", 1)
+    assert _reader().read(b"<NULL>:v0,h1:v1\tkey\tvalue", 1) == (b"key", b"value", [("<NULL>", b"v0"), ("h1", b"v1")])
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"headers_delimiter": "\t", "headers_separator": "\t"}, "headers.delimiter and headers.separator may not be equal"),
+        ({"headers_key_separator": "\t"}, "headers.delimiter and headers.key.separator may not be equal"),
+        ({"headers_key_separator": ","}, "headers.separator and headers.key.separator may not be equal"),
+        ({"headers_delimiter": "-", "headers_separator": ":", "headers_key_separator": "/", "null_marker": "-"},
+         "null.marker and headers.delimiter may not be equal"),
+        ({"headers_delimiter": "-", "headers_separator": ":", "headers_key_separator": "/", "null_marker": ":"},
+         "null.marker and headers.separator may not be equal"),
+        ({"headers_delimiter": "-", "headers_separator": ":", "headers_key_separator": "/", "null_marker": "/"},
+         "null.marker and headers.key.separator may not be equal"),
+    ],
+)  # fmt: skip
+def test_line_reader_refuses_colliding_separators(props, message):
+    with pytest.raises(ConfigError, match=message):
+        _reader(**props)
+
+
+def test_produce_parses_headers_and_consume_prints_them(tmp_path):
+    lines = b"h1:v1,h2:v2\tk1\tone\n\tk2\ttwo\n"  # the second line: no headers (an empty list)
+    fc(tmp_path, "produce", "t", "--reader-property", "parse.headers=true", "--property", "parse.key=true", input=lines)
+    with Consumer("t", root=str(tmp_path), auto_offset_reset="earliest") as c:
+        got = [r for recs in c.poll(timeout_ms=5000).values() for r in recs]
+    assert [(r.key, r.value, r.headers) for r in got] == [(b"k1", b"one", [("h1", b"v1"), ("h2", b"v2")]), (b"k2", b"two", [])]
+    base = ["consume", "t", "--from-beginning", "--no-follow", "--formatter-property", "print.headers=true"]
+    assert fc(tmp_path, *base).stdout == b"h1:v1,h2:v2\tone\nNO_HEADERS\ttwo\n"
+    # A tombstone from the console, as Kafka's null.marker makes one.
+    fc(tmp_path, "produce", "t", "--property", "parse.key=true", "--property", "null.marker=NULL", input=b"k1\tNULL\n")
+    last = fc(tmp_path, "consume", "t", "--partition", "0", "--offset", "2", "--no-follow", "--property", "print.key=true")
+    assert last.stdout == b"k1\tnull\n"
+    bad = fc(tmp_path, "produce", "t", "--property", "parse.headers=true", input=b"h1=v1\tvalue\n", check=False)
+    assert bad.returncode == 2 and "line 1: the header b'h1=v1' has no header key separator ':'" in bad.stderr.decode()
