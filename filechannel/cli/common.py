@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import stat
@@ -103,6 +104,23 @@ ROOT_OPTION = click.option(
     callback=_store_root,
     help="Folder holding the topics (also before the command) [env: FILECHANNEL_ROOT].",
 )
+
+
+# --format of the commands that describe things (topics list|describe, groups list|describe).
+FORMAT_OPTION = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: for people (a table on a terminal); json: one JSON object per line, the same keys every time, "
+    "whole numbers, for scripts.",
+)
+
+
+def print_json(obj: dict[str, Any]) -> None:
+    """One JSON object on one line of stdout (JSON Lines): nothing a terminal width could cut."""
+    click.echo(json.dumps(obj, ensure_ascii=False))
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table
 
 from ..client import Admin, TopicPartition
-from ..client.group import list_groups, read_group
+from ..client.group import GroupState, list_groups, read_group
 from ..errors import FileChannelError
-from .common import ROOT_OPTION, cli, one_name, out, root_folder
+from .common import FORMAT_OPTION, ROOT_OPTION, cli, one_name, out, print_json, root_folder
 from .kafka import (
     Reset,
     delete_group,
@@ -28,27 +30,44 @@ def groups() -> None:
 
 @groups.command("list")
 @ROOT_OPTION
+@FORMAT_OPTION
 @click.pass_context
-def groups_list(ctx: click.Context) -> None:
-    """List the consumer groups."""
+def groups_list(ctx: click.Context, fmt: str) -> None:
+    """List the consumer groups (json: {"group"} per line)."""
     for g in list_groups(root_folder(ctx)):
-        click.echo(g)
+        if fmt == "json":
+            print_json({"group": g})
+        else:
+            click.echo(g)
 
 
 @groups.command("describe")
 @ROOT_OPTION
 @click.argument("group")
+@FORMAT_OPTION
 @click.pass_context
-def groups_describe(ctx: click.Context, group: str) -> None:
+def groups_describe(ctx: click.Context, group: str, fmt: str) -> None:
     """Show GROUP's live members and, per partition, its committed offset, end offset, lag and owner.
 
     Only members whose process is alive are shown: the group's state keeps a killed member
     until a live one next polls, and a partition such a member owned says its owner is gone.
+
+    json: one object, {"group", "generation", "members": [{"member", "pid", "topics"}],
+    "partitions": [{"topic", "partition", "committed", "end_offset", "lag", "owner",
+    "owner_pid", "owner_alive"}]} (committed, owner, owner_pid: null when there is none).
     """
     root = root_folder(ctx)
     state, offsets = read_group(root, group)
     live = set(live_members(root, group))
     admin = Admin(root)
+    rows = _partition_rows(admin, state, offsets, live)
+    if fmt == "json":
+        members = [
+            {"member": m, "pid": state.members[m].get("pid"), "topics": list(state.members[m].get("topics", []))}
+            for m in sorted(live)
+        ]
+        print_json({"group": group, "generation": state.generation, "members": members, "partitions": rows})
+        return
     for member in sorted(live):
         info = state.members[member]
         out.print(f"member {member}: pid {info.get('pid', '?')}, topics {', '.join(info.get('topics', [])) or '-'}")
@@ -62,28 +81,54 @@ def groups_describe(ctx: click.Context, group: str) -> None:
         ("owner", "left"),
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
-    topics_seen = sorted({tp.topic for tp in offsets} | set(state.partitions))
     orphans: list[str] = []
-    for topic in topics_seen:
-        try:
-            desc = admin.describe_topic(topic)
-        except FileChannelError:
-            continue
-        for p in desc.partitions:
-            tp = TopicPartition(topic, p.partition)
-            committed = offsets.get(tp)
-            lag = p.end_offset - (committed if committed is not None else p.first_offset)
-            owner = state.owners.get(f"{topic}/{p.partition}", "")
-            if owner and owner not in live:  # killed: a live member's next poll takes the partition over
-                pid = state.members.get(owner, {}).get("pid", "?")
-                orphans.append(f"{topic}[{p.partition}]: its owner (pid {pid}) is gone; a live member's next poll takes it over")
-                owner = f"gone (pid {pid})"
-            table.add_row(
-                topic, str(p.partition), "-" if committed is None else str(committed), str(p.end_offset), str(lag), owner
+    for row in rows:
+        owner = row["owner"] or ""
+        if owner and not row["owner_alive"]:  # killed: a live member's next poll takes the partition over
+            orphans.append(
+                f"{row['topic']}[{row['partition']}]: its owner (pid {row['owner_pid'] or '?'}) is gone; "
+                "a live member's next poll takes it over"
             )
+            owner = f"gone (pid {row['owner_pid'] or '?'})"
+        committed = row["committed"]
+        table.add_row(
+            row["topic"],
+            str(row["partition"]),
+            "-" if committed is None else str(committed),
+            str(row["end_offset"]),
+            str(row["lag"]),
+            owner,
+        )
     out.print(table)
     for line in orphans:  # plain lines: rich would wrap them at the width of a terminal it does not have
         click.echo(line)
+
+
+def _partition_rows(admin: Admin, state: GroupState, offsets: dict[TopicPartition, int], live: set[str]) -> list[dict[str, Any]]:
+    """Per partition of the group's topics: its committed offset, end, lag (from the first
+    offset when nothing is committed) and owner, and whether the owner's process lives."""
+    rows: list[dict[str, Any]] = []
+    for topic in sorted({tp.topic for tp in offsets} | set(state.partitions)):
+        try:
+            desc = admin.describe_topic(topic)
+        except FileChannelError:  # deleted since the group read it
+            continue
+        for p in desc.partitions:
+            committed = offsets.get(TopicPartition(topic, p.partition))
+            owner = state.owners.get(f"{topic}/{p.partition}") or None
+            rows.append(
+                {
+                    "topic": topic,
+                    "partition": p.partition,
+                    "committed": committed,
+                    "end_offset": p.end_offset,
+                    "lag": p.end_offset - (committed if committed is not None else p.first_offset),
+                    "owner": owner,
+                    "owner_pid": state.members.get(owner, {}).get("pid") if owner else None,
+                    "owner_alive": owner in live if owner else None,
+                }
+            )
+    return rows
 
 
 @groups.command("reset-offsets")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import signal
@@ -207,7 +208,17 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
     help="Kafka's console consumer properties: print.key=true, key.separator=SEP, print.timestamp, print.partition, "
     "print.offset, print.headers, print.value, line.separator, headers.separator, headers.key.separator, null.literal.",
 )
-@click.option("--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["raw", "json"]),
+    default="raw",
+    show_default=True,
+    help="raw: Kafka's console layout (see --property). json: one object per record and line, the keys topic, "
+    "partition, offset, timestamp, key, key_encoding, value, value_encoding, headers ([{key, value, encoding}]); "
+    'a key or value that is UTF-8 is the text with encoding "utf-8", any other bytes are base64 with encoding '
+    '"base64" (an absent key or value, and its encoding, are null).',
+)
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def consume(
@@ -363,16 +374,33 @@ def _where_to_seek(root: str, consumer: Consumer, group: str | None) -> str:
     return "run `filechannel check` to list the damaged ranges and the first readable offset after each"
 
 
-def _as_json(rec: Any) -> dict[str, Any]:
-    def text(data: bytes | None) -> str | None:
-        return data.decode("utf-8", "replace") if data is not None else None
+def _encoded(data: bytes | None) -> tuple[str | None, str | None]:
+    """Bytes as JSON text and the encoding that gives them back: UTF-8 text as it is, other
+    bytes in base64, so that no byte is lost or replaced; (None, None) for absent bytes."""
+    if data is None:
+        return None, None
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), "base64"
 
+
+def _as_json(rec: Any) -> dict[str, Any]:
+    """A record as ``consume --format json`` prints it: always the same keys, in this order."""
+    key, key_encoding = _encoded(rec.key)
+    value, value_encoding = _encoded(rec.value)
+    headers = []
+    for name, raw in rec.headers:
+        text, encoding = _encoded(raw)
+        headers.append({"key": name, "value": text, "encoding": encoding})
     return {
         "topic": rec.topic,
         "partition": rec.partition,
         "offset": rec.offset,
         "timestamp": rec.timestamp,
-        "key": text(rec.key),
-        "value": text(rec.value),
-        "headers": {k: text(v) for k, v in rec.headers},
+        "key": key,
+        "key_encoding": key_encoding,
+        "value": value,
+        "value_encoding": value_encoding,
+        "headers": headers,
     }

@@ -8,11 +8,10 @@ import click
 from rich.table import Table
 
 from ..client import Admin
+from ..client.topics import TopicStore
 from ..errors import TopicExistsError
-from .common import ROOT_OPTION, cli, one_name, out, root_folder
-from .kafka import (
-    topic_setting,
-)
+from .common import FORMAT_OPTION, ROOT_OPTION, cli, one_name, out, print_json, root_folder
+from .kafka import topic_setting
 
 
 @cli.group()
@@ -73,20 +72,44 @@ def topics_create(
 
 @topics.command("list")
 @ROOT_OPTION
+@FORMAT_OPTION
 @click.pass_context
-def topics_list(ctx: click.Context) -> None:
-    """List the topics."""
-    for name in Admin(root_folder(ctx)).list_topics():
-        click.echo(name)
+def topics_list(ctx: click.Context, fmt: str) -> None:
+    """List the topics (json: {"topic", "partitions"} per line)."""
+    store = TopicStore(root_folder(ctx))
+    for name in store.list():
+        if fmt == "json":
+            print_json({"topic": name, "partitions": store.partitions(name)})
+        else:
+            click.echo(name)
 
 
 @topics.command("describe")
 @ROOT_OPTION
 @click.argument("name")
+@FORMAT_OPTION
 @click.pass_context
-def topics_describe(ctx: click.Context, name: str) -> None:
-    """Show NAME's partitions (first and end offsets, bytes on disk) and settings."""
+def topics_describe(ctx: click.Context, name: str, fmt: str) -> None:
+    """Show NAME's partitions (first and end offsets, bytes on disk) and settings.
+
+    json: one object, {"topic", "partitions": [{"partition", "first_offset", "end_offset",
+    "records", "size_bytes"}], "config": {setting: value}} (config: the settings set on the
+    topic; the others have their defaults).
+    """
     desc = Admin(root_folder(ctx)).describe_topic(name)
+    if fmt == "json":
+        partitions = [
+            {
+                "partition": p.partition,
+                "first_offset": p.first_offset,
+                "end_offset": p.end_offset,
+                "records": p.end_offset - p.first_offset,
+                "size_bytes": p.size_bytes,
+            }
+            for p in desc.partitions
+        ]
+        print_json({"topic": name, "partitions": partitions, "config": dict(sorted(desc.config.items()))})
+        return
     table = Table(title=f"topic {name}")
     for col in ("partition", "first offset", "end offset", "records", "bytes on disk"):
         table.add_column(col, justify="right")

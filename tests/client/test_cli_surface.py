@@ -1,6 +1,8 @@
 """The command line as a user in a terminal or a pipeline meets it (issue 23), each through the
 installed console script in a real subprocess."""
 
+import base64
+import json
 import os
 import re
 import subprocess
@@ -326,3 +328,60 @@ def test_consume_follow_commits_what_it_printed_while_it_runs(tmp_path):
         member.stdout.close()
     fc(tmp_path, "produce", "t", input=b"d\n")
     assert fc(tmp_path, "consume", "t", "--group", "g", "--no-follow").stdout == b"d\n"
+
+
+# -- scriptable output: --format json ----------------------------------------------------------
+
+
+def test_consume_json_is_binary_safe_with_the_encoding_stated(tmp_path):
+    binary = bytes(range(256))
+    with Producer(str(tmp_path)) as p:
+        p.send("t", binary, key=b"\xff\xfe", headers=[("h", b"\x00\x80"), ("h", b"text")], timestamp_ms=5)
+        p.send("t", "héllo".encode(), timestamp_ms=6)
+        p.send("t", None, key=b"gone", timestamp_ms=7)  # a tombstone
+    lines = fc(tmp_path, "consume", "t", "--from-beginning", "--no-follow", "--format", "json").stdout.splitlines()
+    first, second, third = (json.loads(line) for line in lines)
+    keys = ["topic", "partition", "offset", "timestamp", "key", "key_encoding", "value", "value_encoding", "headers"]
+    assert [list(r) for r in (first, second, third)] == [keys] * 3  # the same keys, in the same order, every time
+    assert (first["value_encoding"], base64.b64decode(first["value"])) == ("base64", binary)
+    assert (first["key_encoding"], base64.b64decode(first["key"])) == ("base64", b"\xff\xfe")
+    assert first["headers"] == [
+        {"key": "h", "value": base64.b64encode(b"\x00\x80").decode(), "encoding": "base64"},
+        {"key": "h", "value": "text", "encoding": "utf-8"},  # a repeated header name is kept, in order
+    ]
+    assert (second["value"], second["value_encoding"], second["key"], second["key_encoding"]) == ("héllo", "utf-8", None, None)
+    assert (third["value"], third["value_encoding"], third["key"]) == (None, None, "gone")
+    help_text = fc(tmp_path, "consume", "--help").stdout.decode()
+    assert "base64" in help_text and "value_encoding" in help_text
+
+
+def test_topics_and_groups_describe_themselves_as_json_lines(tmp_path):
+    fc(tmp_path, "topics", "create", "a", "--partitions", "2", "--config", "retention.ms=3600000")
+    fc(tmp_path, "topics", "create", "b")
+    fc(tmp_path, "produce", "a", "--partition", "1", input=b"x\ny\nz\n")
+    listed = fc(tmp_path, "topics", "list", "--format", "json").stdout.decode().splitlines()
+    assert [json.loads(line) for line in listed] == [{"topic": "a", "partitions": 2}, {"topic": "b", "partitions": 1}]
+    (line,) = fc(tmp_path, "topics", "describe", "a", "--format", "json").stdout.decode().splitlines()
+    desc = json.loads(line)
+    assert list(desc) == ["topic", "partitions", "config"] and desc["config"] == {"retention_ms": 3600000}
+    assert [(p["partition"], p["first_offset"], p["end_offset"], p["records"]) for p in desc["partitions"]] == [
+        (0, 0, 0, 0),
+        (1, 0, 3, 3),
+    ]
+    assert all(type(p["size_bytes"]) is int and p["size_bytes"] >= 0 for p in desc["partitions"])
+
+    fc(tmp_path, "consume", "a", "--group", "g", "--from-beginning", "--max-messages", "2")
+    assert [json.loads(x) for x in fc(tmp_path, "groups", "list", "--format", "json").stdout.decode().splitlines()] == [
+        {"group": "g"}
+    ]
+    (line,) = fc(tmp_path, "groups", "describe", "g", "--format", "json").stdout.decode().splitlines()
+    group = json.loads(line)
+    assert list(group) == ["group", "generation", "members", "partitions"]
+    assert group["group"] == "g" and group["members"] == []  # the consumer has exited
+    rows = {(r["topic"], r["partition"]): r for r in group["partitions"]}
+    assert (rows[("a", 1)]["committed"], rows[("a", 1)]["end_offset"], rows[("a", 1)]["lag"]) == (2, 3, 1)
+    assert rows[("a", 0)]["committed"] is None and rows[("a", 0)]["lag"] == 0
+    assert all(list(r) == ["topic", "partition", "committed", "end_offset", "lag", "owner", "owner_pid", "owner_alive"]
+               for r in group["partitions"])  # fmt: skip
+    bad = fc(tmp_path, "topics", "list", "--format", "xml", check=False)
+    assert bad.returncode == 2 and bad.stderr.decode().count("\n") == 1
