@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
 from rich.table import Table
 
 from ..client import Admin, TopicPartition
-from ..client.group import GroupState, list_groups, read_group
+from ..client.group import GroupState, delete_offsets, list_groups, read_group
 from ..errors import FileChannelError
 from .common import FORMAT_OPTION, ROOT_OPTION, cli, one_name, out, print_json, root_folder
 from .kafka import (
     Reset,
+    check_partitions,
     delete_group,
     execute_reset,
     live_members,
+    offsets_scope,
     parse_datetime,
+    parse_duration,
+    parse_reset_file,
     plan_reset,
     require_inactive,
     reset_scope,
@@ -141,10 +146,24 @@ def _partition_rows(admin: Admin, state: GroupState, offsets: dict[TopicPartitio
 @click.option("--to-latest", is_flag=True, help="To the end of each partition.")
 @click.option("--to-offset", type=click.IntRange(0), default=None, help="To this offset (clamped to the partition).")
 @click.option("--to-datetime", default=None, help="To the first record at or after this ISO time (e.g. 2026-01-31T12:00:00.000).")
+@click.option(
+    "--by-duration",
+    default=None,
+    metavar="PnDTnHnMnS",
+    help="To the first record at or after now minus this duration (Kafka's format: PT15M, P1DT2H).",
+)
 @click.option("--shift-by", type=int, default=None, help="Move the committed offsets by N (may be negative).")
+@click.option(
+    "--from-file",
+    type=click.File("r"),
+    default=None,
+    metavar="CSV",
+    help="To the offsets in this CSV file: topic,partition,offset lines (or group,topic,partition,offset), as --export writes.",
+)
 @click.option("--to-current", is_flag=True, help="To the committed offsets (keep them).")
 @click.option("--dry-run", is_flag=True, help="Show the new offsets, change nothing (the default).")
 @click.option("--execute", is_flag=True, help="Commit the new offsets.")
+@click.option("--export", is_flag=True, help="Print the new offsets as CSV (topic,partition,offset), the input of --from-file.")
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def groups_reset_offsets(
@@ -157,10 +176,13 @@ def groups_reset_offsets(
     to_latest: bool,
     to_offset: int | None,
     to_datetime: str | None,
+    by_duration: str | None,
     shift_by: int | None,
+    from_file: Any,
     to_current: bool,
     dry_run: bool,
     execute: bool,
+    export: bool,
     bootstrap_server: str | None,
 ) -> None:
     """Reset GROUP's committed offsets, as kafka-consumer-groups --reset-offsets does.
@@ -174,24 +196,37 @@ def groups_reset_offsets(
         Reset("latest") if to_latest else None,
         Reset("offset", to_offset) if to_offset is not None else None,
         Reset("datetime", parse_datetime(to_datetime)) if to_datetime is not None else None,
+        Reset("datetime", int((time.time() - parse_duration(by_duration).total_seconds()) * 1000)) if by_duration else None,
         Reset("shift", shift_by) if shift_by is not None else None,
+        Reset("file", offsets=parse_reset_file(from_file.read(), group, from_file.name)) if from_file is not None else None,
         Reset("current") if to_current else None,
     ]
     chosen = [r for r in scenarios if r is not None]
     if len(chosen) != 1:
         raise click.UsageError(
-            "give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by, --to-current"
+            "give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --by-duration, --shift-by, "
+            "--from-file, --to-current"
         )
     if dry_run and execute:
         raise click.UsageError("options --dry-run and --execute cannot be specified together")
     if not dry_run and not execute:
         click.echo("WARN: No action will be performed as the --execute option is missing; showing the new offsets.", err=True)
     root = root_folder(ctx)
-    tps = reset_scope(root, group, topics_, all_topics)
+    if chosen[0].kind == "file":
+        if topics_ or all_topics:
+            raise click.UsageError("--from-file takes its partitions from the file: no --topic or --all-topics")
+        tps = sorted(chosen[0].offsets)
+        check_partitions(root, tps, f"--from-file {from_file.name}")
+    else:
+        tps = reset_scope(root, group, topics_, all_topics)
     require_inactive(root, group, "offsets can be reset")
     plan = plan_reset(root, group, tps, chosen[0], lambda msg: click.echo(f"WARN: {msg}", err=True))
     if execute:
         execute_reset(root, group, plan)
+    if export:
+        for tp, off in sorted(plan.items()):
+            click.echo(f"{tp.topic},{tp.partition},{off}")
+        return
     click.echo(f"{'GROUP':<20} {'TOPIC':<30} {'PARTITION':>9} {'NEW-OFFSET':>12}")
     for tp, off in sorted(plan.items()):
         click.echo(f"{group:<20} {tp.topic:<30} {tp.partition:>9} {off:>12}")
@@ -208,3 +243,38 @@ def groups_delete(ctx: click.Context, group: str | None, group_opt: str | None, 
     group = one_name("group", group, group_opt)
     delete_group(root_folder(ctx), group)
     click.echo(f"Deletion of requested consumer groups ('{group}') was successful.")
+
+
+@groups.command("delete-offsets")
+@ROOT_OPTION
+@click.argument("group", required=False)
+@click.option("--group", "group_opt", default=None, help="The group (Kafka's flag; same as GROUP).")
+@click.option(
+    "--topic",
+    "topics_",
+    multiple=True,
+    required=True,
+    metavar="TOPIC[:P,...]",
+    help="Forget these partitions' offsets (repeatable).",
+)
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def groups_delete_offsets(
+    ctx: click.Context, group: str | None, group_opt: str | None, topics_: tuple[str, ...], bootstrap_server: str | None
+) -> None:
+    """Delete GROUP's committed offsets of some partitions, as kafka-consumer-groups --delete-offsets.
+
+    The group then starts those partitions by its auto_offset_reset. Only while no member of
+    the group is alive (Kafka also allows it for topics no live member subscribes to). A
+    topic deleted since still has its offsets deleted (--topic T: those the group has).
+    """
+    group = one_name("group", group, group_opt)
+    root = root_folder(ctx)
+    tps = offsets_scope(root, group, topics_)
+    require_inactive(root, group, "offsets can be deleted")
+    delete_offsets(root, group, tps)
+    click.echo(f"Request succeeded for deleting offsets from group {group}.")
+    width = max([15, *(len(tp.topic) for tp in tps)])
+    click.echo(f"\n{'TOPIC':<{width}} {'PARTITION':<10} {'STATUS':<15}")
+    for tp in tps:
+        click.echo(f"{tp.topic:<{width}} {tp.partition:<10} {'Successful':<15}")

@@ -14,13 +14,13 @@ import os
 import re
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..client import Admin, Consumer, TopicPartition
 from ..client.group import GroupMember, list_groups, read_group
-from ..client.topics import GROUPS_DIR
+from ..client.topics import GROUPS_DIR, TopicStore
 from ..engine.position import PositionStore
 from ..errors import ConfigError, os_errors
 
@@ -291,10 +291,66 @@ class ConsoleFormatter:
 
 @dataclass(frozen=True)
 class Reset:
-    """A ``--reset-offsets`` scenario: ``kind`` earliest, latest, offset, datetime, shift or current."""
+    """A ``--reset-offsets`` scenario: ``kind`` earliest, latest, offset, datetime (``value``:
+    epoch ms; --by-duration too), shift, current, or file (``offsets``: each partition's own)."""
 
     kind: str
     value: int = 0
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+# java.time.Duration.parse's text: [-]PnDTnHnMn.nS, letters in either case, each number signed.
+_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?", re.IGNORECASE
+)
+
+
+def parse_duration(text: str) -> timedelta:
+    """``--by-duration`` as Kafka reads it (java.time.Duration.parse: ``PT15M``, ``P1DT2H``, ``PT0.5S``)."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None or not any(m.group(i) is not None for i in (2, 3, 4, 5)) or text.strip().upper().endswith("T"):
+        raise ConfigError(f"--by-duration {text!r} is not a duration like PT15M, P1DT2H or PT30S (Kafka's PnDTnHnMnS)")
+    sign, days, hours, minutes, seconds, fraction = m.groups()
+    secs = float(f"{seconds or 0}.{fraction or 0}")  # the fraction takes the seconds' sign, as in Java
+    total = timedelta(days=int(days or 0), hours=int(hours or 0), minutes=int(minutes or 0), seconds=secs)
+    return -total if sign == "-" else total
+
+
+def parse_reset_file(text: str, group: str, source: str) -> dict[TopicPartition, int]:
+    """A ``--from-file`` plan: CSV lines ``topic,partition,offset`` (Kafka's single-group export) or
+    ``group,topic,partition,offset`` (only ``group``'s lines are taken), as ``--export`` writes them."""
+    plan: dict[TopicPartition, int] = {}
+    seen_groups = set()
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 4:
+            seen_groups.add(cells[0])
+            if cells[0] != group:
+                continue
+            cells = cells[1:]
+        if len(cells) != 3 or not cells[1].isdigit() or not cells[2].lstrip("-").isdigit():
+            raise ConfigError(
+                f"{source} line {number}: {raw[:100]!r} is not topic,partition,offset (or group,topic,partition,offset)"
+            )
+        plan[TopicPartition(cells[0], int(cells[1]))] = int(cells[2])
+    if not plan:
+        groups = f" (it has lines for {', '.join(sorted(seen_groups))})" if seen_groups else ""
+        raise ConfigError(f"No reset plan for group {group} found in {source}{groups}")
+    return plan
+
+
+def check_partitions(root: str, tps: Iterable[TopicPartition], what: str) -> None:
+    """Every partition of ``tps`` exists (Kafka's checkAllTopicPartitionsValid)."""
+    admin = Admin(root)
+    counts: dict[str, int] = {}
+    for tp in tps:
+        if tp.topic not in counts:
+            counts[tp.topic] = len(admin.describe_topic(tp.topic).partitions)
+        if tp.partition >= counts[tp.topic]:
+            raise ConfigError(f"{what}: {tp.topic} has partitions 0 to {counts[tp.topic] - 1}, not {tp.partition}")
 
 
 def parse_datetime(text: str) -> int:
@@ -370,6 +426,8 @@ def plan_reset(root: str, group: str, tps: list[TopicPartition], reset: Reset, w
                 target = reset.value
             elif reset.kind == "datetime":
                 target = found[tp].offset if found.get(tp) else ends[tp]
+            elif reset.kind == "file":
+                target = reset.offsets[tp]
             else:
                 current = consumer.committed(tp)
                 if current is None:
@@ -399,6 +457,29 @@ def execute_reset(root: str, group: str, offsets: dict[TopicPartition, int]) -> 
         consumer.commit(offsets)
     finally:
         consumer.close(autocommit=False)
+
+
+def offsets_scope(root: str, group: str, topics: Iterable[str]) -> list[TopicPartition]:
+    """The partitions ``delete-offsets --topic T`` / ``--topic T:0,1`` names: T's partitions, or
+    (T deleted since) those of T the group has offsets for; explicit partitions as given."""
+    _, committed = read_group(root, group)
+    store = TopicStore(root)
+    out: set[TopicPartition] = set()
+    for spec in topics:
+        name, _, parts = spec.partition(":")
+        if parts:
+            for p in parts.split(","):
+                if not re.fullmatch(r"\d+", p.strip()):
+                    raise ConfigError(f"Invalid partition {p!r} specified in topic arg {spec!r}")
+                out.add(TopicPartition(name, int(p)))
+        elif name in store.list():
+            out.update(TopicPartition(name, p) for p in range(store.partitions(name)))
+        else:
+            known = {tp for tp in committed if tp.topic == name}
+            if not known:
+                raise ConfigError(f"topic {name!r} does not exist and group {group!r} has no offsets for it")
+            out.update(known)
+    return sorted(out)
 
 
 def delete_group(root: str, group: str) -> None:

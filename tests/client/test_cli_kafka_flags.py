@@ -424,3 +424,97 @@ def test_produce_parses_headers_and_consume_prints_them(tmp_path):
     assert last.stdout == b"k1\tnull\n"
     bad = fc(tmp_path, "produce", "t", "--property", "parse.headers=true", input=b"h1=v1\tvalue\n", check=False)
     assert bad.returncode == 2 and "line 1: the header b'h1=v1' has no header key separator ':'" in bad.stderr.decode()
+
+
+# -- reset-offsets --by-duration / --from-file / --export, delete-offsets (ResetConsumerGroupOffsetTest,
+# DeleteOffsetsConsumerGroupCommandIntegrationTest)
+
+
+def test_reset_offsets_by_duration(tmp_path):
+    Admin(tmp_path).create_topic("t", partitions=1)
+    now_ms = int(time.time() * 1000)
+    with Producer(str(tmp_path)) as p:
+        for i in range(3):
+            p.send("t", b"old-%d" % i, timestamp_ms=now_ms - 2 * 3600_000)  # two hours ago
+        for i in range(2):
+            p.send("t", b"new-%d" % i, timestamp_ms=now_ms - 60_000)  # a minute ago
+    plan = {
+        "PT30M": 3,  # the first record of the last half hour
+        "P1D": 0,  # everything is younger than a day: the earliest
+        "PT1S": 5,  # nothing that recent: the end, as Kafka falls back to the latest offset
+        "PT2H30M": 0,
+    }
+    for duration, want in plan.items():
+        fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--topic", "t", "--by-duration", duration, "--execute")
+        assert _committed(tmp_path) == {("t", 0): want}, duration
+    for bad in ("30M", "PT", "P1DT", "PT15X", "1 hour"):
+        proc = fc(tmp_path, "groups", "reset-offsets", "g", "--topic", "t", "--by-duration", bad, check=False)
+        assert proc.returncode != 0 and "is not a duration like PT15M" in proc.stderr.decode(), bad
+
+
+def test_reset_offsets_export_then_import_the_plan(tmp_path):
+    _group_with_offsets(tmp_path)  # committed 3 and 1, 6 records in each partition
+    export = fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--all-topics", "--to-offset", "2", "--dry-run", "--export")
+    assert export.stdout == b"t,0,2\nt,1,2\n" and _committed(tmp_path) == {("t", 0): 3, ("t", 1): 1}
+    plan = tmp_path / "plan.csv"
+    plan.write_bytes(export.stdout)
+    fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--from-file", str(plan), "--execute")
+    assert _committed(tmp_path) == {("t", 0): 2, ("t", 1): 2}
+    # The multi-group layout, one group's lines taken; offsets outside a partition are clamped as ever.
+    plan.write_text("g,t,0,99\nother,t,1,5\ng,t,1,4\n")
+    proc = fc(tmp_path, "groups", "reset-offsets", "g", "--from-file", str(plan), "--execute")
+    assert "New offset (99) is higher than latest offset for t-0. Value will be set to 6" in proc.stderr.decode()
+    assert _committed(tmp_path) == {("t", 0): 6, ("t", 1): 4}
+    for content, message in [
+        ("other,t,0,1\n", "No reset plan for group g found"),
+        ("t,zero,1\n", "line 1: 't,zero,1' is not topic,partition,offset"),
+        ("t,5,1\n", "t has partitions 0 to 1, not 5"),
+        ("missing,0,1\n", "missing"),
+    ]:
+        plan.write_text(content)
+        bad = fc(tmp_path, "groups", "reset-offsets", "g", "--from-file", str(plan), "--execute", check=False)
+        assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
+    assert _committed(tmp_path) == {("t", 0): 6, ("t", 1): 4}
+    both = fc(tmp_path, "groups", "reset-offsets", "g", "--from-file", str(plan), "--topic", "t", check=False)
+    assert both.returncode == 2 and "no --topic or --all-topics" in both.stderr.decode()
+
+
+def test_delete_offsets_of_an_inactive_group(tmp_path):
+    _group_with_offsets(tmp_path)
+    proc = fc(tmp_path, "groups", "delete-offsets", "--group", "g", "--topic", "t:1")
+    assert proc.stdout.decode().splitlines() == [
+        "Request succeeded for deleting offsets from group g.",
+        "",
+        f"{'TOPIC':<15} {'PARTITION':<10} {'STATUS':<15}",
+        f"{'t':<15} {'1':<10} {'Successful':<15}",
+    ]
+    assert _committed(tmp_path) == {("t", 0): 3}  # offsets.json and the durable position both forgot t[1]
+    assert "group.g" not in PositionStore(str(tmp_path / "t" / "1")).names()
+    assert "group.g" in PositionStore(str(tmp_path / "t" / "0")).names()
+    # The group now starts t[1] by its auto_offset_reset, and t[0] where it committed.
+    with Consumer("t", root=str(tmp_path), group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        first: dict[int, int] = {}
+        deadline = time.monotonic() + 10
+        while len(first) < 2 and time.monotonic() < deadline:
+            for tp, recs in c.poll(timeout_ms=500).items():
+                first.setdefault(tp.partition, recs[0].offset)
+    assert first == {0: 3, 1: 0}
+    fc(tmp_path, "groups", "delete-offsets", "g", "--topic", "t")
+    assert _committed(tmp_path) == {}
+    missing = fc(tmp_path, "groups", "delete-offsets", "--group", "nope", "--topic", "t", check=False)
+    assert missing.returncode != 0 and "no consumer group 'nope'" in missing.stderr.decode()
+
+
+def test_delete_offsets_is_refused_while_a_member_is_alive_and_works_for_a_deleted_topic(tmp_path):
+    _group_with_offsets(tmp_path)
+    member = _live_member(tmp_path)
+    try:
+        proc = fc(tmp_path, "groups", "delete-offsets", "g", "--topic", "t", check=False)
+        assert proc.returncode != 0 and "inactive" in proc.stderr.decode()
+    finally:
+        member.stdin.close()
+        member.wait(timeout=60)
+    assert set(_committed(tmp_path)) == {("t", 0), ("t", 1)}  # kept (the member committed what it read on close)
+    Admin(tmp_path).delete_topic("t")
+    fc(tmp_path, "groups", "delete-offsets", "g", "--topic", "t")  # the stale offsets of a topic that is gone
+    assert read_group(str(tmp_path), "g")[1] == {}
