@@ -151,6 +151,40 @@ PRODUCER_PROPERTIES: dict[str, str | None] = {
 }
 
 
+# What the console tools set themselves: a --producer-property / --consumer-property may not.
+CONSOLE_OWNED = {
+    "key_serializer": "the console sends the bytes of each line",
+    "value_serializer": "the console sends the bytes of each line",
+    "partitioner": "records without --partition go by their key's murmur2 hash",
+    "group_id": "use --group",
+    "auto_offset_reset": "use --from-beginning, --offset or --from",
+    "enable_auto_commit": "with --group, consume commits what it printed",
+    "key_deserializer": "the console prints bytes",
+    "value_deserializer": "the console prints bytes",
+}
+
+
+def client_properties(items: Iterable[str], flag: str) -> dict[str, Any]:
+    """``--producer-property`` / ``--consumer-property`` items, Kafka's dotted names (``linger.ms=5``)
+    as the client's kafka-python names (``linger_ms=5``); whole numbers become ints and
+    true/false bools. Which names exist is the client's check (a ConfigError naming the closest)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"{flag} {item!r} is not NAME=VALUE")
+        key = name.strip().replace(".", "_")
+        if key in CONSOLE_OWNED:
+            raise ConfigError(f"{flag} {name.strip()}: {CONSOLE_OWNED[key]}")
+        value: Any = raw.strip()
+        if re.fullmatch(r"-?\d+", value):
+            value = int(value)
+        elif value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        out[key] = value
+    return out
+
+
 def is_true(props: dict[str, str | None], name: str) -> bool:
     value = (props[name] or "").strip().lower()
     if value not in ("true", "false"):

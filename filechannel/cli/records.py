@@ -25,6 +25,7 @@ from .kafka import (
     ConsoleFormatter,
     LineFormatError,
     LineReader,
+    client_properties,
     parse_properties,
 )
 
@@ -46,6 +47,20 @@ from .kafka import (
     "(lines are H1:V1,H2:V2<tab>[KEY<tab>]VALUE), headers.delimiter (tab), headers.separator (,), "
     "headers.key.separator (:), null.marker=TEXT (a key or value equal to it is absent: a tombstone), ignore.error=true.",
 )
+@click.option(
+    "--producer-property",
+    "--command-property",
+    "producer_properties",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A producer setting by Kafka's name (acks=all, linger.ms=5, batch.size, compression.type, client.id, ...).",
+)
+@click.option(
+    "--request-required-acks",
+    default=None,
+    help="Kafka's acks: 0 or 1 keep the topic's fsync policy; -1 or all waits for each record's fsync.",
+)
+@click.option("--sync", is_flag=True, help="Send each line only once the one before it is written (Kafka's --sync).")
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def produce(
@@ -56,15 +71,21 @@ def produce(
     key_separator: str | None,
     partition: int | None,
     properties: tuple[str, ...],
+    producer_properties: tuple[str, ...],
+    request_required_acks: str | None,
+    sync: bool,
     bootstrap_server: str | None,
 ) -> None:
     """Send one record per line of input to TOPIC."""
     topic = one_name("topic", topic, topic_opt)
     reader = LineReader(parse_properties(properties, PRODUCER_PROPERTIES, "produce"), key_separator)
+    settings = client_properties(producer_properties, "--producer-property")
+    if request_required_acks is not None:
+        settings.update(client_properties([f"acks={request_required_acks}"], "--request-required-acks"))
     root = root_folder(ctx, must_exist=False)
-    _create_for_produce(Admin(root), topic, partition)
     count = 0
-    with Producer(root, auto_create_topics=False) as producer:
+    with Producer(root, auto_create_topics=False, **settings) as producer:  # its settings checked before a topic is made
+        _create_for_produce(Admin(root), topic, partition)
         for line in path:
             try:
                 key, value, headers = reader.read(line.rstrip(b"\r\n"), count + 1)
@@ -73,7 +94,9 @@ def produce(
                     f"{exc}; the {count} line(s) before it were sent (--property ignore.error=true sends what it can of such "
                     "a line: no headers or no key when their delimiter is missing)"
                 ) from None
-            producer.send(topic, value, key=key, headers=headers, partition=partition)
+            future = producer.send(topic, value, key=key, headers=headers, partition=partition)
+            if sync:
+                future.get()
             count += 1
     err.print(f"sent {count} record(s) to {topic}")
 
@@ -219,6 +242,20 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
     'a key or value that is UTF-8 is the text with encoding "utf-8", any other bytes are base64 with encoding '
     '"base64" (an absent key or value, and its encoding, are null).',
 )
+@click.option(
+    "--consumer-property",
+    "--command-property",
+    "consumer_properties",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A consumer setting by Kafka's name (max.poll.records=100, client.id, isolation.level, ...).",
+)
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_uncommitted", "read_committed"]),
+    default=None,
+    help="Accepted: both read every record written (there are no transactions).",
+)
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def consume(
@@ -236,6 +273,8 @@ def consume(
     timeout_ms: int | None,
     properties: tuple[str, ...],
     fmt: str,
+    consumer_properties: tuple[str, ...],
+    isolation_level: str | None,
     bootstrap_server: str | None,
 ) -> None:
     """Print TOPIC's records, one per line, as Kafka's console consumer does.
@@ -264,6 +303,9 @@ def consume(
         raise click.UsageError("--from cannot be combined with --from-beginning or --offset")
     props = parse_properties(properties, CONSUMER_PROPERTIES, "consume")
     formatter = ConsoleFormatter(props)
+    settings = client_properties(consumer_properties, "--consumer-property")
+    if isolation_level is not None:
+        settings["isolation_level"] = isolation_level
     if topic is not None:
         Admin(root_folder(ctx)).describe_topic(topic)  # a missing topic is an error (a Consumer would wait for it to appear)
     consumer = Consumer(
@@ -272,6 +314,7 @@ def consume(
         group_id=group,
         auto_offset_reset="earliest" if from_beginning else "latest",
         enable_auto_commit=False,
+        **settings,
     )
     count = 0
     try:

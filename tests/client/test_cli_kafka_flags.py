@@ -518,3 +518,48 @@ def test_delete_offsets_is_refused_while_a_member_is_alive_and_works_for_a_delet
     Admin(tmp_path).delete_topic("t")
     fc(tmp_path, "groups", "delete-offsets", "g", "--topic", "t")  # the stale offsets of a topic that is gone
     assert read_group(str(tmp_path), "g")[1] == {}
+
+
+def test_client_properties_by_kafkas_names_and_the_other_console_flags(tmp_path):
+    # ConsoleProducerTest / ConsoleConsumerTest: --producer-property, --request-required-acks, --sync,
+    # --consumer-property, --isolation-level reach the client; a name the client does not know is an error.
+    fc(
+        tmp_path,
+        "produce",
+        "t",
+        "--producer-property",
+        "linger.ms=5",
+        "--command-property",
+        "client.id=console",
+        "--request-required-acks",
+        "all",
+        "--sync",
+        input=b"a\nb\nc\n",
+    )
+    got = fc(
+        tmp_path,
+        "consume",
+        "t",
+        "--from-beginning",
+        "--no-follow",
+        "--consumer-property",
+        "max.poll.records=1",
+        "--isolation-level",
+        "read_committed",
+    )
+    assert got.stdout == b"a\nb\nc\n"
+    for args, message in [
+        (
+            ["produce", "t", "--producer-property", "linger.msx=5"],
+            "Producer has no setting 'linger_msx'; did you mean 'linger_ms'?",
+        ),
+        (["produce", "t", "--producer-property", "key.serializer=org.apache.kafka.StringSerializer"], "the console sends"),
+        (["produce", "t", "--request-required-acks", "2"], "acks must be 0, 1, -1 or 'all'"),
+        (["consume", "t", "--consumer-property", "group.id=g"], "use --group"),
+        (["consume", "t", "--consumer-property", "max.poll.records"], "is not NAME=VALUE"),
+    ]:
+        bad = fc(tmp_path, *args, input=b"x\n", check=False)
+        assert bad.returncode != 0 and message in bad.stderr.decode(), (args, bad.stderr.decode())
+        assert bad.stderr.decode().count("\n") == 1, bad.stderr.decode()
+    typo = fc(tmp_path, "produce", "new", "--producer-property", "lingr.ms=5", input=b"x\n", check=False)
+    assert typo.returncode != 0 and "new" not in Admin(tmp_path).list_topics()  # a typo makes no topic
