@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import filechannel
@@ -134,3 +135,20 @@ def test_the_sdist_carries_the_license_the_c_sources_py_typed_and_what_the_readm
     assert "License-Expression: Apache-2.0" in pkg_info and "Requires-Python: >=3.11" in pkg_info
     for python in ("3.11", "3.12", "3.13"):
         assert f"Classifier: Programming Language :: Python :: {python}" in pkg_info
+
+
+def test_the_wheel_carries_the_license_py_typed_and_only_the_package(tmp_path):
+    src = _tracked_copy(tmp_path / "src")
+    code = "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "dist")], cwd=src, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    name = proc.stdout.strip().splitlines()[-1]
+    with zipfile.ZipFile(tmp_path / "dist" / name) as wheel:
+        names = set(wheel.namelist())
+        metadata = wheel.read(f"filechannel-{filechannel.__version__}.dist-info/METADATA").decode()
+    assert f"filechannel-{filechannel.__version__}.dist-info/licenses/LICENSE" in names
+    assert "filechannel/py.typed" in names and "filechannel/cli/__main__.py" in names
+    assert {n.split("/")[0] for n in names} == {"filechannel", f"filechannel-{filechannel.__version__}.dist-info"}
+    assert "License-Expression: Apache-2.0" in metadata and "Classifier: Operating System :: POSIX :: Linux" in metadata
