@@ -206,7 +206,14 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
 @ROOT_OPTION
 @click.argument("topic", required=False)
 @click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console consumer flag; same as TOPIC).")
-@click.option("--include", default=None, metavar="REGEX", help="Instead of a topic: every topic whose whole name matches.")
+@click.option(
+    "--include",
+    "--whitelist",
+    "include",
+    default=None,
+    metavar="REGEX",
+    help="Instead of a topic: every topic whose whole name matches (--whitelist: its older Kafka name).",
+)
 @click.option("--group", "-g", default=None, help="Consume as a member of this group (commits its offsets).")
 @click.option(
     "--from",

@@ -302,6 +302,8 @@ def test_include_reads_every_topic_whose_whole_name_matches(tmp_path):
         _send(tmp_path, topic, [topic.encode()])
     got = fc(tmp_path, "consume", "--include", "ev.*", "--from-beginning", "--timeout-ms", "300").stdout
     assert sorted(got.split()) == [b"ev2", b"events"]
+    older = fc(tmp_path, "consume", "--whitelist", "ev.*", "--from-beginning", "--timeout-ms", "300").stdout
+    assert sorted(older.split()) == [b"ev2", b"events"]  # Kafka 3's name for --include
     for args, message in [
         (["t", "--include", "ev.*"], "either a topic or --include"),
         (["--include", "ev.*", "--partition", "0"], "the topic is required when partition is specified"),
