@@ -61,6 +61,16 @@ from .kafka import (
     help="Kafka's acks: 0 or 1 keep the topic's fsync policy; -1 or all waits for each record's fsync.",
 )
 @click.option("--sync", is_flag=True, help="Send each line only once the one before it is written (Kafka's --sync).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["raw", "json"]),
+    default="raw",
+    show_default=True,
+    help="raw: lines as Kafka's console producer reads them (see --property). json: one object per line as "
+    "consume --format json prints them: value (null: a tombstone), key, headers, timestamp, each with its encoding "
+    '("utf-8" or "base64"); topic, partition and offset are ignored.',
+)
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def produce(
@@ -74,6 +84,7 @@ def produce(
     producer_properties: tuple[str, ...],
     request_required_acks: str | None,
     sync: bool,
+    fmt: str,
     bootstrap_server: str | None,
 ) -> None:
     """Send one record per line of input to TOPIC."""
@@ -87,14 +98,18 @@ def produce(
     with Producer(root, auto_create_topics=False, **settings) as producer:  # its settings checked before a topic is made
         _create_for_produce(Admin(root), topic, partition)
         for line in path:
+            timestamp = None
             try:
-                key, value, headers = reader.read(line.rstrip(b"\r\n"), count + 1)
+                if fmt == "json":
+                    key, value, headers, timestamp = _from_json(line, count + 1)
+                else:
+                    key, value, headers = reader.read(line.rstrip(b"\r\n"), count + 1)
             except LineFormatError as exc:
                 raise click.UsageError(
                     f"{exc}; the {count} line(s) before it were sent (--property ignore.error=true sends what it can of such "
                     "a line: no headers or no key when their delimiter is missing)"
                 ) from None
-            future = producer.send(topic, value, key=key, headers=headers, partition=partition)
+            future = producer.send(topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp)
             if sync:
                 future.get()
             count += 1
@@ -433,6 +448,51 @@ def _encoded(data: bytes | None) -> tuple[str | None, str | None]:
         return data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         return base64.b64encode(data).decode("ascii"), "base64"
+
+
+def _decoded(text: Any, encoding: Any, what: str, number: int) -> bytes | None:
+    """The bytes of a JSON field and its encoding, as :func:`_encoded` wrote them (utf-8 if none given)."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise LineFormatError(f"line {number}: {what} must be a string or null, not {type(text).__name__}")
+    if encoding in (None, "utf-8"):
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (\\udc80 in the JSON): no UTF-8 text has one
+            raise LineFormatError(
+                f'line {number}: {what} is not UTF-8 text; give such bytes in base64 ("encoding": "base64")'
+            ) from None
+    if encoding == "base64":
+        try:
+            return base64.b64decode(text, validate=True)
+        except ValueError:
+            raise LineFormatError(f"line {number}: {what} is not valid base64") from None
+    raise LineFormatError(f'line {number}: the encoding of {what} must be "utf-8" or "base64", not {encoding!r}')
+
+
+def _from_json(line: bytes, number: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int | None]:
+    """(key, value, headers, timestamp) of a ``produce --format json`` line: :func:`_as_json`'s inverse."""
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise LineFormatError(f"line {number} is not a JSON object ({exc})") from None
+    if not isinstance(obj, dict) or "value" not in obj:
+        raise LineFormatError(f'line {number} is not a JSON object with a "value" (null for a tombstone)')
+    value = _decoded(obj["value"], obj.get("value_encoding"), "value", number)
+    key = _decoded(obj.get("key"), obj.get("key_encoding"), "key", number)
+    headers = []
+    for h in obj.get("headers") or []:
+        if not isinstance(h, dict) or not isinstance(h.get("key"), str):
+            raise LineFormatError(f'line {number}: each header must be {{"key": name, "value": text, "encoding": ...}}')
+        raw = _decoded(h.get("value"), h.get("encoding"), f"header {h['key']!r}", number)
+        if raw is None:
+            raise LineFormatError(f"line {number}: header {h['key']!r} has no value (header values are bytes, never null)")
+        headers.append((h["key"], raw))
+    timestamp = obj.get("timestamp")
+    if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0):
+        raise LineFormatError(f"line {number}: timestamp must be milliseconds since the epoch, not {timestamp!r}")
+    return key, value, headers, timestamp
 
 
 def _as_json(rec: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from importlib import metadata
 
 import pytest
 
-from filechannel.client import Admin, Producer, TopicPartition
+from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.client.group import read_group
 from filechannel.errors import UnknownTopicError
 
@@ -385,3 +385,31 @@ def test_topics_and_groups_describe_themselves_as_json_lines(tmp_path):
                for r in group["partitions"])  # fmt: skip
     bad = fc(tmp_path, "topics", "list", "--format", "xml", check=False)
     assert bad.returncode == 2 and bad.stderr.decode().count("\n") == 1
+
+
+def test_consume_json_into_produce_json_copies_records_byte_for_byte(tmp_path):
+    originals = [
+        (bytes(range(256)), b"\xff\xfe", [("h", b"\x00\x80"), ("h", b"text")], 5),
+        ("héllo".encode(), None, [], 6),
+        (None, b"gone", [], 7),  # a tombstone
+        (b"", b"k", [], 8),  # an empty value, not a tombstone
+    ]
+    with Producer(str(tmp_path)) as p:
+        for value, key, headers, ts in originals:
+            p.send("src", value, key=key, headers=headers, timestamp_ms=ts)
+    dumped = fc(tmp_path, "consume", "src", "--from-beginning", "--no-follow", "--format", "json").stdout
+    fc(tmp_path, "produce", "copy", "--format", "json", input=dumped)
+    with Consumer("copy", root=str(tmp_path), auto_offset_reset="earliest") as c:
+        got = [r for recs in c.poll(timeout_ms=5000).values() for r in recs]
+    assert [(r.value, r.key, r.headers, r.timestamp) for r in got] == originals
+    for line, message in [
+        (b"not json\n", "line 1 is not a JSON object"),
+        (b'{"key": "k"}\n', 'with a "value"'),
+        (b'{"value": "!!", "value_encoding": "base64"}\n', "value is not valid base64"),
+        (b'{"value": "x", "value_encoding": "hex"}\n', 'must be "utf-8" or "base64"'),
+        (b'{"value": "x", "headers": [{"key": "h", "value": null}]}\n', "header values are bytes, never null"),
+        (b'{"value": "x", "timestamp": "soon"}\n', "timestamp must be milliseconds"),
+        (b'{"value": "\\udc80"}\n', "value is not UTF-8 text"),
+    ]:
+        bad = fc(tmp_path, "produce", "copy", "--format", "json", input=line, check=False)
+        assert bad.returncode == 2 and message in bad.stderr.decode(), bad.stderr.decode()
