@@ -48,20 +48,32 @@ def groups_list(ctx: click.Context, fmt: str) -> None:
 
 @groups.command("describe")
 @ROOT_OPTION
-@click.argument("group")
+@click.argument("names", nargs=-1)
+@click.option("--group", "group_opts", multiple=True, help="A group to describe (Kafka's flag; repeatable).")
+@click.option("--all-groups", is_flag=True, help="Describe every group.")
 @FORMAT_OPTION
 @click.pass_context
-def groups_describe(ctx: click.Context, group: str, fmt: str) -> None:
-    """Show GROUP's live members and, per partition, its committed offset, end offset, lag and owner.
+def groups_describe(ctx: click.Context, names: tuple[str, ...], group_opts: tuple[str, ...], all_groups: bool, fmt: str) -> None:
+    """Show each group's live members and, per partition, its committed offset, end offset, lag
+    and owner: the groups NAMES (or --group), or --all-groups.
 
     Only members whose process is alive are shown: the group's state keeps a killed member
     until a live one next polls, and a partition such a member owned says its owner is gone.
 
-    json: one object, {"group", "generation", "members": [{"member", "pid", "topics"}],
-    "partitions": [{"topic", "partition", "committed", "end_offset", "lag", "owner",
-    "owner_pid", "owner_alive"}]} (committed, owner, owner_pid: null when there is none).
+    json: one object per group and line, {"group", "generation", "members": [{"member",
+    "pid", "topics"}], "partitions": [{"topic", "partition", "committed", "end_offset", "lag",
+    "owner", "owner_pid", "owner_alive"}]} (committed, owner, owner_pid: null when there is none).
     """
     root = root_folder(ctx)
+    chosen = [*names, *group_opts]
+    if bool(chosen) == all_groups:
+        raise click.UsageError("name the groups to describe (GROUP or --group GROUP) or pass --all-groups")
+    for group in list_groups(root) if all_groups else chosen:
+        _describe_group(root, group, fmt)
+
+
+def _describe_group(root: str, group: str, fmt: str) -> None:
+    """One group's description: a JSON line, or its members, a table and lines for gone owners."""
     state, offsets = read_group(root, group)
     live = set(live_members(root, group))
     admin = Admin(root)

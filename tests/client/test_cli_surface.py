@@ -383,6 +383,17 @@ def test_topics_and_groups_describe_themselves_as_json_lines(tmp_path):
     assert rows[("a", 0)]["committed"] is None and rows[("a", 0)]["lag"] == 0
     assert all(list(r) == ["topic", "partition", "committed", "end_offset", "lag", "owner", "owner_pid", "owner_alive"]
                for r in group["partitions"])  # fmt: skip
+    # Without names: every topic, every group (--all-groups), one object per line, as kafka-topics --describe.
+    every = [json.loads(x) for x in fc(tmp_path, "topics", "describe", "--format", "json").stdout.decode().splitlines()]
+    assert [d["topic"] for d in every] == ["a", "b"] and every[0]["config"] == desc["config"]
+    assert [
+        json.loads(x)["topic"] for x in fc(tmp_path, "topics", "describe", "--topic", "b", "--format", "json").stdout.splitlines()
+    ] == ["b"]
+    fc(tmp_path, "consume", "b", "--group", "h", "--from-beginning", "--no-follow")
+    groups = fc(tmp_path, "groups", "describe", "--all-groups", "--format", "json").stdout.decode().splitlines()
+    assert [json.loads(x)["group"] for x in groups] == ["g", "h"] and json.loads(groups[0]) == group
+    none = fc(tmp_path, "groups", "describe", check=False)
+    assert none.returncode == 2 and "--all-groups" in none.stderr.decode()
     bad = fc(tmp_path, "topics", "list", "--format", "xml", check=False)
     assert bad.returncode == 2 and bad.stderr.decode().count("\n") == 1
 
