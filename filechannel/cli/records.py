@@ -89,6 +89,8 @@ def produce(
 ) -> None:
     """Send one record per line of input to TOPIC."""
     topic = one_name("topic", topic, topic_opt)
+    if fmt == "json" and (properties or key_separator is not None):
+        raise click.UsageError("--property and --key-separator describe raw lines; a --format json line names its fields")
     reader = LineReader(parse_properties(properties, PRODUCER_PROPERTIES, "produce"), key_separator)
     settings = client_properties(producer_properties, "--producer-property")
     if request_required_acks is not None:

@@ -424,3 +424,5 @@ def test_consume_json_into_produce_json_copies_records_byte_for_byte(tmp_path):
     ]:
         bad = fc(tmp_path, "produce", "copy", "--format", "json", input=line, check=False)
         assert bad.returncode == 2 and message in bad.stderr.decode(), bad.stderr.decode()
+    mixed = fc(tmp_path, "produce", "copy", "--format", "json", "--property", "parse.key=true", input=dumped, check=False)
+    assert mixed.returncode == 2 and "a --format json line names its fields" in mixed.stderr.decode()
