@@ -177,7 +177,7 @@ def client_properties(items: Iterable[str], flag: str) -> dict[str, Any]:
         if key in CONSOLE_OWNED:
             raise ConfigError(f"{flag} {name.strip()}: {CONSOLE_OWNED[key]}")
         value: Any = raw.strip()
-        if re.fullmatch(r"-?\d+", value):
+        if re.fullmatch(r"-?[0-9]+", value):
             value = int(value)
         elif value.lower() in ("true", "false"):
             value = value.lower() == "true"
@@ -201,9 +201,9 @@ class LineReader:
     ``[HEADERS<headers.delimiter>][KEY<key.separator>]VALUE``, the headers
     ``name<headers.key.separator>value`` pairs split at ``headers.separator`` (a regular
     expression, as Kafka's); an empty headers field is no headers. A key or value equal to
-    ``null.marker`` is absent (a tombstone, for the value). With ``ignore.error``, a missing delimiter means no headers
-    or no key, and a pair without its separator is a header with an empty value (Kafka's is
-    null; a header value here is always bytes).
+    ``null.marker`` is absent (a tombstone, for the value). With ``ignore.error``, a missing
+    delimiter means no headers or no key, and a pair without its separator is a header with
+    an empty value (Kafka's is null; a header value here is always bytes).
 
     Lines are bytes: separators are the bytes of their arguments, header names are UTF-8.
     """
@@ -335,7 +335,9 @@ class Reset:
 
 # java.time.Duration.parse's text: [-]PnDTnHnMn.nS, letters in either case, each number signed.
 _DURATION = re.compile(
-    r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?", re.IGNORECASE
+    r"([-+]?)P(?:([-+]?[0-9]+)D)?"
+    r"(?:T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?",
+    re.IGNORECASE,
 )
 
 
@@ -365,7 +367,7 @@ def parse_reset_file(text: str, group: str, source: str) -> dict[TopicPartition,
             if cells[0] != group:
                 continue
             cells = cells[1:]
-        if len(cells) != 3 or not cells[1].isdigit() or not cells[2].lstrip("-").isdigit():
+        if len(cells) != 3 or not re.fullmatch("[0-9]+", cells[1]) or not re.fullmatch("-?[0-9]+", cells[2]):
             raise ConfigError(
                 f"{source} line {number}: {raw[:100]!r} is not topic,partition,offset (or group,topic,partition,offset)"
             )
@@ -416,7 +418,7 @@ def reset_scope(root: str, group: str, topics: Iterable[str], all_topics: bool) 
             out += [TopicPartition(name, p) for p in range(count)]
             continue
         for p in parts.split(","):
-            if not re.fullmatch(r"\d+", p.strip()) or int(p) >= count:
+            if not re.fullmatch(r"[0-9]+", p.strip()) or int(p) >= count:
                 raise ConfigError(f"--topic {spec}: {name} has partitions 0 to {count - 1}, not {p!r}")
             out.append(TopicPartition(name, int(p)))
     return sorted(set(out))
@@ -503,7 +505,7 @@ def offsets_scope(root: str, group: str, topics: Iterable[str]) -> list[TopicPar
         name, _, parts = spec.partition(":")
         if parts:
             for p in parts.split(","):
-                if not re.fullmatch(r"\d+", p.strip()):
+                if not re.fullmatch(r"[0-9]+", p.strip()):
                     raise ConfigError(f"Invalid partition {p!r} specified in topic arg {spec!r}")
                 out.add(TopicPartition(name, int(p)))
         elif name in store.list():
