@@ -220,6 +220,12 @@ async def test_consumer_record_is_aiokafkas_positionally(tmp_path, anyio_backend
         with anyio.fail_after(10):
             msg = await consumer.getone()
     assert msg == by_name and msg.headers == ()
+    async with AsyncConsumer(
+        "t", root=tmp_path, auto_offset_reset="earliest", value_deserializer=bytes.decode, key_deserializer=bytes.decode
+    ) as consumer:
+        with anyio.fail_after(10):
+            msg = await consumer.getone()
+    assert type(msg) is AsyncConsumerRecord and msg == by_name._replace(value="v")  # sizes: of the stored bytes
 
 
 @pytest.mark.anyio
