@@ -13,6 +13,7 @@ from .errors import (
     CommitFailedError,
     ConfigError,
     CorruptRecordError,
+    DataLossError,
     DiskFullError,
     FencedError,
     FileChannelError,
@@ -25,6 +26,7 @@ from .errors import (
     OffsetOutOfRangeError,
     RecordTypeError,
     SenderFailedError,
+    SinkError,
     StorageError,
     StorageFullError,
     StorageUnavailableError,
@@ -38,6 +40,18 @@ from .sender import Sender
 
 __version__ = "0.1.0"
 
+
+def native_extensions() -> dict[str, bool]:
+    """Which C fast paths this process loaded: ``codec`` (frame encoding and decoding, the
+    appender, the consumer's records; filechannel/engine/_codec.c) and ``readahead`` (the
+    background decompression of sealed segments; _readahead.c). False means the pure-Python
+    code runs instead: same results, slower. They are built at install when a C compiler is
+    there; the codec loads only on x86-64 with SSE4.2. ``filechannel --version`` prints them."""
+    from .engine import readahead, record
+
+    return {"codec": record._codec is not None, "readahead": readahead._readahead is not None}
+
+
 __all__ = [
     "AccessDeniedError",
     "AckError",
@@ -47,6 +61,7 @@ __all__ = [
     "CommitFailedError",
     "ConfigError",
     "CorruptRecordError",
+    "DataLossError",
     "DiskFullError",
     "FencedError",
     "FileChannel",
@@ -63,6 +78,7 @@ __all__ = [
     "RecordTypeError",
     "Sender",
     "SenderFailedError",
+    "SinkError",
     "StorageError",
     "StorageFullError",
     "StorageUnavailableError",
@@ -70,4 +86,5 @@ __all__ = [
     "Timeout",
     "TopicExistsError",
     "UnknownTopicError",
+    "native_extensions",
 ]

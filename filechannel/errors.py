@@ -117,6 +117,14 @@ class FencedError(TierError):
     """A newer uploader took over (its epoch is newer); this one must stop."""
 
 
+class DataLossError(OffsetOutOfRangeError):
+    """Records a Spark query needs are gone (retention, garbage collection, a truncated log)."""
+
+
+class SinkError(FileChannelError):
+    """The Spark sink cannot write what it was given."""
+
+
 _FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 

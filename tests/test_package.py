@@ -2,12 +2,20 @@
 
 import importlib.resources
 import inspect
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import filechannel
 from filechannel import errors
 
 ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def test_every_error_a_user_may_catch_is_importable_from_filechannel():
@@ -24,3 +32,123 @@ def test_the_package_is_marked_typed_and_licensed():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'license = "Apache-2.0"' in pyproject and 'license-files = ["LICENSE"]' in pyproject
     assert 'filechannel = ["py.typed"]' in pyproject
+
+
+# A sitecustomize that makes the named modules (and their submodules) fail to import, as on a
+# machine where they are not installed: what a user without the extra or the compiler meets.
+_BLOCKER = """
+import os, sys
+
+class _NotInstalled:
+    names = os.environ["FC_TEST_NOT_INSTALLED"].split(",")
+
+    def find_spec(self, name, path=None, target=None):
+        if any(name == n or name.startswith(n + ".") for n in self.names):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+def _without(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """The environment of a subprocess in which ``modules`` cannot be imported."""
+    (tmp_path / "sitecustomize.py").write_text(_BLOCKER)
+    path = os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "FC_TEST_NOT_INSTALLED": ",".join(modules)}
+
+
+def test_filechannel_spark_without_pyspark_says_to_install_the_extra(tmp_path):
+    env = _without(tmp_path, "pyspark")
+    code = "import filechannel, sys; assert 'pyspark' not in sys.modules; import filechannel.spark"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: filechannel.spark needs pyspark >= 4 and pyarrow"), proc.stderr
+    assert "pip install 'filechannel[spark]'" in last
+
+
+def test_the_spark_errors_are_importable_without_pyspark(tmp_path):
+    code = (
+        "import sys\n"
+        "from filechannel import DataLossError, OffsetOutOfRangeError, SinkError, FileChannelError\n"
+        "assert issubclass(DataLossError, OffsetOutOfRangeError) and issubclass(SinkError, FileChannelError)\n"
+        "assert not any(m.startswith('pyspark') for m in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_without(tmp_path, "pyspark"))
+    assert proc.returncode == 0, proc.stderr
+    # The same classes as the Spark integration raises (here, where pyspark is installed).
+    from filechannel.spark import errors as spark_errors
+
+    assert spark_errors.SinkError is filechannel.SinkError and spark_errors.DataLossError is filechannel.DataLossError
+
+
+def test_without_the_c_extensions_the_package_runs_and_says_so(tmp_path):
+    env = _without(tmp_path, "filechannel.engine._codec", "filechannel.engine._readahead")
+    code = "import filechannel; print(filechannel.native_extensions())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.stdout == "{'codec': False, 'readahead': False}\n", proc.stderr
+    script = Path(sys.executable).parent / "filechannel"
+    env["FILECHANNEL_ROOT"] = str(tmp_path / "root")
+    version = subprocess.run([str(script), "--version"], capture_output=True, text=True, env=env, timeout=60)
+    assert version.stdout == f"filechannel {filechannel.__version__} (native codec: no, readahead: no)\n"
+    # ...and works: a record in and out through the pure-Python code.
+    run = {"capture_output": True, "env": env, "timeout": 60}
+    assert subprocess.run([str(script), "produce", "t"], input=b"hello\n", **run).returncode == 0
+    out = subprocess.run([str(script), "consume", "t", "--from-beginning", "--no-follow"], **run)
+    assert out.stdout == b"hello\n", out.stderr
+
+
+def _tracked_copy(dest: Path) -> Path:
+    """The checkout's sources without build output, so building there leaves the checkout as it is."""
+    skip = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".pytest_cache")
+    return Path(shutil.copytree(ROOT, dest, ignore=skip))
+
+
+def test_the_sdist_carries_the_license_the_c_sources_py_typed_and_what_the_readme_links_to(tmp_path):
+    src = _tracked_copy(tmp_path / "src")
+    # setuptools' PEP 517 hook, as `python -m build --sdist` calls it (no network, no new venv).
+    code = "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "dist")], cwd=src, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    name = proc.stdout.strip().splitlines()[-1]
+    with tarfile.open(tmp_path / "dist" / name) as sdist:
+        top = name.removesuffix(".tar.gz")
+        members = {m.name.removeprefix(top + "/") for m in sdist.getmembers()}
+        pkg_info = sdist.extractfile(f"{top}/PKG-INFO").read().decode()  # type: ignore[union-attr]
+    linked = set(re.findall(r"\]\((?!https?:|#)([^)]+)\)", README.read_text()))
+    assert linked, "the README links to files of the repository"
+    expected = {
+        "LICENSE",
+        "README.md",
+        "pyproject.toml",
+        "setup.py",
+        "filechannel/py.typed",
+        "filechannel/engine/_codec.c",
+        "filechannel/engine/_readahead.c",
+        "examples/demo.py",
+    } | linked
+    assert expected <= members, sorted(expected - members)
+    assert not any(m.endswith((".so", ".pyc")) for m in members)
+    assert "License-Expression: Apache-2.0" in pkg_info and "Requires-Python: >=3.11" in pkg_info
+    for python in ("3.11", "3.12", "3.13"):
+        assert f"Classifier: Programming Language :: Python :: {python}" in pkg_info
+
+
+def test_the_wheel_carries_the_license_py_typed_and_only_the_package(tmp_path):
+    src = _tracked_copy(tmp_path / "src")
+    code = "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "dist")], cwd=src, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    name = proc.stdout.strip().splitlines()[-1]
+    with zipfile.ZipFile(tmp_path / "dist" / name) as wheel:
+        names = set(wheel.namelist())
+        metadata = wheel.read(f"filechannel-{filechannel.__version__}.dist-info/METADATA").decode()
+    assert f"filechannel-{filechannel.__version__}.dist-info/licenses/LICENSE" in names
+    assert "filechannel/py.typed" in names and "filechannel/cli/__main__.py" in names
+    assert {n.split("/")[0] for n in names} == {"filechannel", f"filechannel-{filechannel.__version__}.dist-info"}
+    assert "License-Expression: Apache-2.0" in metadata and "Classifier: Operating System :: POSIX :: Linux" in metadata

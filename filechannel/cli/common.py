@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import stat
@@ -9,6 +10,8 @@ from typing import Any
 
 import click
 from rich.console import Console
+
+from .. import __version__, native_extensions
 
 
 class _Console(Console):
@@ -103,6 +106,34 @@ ROOT_OPTION = click.option(
 )
 
 
+# --format of the commands that describe things (topics list|describe, groups list|describe).
+FORMAT_OPTION = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: for people (a table on a terminal); json: one JSON object per line, the same keys every time, "
+    "whole numbers, for scripts.",
+)
+
+
+def print_json(obj: dict[str, Any]) -> None:
+    """One JSON object on one line of stdout (JSON Lines): nothing a terminal width could cut."""
+    click.echo(json.dumps(obj, ensure_ascii=False))
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``filechannel 0.1.0 (native codec: yes, readahead: yes)``: "no" means the pure-Python
+    fallback runs (no C compiler at install, or not x86-64 with SSE4.2 for the codec)."""
+    if not value or ctx.resilient_parsing:
+        return
+    native = native_extensions()
+    yes = {True: "yes", False: "no"}
+    click.echo(f"filechannel {__version__} (native codec: {yes[native['codec']]}, readahead: {yes[native['readahead']]})")
+    ctx.exit()
+
+
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--root",
@@ -110,7 +141,14 @@ ROOT_OPTION = click.option(
     type=click.Path(file_okay=False),
     help="Folder holding the topics [env: FILECHANNEL_ROOT].",
 )
-@click.version_option(None, "--version", package_name="filechannel", message="%(prog)s %(version)s")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and whether the C extensions are loaded, and exit.",
+)
 @click.pass_context
 def cli(ctx: click.Context, root: str | None) -> None:
     """filechannel: a durable, file-backed message log with a Kafka-like client."""

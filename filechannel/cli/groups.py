@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import click
 from rich.table import Table
 
 from ..client import Admin, TopicPartition
-from ..client.group import list_groups, read_group
+from ..client.group import GroupState, delete_offsets, list_groups, read_group
 from ..errors import FileChannelError
-from .common import ROOT_OPTION, cli, one_name, out, root_folder
+from .common import FORMAT_OPTION, ROOT_OPTION, cli, one_name, out, print_json, root_folder
 from .kafka import (
     Reset,
+    check_partitions,
     delete_group,
     execute_reset,
     live_members,
+    offsets_scope,
     parse_datetime,
+    parse_duration,
+    parse_reset_file,
     plan_reset,
     require_inactive,
     reset_scope,
@@ -28,27 +35,56 @@ def groups() -> None:
 
 @groups.command("list")
 @ROOT_OPTION
+@FORMAT_OPTION
 @click.pass_context
-def groups_list(ctx: click.Context) -> None:
-    """List the consumer groups."""
+def groups_list(ctx: click.Context, fmt: str) -> None:
+    """List the consumer groups (json: {"group"} per line)."""
     for g in list_groups(root_folder(ctx)):
-        click.echo(g)
+        if fmt == "json":
+            print_json({"group": g})
+        else:
+            click.echo(g)
 
 
 @groups.command("describe")
 @ROOT_OPTION
-@click.argument("group")
+@click.argument("names", nargs=-1)
+@click.option("--group", "group_opts", multiple=True, help="A group to describe (Kafka's flag; repeatable).")
+@click.option("--all-groups", is_flag=True, help="Describe every group.")
+@FORMAT_OPTION
 @click.pass_context
-def groups_describe(ctx: click.Context, group: str) -> None:
-    """Show GROUP's live members and, per partition, its committed offset, end offset, lag and owner.
+def groups_describe(ctx: click.Context, names: tuple[str, ...], group_opts: tuple[str, ...], all_groups: bool, fmt: str) -> None:
+    """Show each group's live members and, per partition, its committed offset, end offset, lag
+    and owner: the groups NAMES (or --group), or --all-groups.
 
     Only members whose process is alive are shown: the group's state keeps a killed member
     until a live one next polls, and a partition such a member owned says its owner is gone.
+
+    json: one object per group and line, {"group", "generation", "members": [{"member",
+    "pid", "topics"}], "partitions": [{"topic", "partition", "committed", "end_offset", "lag",
+    "owner", "owner_pid", "owner_alive"}]} (committed, owner, owner_pid: null when there is none).
     """
     root = root_folder(ctx)
+    chosen = [*names, *group_opts]
+    if bool(chosen) == all_groups:
+        raise click.UsageError("name the groups to describe (GROUP or --group GROUP) or pass --all-groups")
+    for group in list_groups(root) if all_groups else chosen:
+        _describe_group(root, group, fmt)
+
+
+def _describe_group(root: str, group: str, fmt: str) -> None:
+    """One group's description: a JSON line, or its members, a table and lines for gone owners."""
     state, offsets = read_group(root, group)
     live = set(live_members(root, group))
     admin = Admin(root)
+    rows = _partition_rows(admin, state, offsets, live)
+    if fmt == "json":
+        members = [
+            {"member": m, "pid": state.members[m].get("pid"), "topics": list(state.members[m].get("topics", []))}
+            for m in sorted(live)
+        ]
+        print_json({"group": group, "generation": state.generation, "members": members, "partitions": rows})
+        return
     for member in sorted(live):
         info = state.members[member]
         out.print(f"member {member}: pid {info.get('pid', '?')}, topics {', '.join(info.get('topics', [])) or '-'}")
@@ -62,28 +98,54 @@ def groups_describe(ctx: click.Context, group: str) -> None:
         ("owner", "left"),
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
-    topics_seen = sorted({tp.topic for tp in offsets} | set(state.partitions))
     orphans: list[str] = []
-    for topic in topics_seen:
-        try:
-            desc = admin.describe_topic(topic)
-        except FileChannelError:
-            continue
-        for p in desc.partitions:
-            tp = TopicPartition(topic, p.partition)
-            committed = offsets.get(tp)
-            lag = p.end_offset - (committed if committed is not None else p.first_offset)
-            owner = state.owners.get(f"{topic}/{p.partition}", "")
-            if owner and owner not in live:  # killed: a live member's next poll takes the partition over
-                pid = state.members.get(owner, {}).get("pid", "?")
-                orphans.append(f"{topic}[{p.partition}]: its owner (pid {pid}) is gone; a live member's next poll takes it over")
-                owner = f"gone (pid {pid})"
-            table.add_row(
-                topic, str(p.partition), "-" if committed is None else str(committed), str(p.end_offset), str(lag), owner
+    for row in rows:
+        owner = row["owner"] or ""
+        if owner and not row["owner_alive"]:  # killed: a live member's next poll takes the partition over
+            orphans.append(
+                f"{row['topic']}[{row['partition']}]: its owner (pid {row['owner_pid'] or '?'}) is gone; "
+                "a live member's next poll takes it over"
             )
+            owner = f"gone (pid {row['owner_pid'] or '?'})"
+        committed = row["committed"]
+        table.add_row(
+            row["topic"],
+            str(row["partition"]),
+            "-" if committed is None else str(committed),
+            str(row["end_offset"]),
+            str(row["lag"]),
+            owner,
+        )
     out.print(table)
     for line in orphans:  # plain lines: rich would wrap them at the width of a terminal it does not have
         click.echo(line)
+
+
+def _partition_rows(admin: Admin, state: GroupState, offsets: dict[TopicPartition, int], live: set[str]) -> list[dict[str, Any]]:
+    """Per partition of the group's topics: its committed offset, end, lag (from the first
+    offset when nothing is committed) and owner, and whether the owner's process lives."""
+    rows: list[dict[str, Any]] = []
+    for topic in sorted({tp.topic for tp in offsets} | set(state.partitions)):
+        try:
+            desc = admin.describe_topic(topic)
+        except FileChannelError:  # deleted since the group read it
+            continue
+        for p in desc.partitions:
+            committed = offsets.get(TopicPartition(topic, p.partition))
+            owner = state.owners.get(f"{topic}/{p.partition}") or None
+            rows.append(
+                {
+                    "topic": topic,
+                    "partition": p.partition,
+                    "committed": committed,
+                    "end_offset": p.end_offset,
+                    "lag": p.end_offset - (committed if committed is not None else p.first_offset),
+                    "owner": owner,
+                    "owner_pid": state.members.get(owner, {}).get("pid") if owner else None,
+                    "owner_alive": owner in live if owner else None,
+                }
+            )
+    return rows
 
 
 @groups.command("reset-offsets")
@@ -96,10 +158,24 @@ def groups_describe(ctx: click.Context, group: str) -> None:
 @click.option("--to-latest", is_flag=True, help="To the end of each partition.")
 @click.option("--to-offset", type=click.IntRange(0), default=None, help="To this offset (clamped to the partition).")
 @click.option("--to-datetime", default=None, help="To the first record at or after this ISO time (e.g. 2026-01-31T12:00:00.000).")
+@click.option(
+    "--by-duration",
+    default=None,
+    metavar="PnDTnHnMnS",
+    help="To the first record at or after now minus this duration (Kafka's format: PT15M, P1DT2H).",
+)
 @click.option("--shift-by", type=int, default=None, help="Move the committed offsets by N (may be negative).")
+@click.option(
+    "--from-file",
+    type=click.File("r"),
+    default=None,
+    metavar="CSV",
+    help="To the offsets in this CSV file: topic,partition,offset lines (or group,topic,partition,offset), as --export writes.",
+)
 @click.option("--to-current", is_flag=True, help="To the committed offsets (keep them).")
 @click.option("--dry-run", is_flag=True, help="Show the new offsets, change nothing (the default).")
 @click.option("--execute", is_flag=True, help="Commit the new offsets.")
+@click.option("--export", is_flag=True, help="Print the new offsets as CSV (topic,partition,offset), the input of --from-file.")
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def groups_reset_offsets(
@@ -112,10 +188,13 @@ def groups_reset_offsets(
     to_latest: bool,
     to_offset: int | None,
     to_datetime: str | None,
+    by_duration: str | None,
     shift_by: int | None,
+    from_file: Any,
     to_current: bool,
     dry_run: bool,
     execute: bool,
+    export: bool,
     bootstrap_server: str | None,
 ) -> None:
     """Reset GROUP's committed offsets, as kafka-consumer-groups --reset-offsets does.
@@ -129,24 +208,37 @@ def groups_reset_offsets(
         Reset("latest") if to_latest else None,
         Reset("offset", to_offset) if to_offset is not None else None,
         Reset("datetime", parse_datetime(to_datetime)) if to_datetime is not None else None,
+        Reset("datetime", int((time.time() - parse_duration(by_duration).total_seconds()) * 1000)) if by_duration else None,
         Reset("shift", shift_by) if shift_by is not None else None,
+        Reset("file", offsets=parse_reset_file(from_file.read(), group, from_file.name)) if from_file is not None else None,
         Reset("current") if to_current else None,
     ]
     chosen = [r for r in scenarios if r is not None]
     if len(chosen) != 1:
         raise click.UsageError(
-            "give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by, --to-current"
+            "give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --by-duration, --shift-by, "
+            "--from-file, --to-current"
         )
     if dry_run and execute:
         raise click.UsageError("options --dry-run and --execute cannot be specified together")
     if not dry_run and not execute:
         click.echo("WARN: No action will be performed as the --execute option is missing; showing the new offsets.", err=True)
     root = root_folder(ctx)
-    tps = reset_scope(root, group, topics_, all_topics)
+    if chosen[0].kind == "file":
+        if topics_ or all_topics:
+            raise click.UsageError("--from-file takes its partitions from the file: no --topic or --all-topics")
+        tps = sorted(chosen[0].offsets)
+        check_partitions(root, tps, f"--from-file {from_file.name}")
+    else:
+        tps = reset_scope(root, group, topics_, all_topics)
     require_inactive(root, group, "offsets can be reset")
     plan = plan_reset(root, group, tps, chosen[0], lambda msg: click.echo(f"WARN: {msg}", err=True))
     if execute:
         execute_reset(root, group, plan)
+    if export:
+        for tp, off in sorted(plan.items()):
+            click.echo(f"{tp.topic},{tp.partition},{off}")
+        return
     click.echo(f"{'GROUP':<20} {'TOPIC':<30} {'PARTITION':>9} {'NEW-OFFSET':>12}")
     for tp, off in sorted(plan.items()):
         click.echo(f"{group:<20} {tp.topic:<30} {tp.partition:>9} {off:>12}")
@@ -163,3 +255,38 @@ def groups_delete(ctx: click.Context, group: str | None, group_opt: str | None, 
     group = one_name("group", group, group_opt)
     delete_group(root_folder(ctx), group)
     click.echo(f"Deletion of requested consumer groups ('{group}') was successful.")
+
+
+@groups.command("delete-offsets")
+@ROOT_OPTION
+@click.argument("group", required=False)
+@click.option("--group", "group_opt", default=None, help="The group (Kafka's flag; same as GROUP).")
+@click.option(
+    "--topic",
+    "topics_",
+    multiple=True,
+    required=True,
+    metavar="TOPIC[:P,...]",
+    help="Forget these partitions' offsets (repeatable).",
+)
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def groups_delete_offsets(
+    ctx: click.Context, group: str | None, group_opt: str | None, topics_: tuple[str, ...], bootstrap_server: str | None
+) -> None:
+    """Delete GROUP's committed offsets of some partitions, as kafka-consumer-groups --delete-offsets.
+
+    The group then starts those partitions by its auto_offset_reset. Only while no member of
+    the group is alive (Kafka also allows it for topics no live member subscribes to). A
+    topic deleted since still has its offsets deleted (--topic T: those the group has).
+    """
+    group = one_name("group", group, group_opt)
+    root = root_folder(ctx)
+    tps = offsets_scope(root, group, topics_)
+    require_inactive(root, group, "offsets can be deleted")
+    delete_offsets(root, group, tps)
+    click.echo(f"Request succeeded for deleting offsets from group {group}.")
+    width = max([15, *(len(tp.topic) for tp in tps)])
+    click.echo(f"\n{'TOPIC':<{width}} {'PARTITION':<10} {'STATUS':<15}")
+    for tp in tps:
+        click.echo(f"{tp.topic:<{width}} {tp.partition:<10} {'Successful':<15}")

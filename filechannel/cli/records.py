@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import base64
 import json
-import os
 import re
 import signal
 import sys
@@ -23,7 +23,9 @@ from .kafka import (
     CONSUMER_PROPERTIES,
     PRODUCER_PROPERTIES,
     ConsoleFormatter,
-    is_true,
+    LineFormatError,
+    LineReader,
+    client_properties,
     parse_properties,
 )
 
@@ -37,10 +39,37 @@ from .kafka import (
 @click.option("--partition", type=int, default=None, help="Send every record to this partition.")
 @click.option(
     "--property",
+    "--reader-property",
     "properties",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Kafka's console producer properties: parse.key=true, key.separator=SEP (default tab), ignore.error=true.",
+    help="Kafka's console producer properties: parse.key=true, key.separator=SEP (default tab), parse.headers=true "
+    "(lines are H1:V1,H2:V2<tab>[KEY<tab>]VALUE), headers.delimiter (tab), headers.separator (,), "
+    "headers.key.separator (:), null.marker=TEXT (a key or value equal to it is absent: a tombstone), ignore.error=true.",
+)
+@click.option(
+    "--producer-property",
+    "--command-property",
+    "producer_properties",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A producer setting by Kafka's name (acks=all, linger.ms=5, batch.size, compression.type, client.id, ...).",
+)
+@click.option(
+    "--request-required-acks",
+    default=None,
+    help="Kafka's acks: 0 or 1 keep the topic's fsync policy; -1 or all waits for each record's fsync.",
+)
+@click.option("--sync", is_flag=True, help="Send each line only once the one before it is written (Kafka's --sync).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["raw", "json"]),
+    default="raw",
+    show_default=True,
+    help="raw: lines as Kafka's console producer reads them (see --property). json: one object per line as "
+    "consume --format json prints them: value (null: a tombstone), key, headers, timestamp, each with its encoding "
+    '("utf-8" or "base64"); topic, partition and offset are ignored.',
 )
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
@@ -52,36 +81,39 @@ def produce(
     key_separator: str | None,
     partition: int | None,
     properties: tuple[str, ...],
+    producer_properties: tuple[str, ...],
+    request_required_acks: str | None,
+    sync: bool,
+    fmt: str,
     bootstrap_server: str | None,
 ) -> None:
     """Send one record per line of input to TOPIC."""
     topic = one_name("topic", topic, topic_opt)
-    props = parse_properties(properties, PRODUCER_PROPERTIES, "produce")
-    if key_separator is None and is_true(props, "parse.key"):
-        key_separator = props["key.separator"]
-    ignore_error = is_true(props, "ignore.error")
-    # os.fsencode: an argument that is not UTF-8 (e.g. -k $'\xff') arrives with surrogate escapes; these
-    # are its bytes, so the separator matches what the shell passed.
-    sep = os.fsencode(key_separator) if key_separator else None
+    if fmt == "json" and (properties or key_separator is not None):
+        raise click.UsageError("--property and --key-separator describe raw lines; a --format json line names its fields")
+    reader = LineReader(parse_properties(properties, PRODUCER_PROPERTIES, "produce"), key_separator)
+    settings = client_properties(producer_properties, "--producer-property")
+    if request_required_acks is not None:
+        settings.update(client_properties([f"acks={request_required_acks}"], "--request-required-acks"))
     root = root_folder(ctx, must_exist=False)
-    _create_for_produce(Admin(root), topic, partition)
     count = 0
-    with Producer(root, auto_create_topics=False) as producer:
+    with Producer(root, auto_create_topics=False, **settings) as producer:  # its settings checked before a topic is made
+        _create_for_produce(Admin(root), topic, partition)
         for line in path:
-            line = line.rstrip(b"\r\n")
-            key = None
-            if sep is not None:
-                key, found, value = line.partition(sep)
-                if not found:
-                    if not ignore_error:
-                        raise click.UsageError(
-                            f"line {count + 1} has no key separator {key_separator!r}; the {count} line(s) before it were "
-                            "sent (--property ignore.error=true sends such a line as a value without key)"
-                        )
-                    key, value = None, line  # Kafka's ignore.error: the whole line is the value
-            else:
-                value = line
-            producer.send(topic, value, key=key, partition=partition)
+            timestamp = None
+            try:
+                if fmt == "json":
+                    key, value, headers, timestamp = _from_json(line, count + 1)
+                else:
+                    key, value, headers = reader.read(line.rstrip(b"\r\n"), count + 1)
+            except LineFormatError as exc:
+                raise click.UsageError(
+                    f"{exc}; the {count} line(s) before it were sent (--property ignore.error=true sends what it can of such "
+                    "a line: no headers or no key when their delimiter is missing)"
+                ) from None
+            future = producer.send(topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp)
+            if sync:
+                future.get()
             count += 1
     err.print(f"sent {count} record(s) to {topic}")
 
@@ -191,7 +223,14 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
 @ROOT_OPTION
 @click.argument("topic", required=False)
 @click.option("--topic", "topic_opt", default=None, help="The topic (Kafka's console consumer flag; same as TOPIC).")
-@click.option("--include", default=None, metavar="REGEX", help="Instead of a topic: every topic whose whole name matches.")
+@click.option(
+    "--include",
+    "--whitelist",
+    "include",
+    default=None,
+    metavar="REGEX",
+    help="Instead of a topic: every topic whose whole name matches (--whitelist: its older Kafka name).",
+)
 @click.option("--group", "-g", default=None, help="Consume as a member of this group (commits its offsets).")
 @click.option(
     "--from",
@@ -209,13 +248,38 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
 @click.option("--timeout-ms", type=click.IntRange(0), default=None, help="Stop once no record arrived for this long.")
 @click.option(
     "--property",
+    "--formatter-property",
     "properties",
     multiple=True,
     metavar="NAME=VALUE",
     help="Kafka's console consumer properties: print.key=true, key.separator=SEP, print.timestamp, print.partition, "
-    "print.offset, print.headers, print.value, line.separator, null.literal.",
+    "print.offset, print.headers, print.value, line.separator, headers.separator, headers.key.separator, null.literal.",
 )
-@click.option("--format", "fmt", type=click.Choice(["raw", "json"]), default="raw", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["raw", "json"]),
+    default="raw",
+    show_default=True,
+    help="raw: Kafka's console layout (see --property). json: one object per record and line, the keys topic, "
+    "partition, offset, timestamp, key, key_encoding, value, value_encoding, headers ([{key, value, encoding}]); "
+    'a key or value that is UTF-8 is the text with encoding "utf-8", any other bytes are base64 with encoding '
+    '"base64" (an absent key or value, and its encoding, are null).',
+)
+@click.option(
+    "--consumer-property",
+    "--command-property",
+    "consumer_properties",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A consumer setting by Kafka's name (max.poll.records=100, client.id, isolation.level, ...).",
+)
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_uncommitted", "read_committed"]),
+    default=None,
+    help="Accepted: both read every record written (there are no transactions).",
+)
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def consume(
@@ -233,6 +297,8 @@ def consume(
     timeout_ms: int | None,
     properties: tuple[str, ...],
     fmt: str,
+    consumer_properties: tuple[str, ...],
+    isolation_level: str | None,
     bootstrap_server: str | None,
 ) -> None:
     """Print TOPIC's records, one per line, as Kafka's console consumer does.
@@ -261,6 +327,9 @@ def consume(
         raise click.UsageError("--from cannot be combined with --from-beginning or --offset")
     props = parse_properties(properties, CONSUMER_PROPERTIES, "consume")
     formatter = ConsoleFormatter(props)
+    settings = client_properties(consumer_properties, "--consumer-property")
+    if isolation_level is not None:
+        settings["isolation_level"] = isolation_level
     if topic is not None:
         Admin(root_folder(ctx)).describe_topic(topic)  # a missing topic is an error (a Consumer would wait for it to appear)
     consumer = Consumer(
@@ -269,6 +338,7 @@ def consume(
         group_id=group,
         auto_offset_reset="earliest" if from_beginning else "latest",
         enable_auto_commit=False,
+        **settings,
     )
     count = 0
     try:
@@ -371,16 +441,78 @@ def _where_to_seek(root: str, consumer: Consumer, group: str | None) -> str:
     return "run `filechannel check` to list the damaged ranges and the first readable offset after each"
 
 
-def _as_json(rec: Any) -> dict[str, Any]:
-    def text(data: bytes | None) -> str | None:
-        return data.decode("utf-8", "replace") if data is not None else None
+def _encoded(data: bytes | None) -> tuple[str | None, str | None]:
+    """Bytes as JSON text and the encoding that gives them back: UTF-8 text as it is, other
+    bytes in base64, so that no byte is lost or replaced; (None, None) for absent bytes."""
+    if data is None:
+        return None, None
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), "base64"
 
+
+def _decoded(text: Any, encoding: Any, what: str, number: int) -> bytes | None:
+    """The bytes of a JSON field and its encoding, as :func:`_encoded` wrote them (utf-8 if none given)."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise LineFormatError(f"line {number}: {what} must be a string or null, not {type(text).__name__}")
+    if encoding in (None, "utf-8"):
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (\\udc80 in the JSON): no UTF-8 text has one
+            raise LineFormatError(
+                f'line {number}: {what} is not UTF-8 text; give such bytes in base64 ("encoding": "base64")'
+            ) from None
+    if encoding == "base64":
+        try:
+            return base64.b64decode(text, validate=True)
+        except ValueError:
+            raise LineFormatError(f"line {number}: {what} is not valid base64") from None
+    raise LineFormatError(f'line {number}: the encoding of {what} must be "utf-8" or "base64", not {encoding!r}')
+
+
+def _from_json(line: bytes, number: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int | None]:
+    """(key, value, headers, timestamp) of a ``produce --format json`` line: :func:`_as_json`'s inverse."""
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise LineFormatError(f"line {number} is not a JSON object ({exc})") from None
+    if not isinstance(obj, dict) or "value" not in obj:
+        raise LineFormatError(f'line {number} is not a JSON object with a "value" (null for a tombstone)')
+    value = _decoded(obj["value"], obj.get("value_encoding"), "value", number)
+    key = _decoded(obj.get("key"), obj.get("key_encoding"), "key", number)
+    headers = []
+    for h in obj.get("headers") or []:
+        if not isinstance(h, dict) or not isinstance(h.get("key"), str):
+            raise LineFormatError(f'line {number}: each header must be {{"key": name, "value": text, "encoding": ...}}')
+        raw = _decoded(h.get("value"), h.get("encoding"), f"header {h['key']!r}", number)
+        if raw is None:
+            raise LineFormatError(f"line {number}: header {h['key']!r} has no value (header values are bytes, never null)")
+        headers.append((h["key"], raw))
+    timestamp = obj.get("timestamp")
+    if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0):
+        raise LineFormatError(f"line {number}: timestamp must be milliseconds since the epoch, not {timestamp!r}")
+    return key, value, headers, timestamp
+
+
+def _as_json(rec: Any) -> dict[str, Any]:
+    """A record as ``consume --format json`` prints it: always the same keys, in this order."""
+    key, key_encoding = _encoded(rec.key)
+    value, value_encoding = _encoded(rec.value)
+    headers = []
+    for name, raw in rec.headers:
+        text, encoding = _encoded(raw)
+        headers.append({"key": name, "value": text, "encoding": encoding})
     return {
         "topic": rec.topic,
         "partition": rec.partition,
         "offset": rec.offset,
         "timestamp": rec.timestamp,
-        "key": text(rec.key),
-        "value": text(rec.value),
-        "headers": {k: text(v) for k, v in rec.headers},
+        "key": key,
+        "key_encoding": key_encoding,
+        "value": value,
+        "value_encoding": value_encoding,
+        "headers": headers,
     }

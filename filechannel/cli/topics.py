@@ -8,11 +8,10 @@ import click
 from rich.table import Table
 
 from ..client import Admin
+from ..client.topics import TopicStore
 from ..errors import TopicExistsError
-from .common import ROOT_OPTION, cli, one_name, out, root_folder
-from .kafka import (
-    topic_setting,
-)
+from .common import FORMAT_OPTION, ROOT_OPTION, cli, one_name, out, print_json, root_folder
+from .kafka import topic_setting
 
 
 @cli.group()
@@ -73,29 +72,57 @@ def topics_create(
 
 @topics.command("list")
 @ROOT_OPTION
+@FORMAT_OPTION
 @click.pass_context
-def topics_list(ctx: click.Context) -> None:
-    """List the topics."""
-    for name in Admin(root_folder(ctx)).list_topics():
-        click.echo(name)
+def topics_list(ctx: click.Context, fmt: str) -> None:
+    """List the topics (json: {"topic", "partitions"} per line)."""
+    store = TopicStore(root_folder(ctx))
+    for name in store.list():
+        if fmt == "json":
+            print_json({"topic": name, "partitions": store.partitions(name)})
+        else:
+            click.echo(name)
 
 
 @topics.command("describe")
 @ROOT_OPTION
-@click.argument("name")
+@click.argument("names", nargs=-1)
+@click.option("--topic", "topic_opts", multiple=True, help="A topic to describe (Kafka's flag; repeatable).")
+@FORMAT_OPTION
 @click.pass_context
-def topics_describe(ctx: click.Context, name: str) -> None:
-    """Show NAME's partitions (first and end offsets, bytes on disk) and settings."""
-    desc = Admin(root_folder(ctx)).describe_topic(name)
-    table = Table(title=f"topic {name}")
-    for col in ("partition", "first offset", "end offset", "records", "bytes on disk"):
-        table.add_column(col, justify="right")
-    for p in desc.partitions:
-        table.add_row(
-            str(p.partition), str(p.first_offset), str(p.end_offset), str(p.end_offset - p.first_offset), f"{p.size_bytes:,}"
-        )
-    out.print(table)
-    out.print("settings: " + (", ".join(f"{k}={v}" for k, v in sorted(desc.config.items())) or "defaults"))
+def topics_describe(ctx: click.Context, names: tuple[str, ...], topic_opts: tuple[str, ...], fmt: str) -> None:
+    """Show each topic's partitions (first and end offsets, bytes on disk) and settings: the
+    topics NAMES (or --topic), every topic if none is named (as kafka-topics --describe).
+
+    json: one object per topic and line, {"topic", "partitions": [{"partition",
+    "first_offset", "end_offset", "records", "size_bytes"}], "config": {setting: value}}
+    (config: the settings set on the topic; the others have their defaults).
+    """
+    admin = Admin(root_folder(ctx))
+    for name in [*names, *topic_opts] or admin.list_topics():
+        desc = admin.describe_topic(name)
+        if fmt == "json":
+            partitions = [
+                {
+                    "partition": p.partition,
+                    "first_offset": p.first_offset,
+                    "end_offset": p.end_offset,
+                    "records": p.end_offset - p.first_offset,
+                    "size_bytes": p.size_bytes,
+                }
+                for p in desc.partitions
+            ]
+            print_json({"topic": name, "partitions": partitions, "config": dict(sorted(desc.config.items()))})
+            continue
+        table = Table(title=f"topic {name}")
+        for col in ("partition", "first offset", "end offset", "records", "bytes on disk"):
+            table.add_column(col, justify="right")
+        for p in desc.partitions:
+            table.add_row(
+                str(p.partition), str(p.first_offset), str(p.end_offset), str(p.end_offset - p.first_offset), f"{p.size_bytes:,}"
+            )
+        out.print(table)
+        out.print("settings: " + (", ".join(f"{k}={v}" for k, v in sorted(desc.config.items())) or "defaults"))
 
 
 @topics.command("delete")

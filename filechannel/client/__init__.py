@@ -8,12 +8,13 @@ for the async variants. The README's "Coming from Kafka" section maps one onto t
 from .aio import AsyncConsumer, AsyncProducer
 from .consumer import Consumer, ConsumerRebalanceListener
 from .producer import Producer
-from .records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from .records import AsyncConsumerRecord, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
 from .topics import Admin, PartitionDescription, TopicDescription
 
 __all__ = [
     "Admin",
     "AsyncConsumer",
+    "AsyncConsumerRecord",
     "AsyncProducer",
     "Consumer",
     "ConsumerRebalanceListener",

@@ -27,7 +27,7 @@ from ..errors import ChannelClosedError, ConfigError
 from .consumer import Consumer, check_timeout_ms, to_tp
 from .futures import RecordFuture
 from .producer import Producer, Serializer
-from .records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from .records import AIOKAFKA_RECORDS, AsyncConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
 
 # aiokafka's constructor names that kafka-python does not have: what each becomes here (None: ignored).
 _AIOKAFKA_PRODUCER = {"loop": None, "max_batch_size": "batch_size"}
@@ -240,6 +240,7 @@ class AsyncConsumer:
         if kwargs.get("max_poll_records", 0) is None:
             del kwargs["max_poll_records"]
         self._consumer = Consumer(*topics, **kwargs)
+        self._consumer._record_shape = AIOKAFKA_RECORDS  # aiokafka's ConsumerRecord, not kafka-python's
         self._io = threading.Lock()  # held by whoever touches the consumer's files or pending records
         self._closed = False
 
@@ -257,7 +258,9 @@ class AsyncConsumer:
             if not self._consumer._closed:
                 self._consumer._fill(timeout * 1000, only)
 
-    def _take(self, only: Collection[TopicPartition] | None, budget: int | None) -> dict[TopicPartition, list[ConsumerRecord]]:
+    def _take(
+        self, only: Collection[TopicPartition] | None, budget: int | None
+    ) -> dict[TopicPartition, list[AsyncConsumerRecord]]:
         """Event loop: pending records, if no worker holds the lock (never blocks)."""
         if self._closed:
             raise ChannelClosedError("this consumer is closed")
@@ -272,7 +275,7 @@ class AsyncConsumer:
 
     async def getmany(
         self, *partitions: TopicPartition, timeout_ms: float = 0, max_records: int | None = None
-    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+    ) -> dict[TopicPartition, list[AsyncConsumerRecord]]:
         """Records by partition (of ``partitions``, if given): what is there now, else waits up to ``timeout_ms``."""
         timeout = check_timeout_ms(timeout_ms) / 1000
         if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1):
@@ -289,7 +292,7 @@ class AsyncConsumer:
             await anyio.to_thread.run_sync(self._fill, only, step, abandon_on_cancel=True)
             fetched = True
 
-    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+    async def getone(self, *partitions: TopicPartition) -> AsyncConsumerRecord:
         """The next record (of ``partitions``, if given); waits for one."""
         only = frozenset(to_tp(tp) for tp in partitions) or None
         while True:
@@ -304,10 +307,10 @@ class AsyncConsumer:
                     return rec
             await anyio.to_thread.run_sync(self._fill, only, _STEP, abandon_on_cancel=True)
 
-    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+    def __aiter__(self) -> AsyncIterator[AsyncConsumerRecord]:
         return self
 
-    async def __anext__(self) -> ConsumerRecord:
+    async def __anext__(self) -> AsyncConsumerRecord:
         """The next record; the iteration ends (StopAsyncIteration) once the consumer is closed."""
         try:
             return await self.getone()

@@ -12,7 +12,6 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ..channel import FileChannel
-from ..engine.record import prefixed, serialized_sizes
 from ..engine.wakeup import Wakeup
 from ..errors import (
     ChannelClosedError,
@@ -26,7 +25,7 @@ from ..errors import (
 from ..receiver import Receiver
 from .group import GroupMember
 from .kafka_names import CONSUMER_IGNORED, check_names
-from .records import CONSUMER_RECORD_SUFFIX, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .records import KAFKA_PYTHON_RECORDS, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordShape, TopicPartition
 from .topics import TopicStore
 
 Deserializer = Callable[[bytes], Any]
@@ -154,6 +153,9 @@ class Consumer:
     Every other kafka-python name is accepted and ignored (see kafka_names.py and the
     README); an unknown name is a :class:`ConfigError`.
     """
+
+    # The record type poll and iteration hand out: kafka-python's (AsyncConsumer's is aiokafka's).
+    _record_shape: RecordShape = KAFKA_PYTHON_RECORDS
 
     def __init__(
         self,
@@ -543,28 +545,7 @@ class Consumer:
         return None
 
     def _convert(self, tp: TopicPartition, recs: list[Any]) -> list[ConsumerRecord]:
-        topic, partition = tp
-        kd, vd = self._key_de, self._value_de
-        if kd is None and vd is None:
-            return prefixed(ConsumerRecord, (topic, partition), recs, CONSUMER_RECORD_SUFFIX, True)
-        new, suffix = tuple.__new__, CONSUMER_RECORD_SUFFIX  # tuple.__new__: the namedtuple's __new__ is slower
-        return [
-            new(
-                ConsumerRecord,
-                (
-                    topic,
-                    partition,
-                    r.offset,
-                    r.timestamp,
-                    kd(r.key) if (kd and r.key is not None) else r.key,
-                    vd(r.value) if (vd and r.value is not None) else r.value,  # a tombstone stays None
-                    r.headers,
-                    *suffix,
-                    *serialized_sizes(r.key, r.value, r.headers),
-                ),
-            )
-            for r in recs
-        ]
+        return self._record_shape.build(tp[0], tp[1], recs, self._key_de, self._value_de)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         return self

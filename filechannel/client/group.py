@@ -373,6 +373,32 @@ class GroupMember:
             write_atomically(self.offsets_path, json.dumps(current, sort_keys=True).encode())
 
 
+def delete_offsets(root: str, group_id: str, tps: list[TopicPartition]) -> None:
+    """Forget ``group_id``'s committed offsets of ``tps`` (Kafka's ``--delete-offsets``): the
+    group then starts those partitions by its ``auto_offset_reset``. The caller checks that no
+    live member could commit them again.
+
+    Under ``group.lock``, the partitions' durable positions first, then offsets.json: a
+    delete cut short leaves the offsets listed (offsets.json still has them) and running it
+    again finishes it; never an offset missing from offsets.json that its durable position
+    would bring back.
+    """
+    folder = os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"there is no consumer group {group_id!r} under {root!r}")
+    offsets_path = os.path.join(folder, "offsets.json")
+    with FileLock(os.path.join(folder, "group.lock")).holding():
+        for tp in tps:
+            if os.path.isdir(os.path.join(root, tp.topic, str(tp.partition))):  # a deleted topic has none
+                PositionStore(os.path.join(root, tp.topic, str(tp.partition))).delete(f"group.{group_id}")
+        keys = {tp_key(tp) for tp in tps}
+        kept: dict[str, Any] = {tp_key(tp): off for tp, off in read_offsets(offsets_path).items() if tp_key(tp) not in keys}
+        texts = {k: v for k, v in read_metadata(offsets_path).items() if k not in keys}
+        if texts:
+            kept[METADATA_KEY] = texts
+        write_atomically(offsets_path, json.dumps(kept, sort_keys=True).encode())
+
+
 def list_groups(root: str) -> list[str]:
     folder = os.path.join(root, GROUPS_DIR)
     try:

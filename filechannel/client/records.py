@@ -1,20 +1,19 @@
-"""The value types of the Kafka-like client, named and shaped as in kafka-python (2.x).
+"""The value types of the Kafka-like client, named and shaped as in kafka-python (2.x) and aiokafka.
 
-Every kafka-python field is there, so code that reads them runs unchanged. The fields
-that describe a broker's wire format have fixed values here: ``timestamp_type`` is always
-0 (CreateTime: the producer's timestamp, or the send time), ``leader_epoch`` is -1 (no
-leaders without a broker) and ``checksum`` is None (kafka-python's value for v2 record
-batches; every frame on disk has its own CRC32C, checked on read).
+Every field of theirs is there, in their positional order, so code that reads them (by
+name, by index or by unpacking) runs unchanged. The fields that describe a broker's wire
+format have fixed values here: ``timestamp_type`` is always 0 (CreateTime: the producer's
+timestamp, or the send time), ``leader_epoch`` is -1 (no leaders without a broker) and
+``checksum`` is None (kafka-python's value for v2 record batches; every frame on disk has
+its own CRC32C, checked on read).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ..engine.record import Headers
-
-# The fields of a ConsumerRecord after the receiver's (offset, timestamp, key, value, headers).
-CONSUMER_RECORD_SUFFIX = (0, -1, None)  # timestamp_type CreateTime, leader_epoch unknown, checksum
+from ..engine.record import Record, shaped
 
 
 class TopicPartition(NamedTuple):
@@ -45,27 +44,98 @@ class RecordMetadata(NamedTuple):
 
 
 class ConsumerRecord(NamedTuple):
-    """A record as a consumer delivers it (key and value after deserialization).
+    """A record as :class:`Consumer` delivers it: kafka-python's ``ConsumerRecord``, its fields in
+    its order (``leader_epoch`` third), key and value after deserialization.
 
-    The first seven fields are in this order (older filechannel versions had only those);
-    kafka-python's others follow. Read them by name: kafka-python's positional order
-    differs (``leader_epoch`` third). ``serialized_*_size`` are the stored sizes in bytes
-    (-1: no key, no headers); a header's size counts its UTF-8 name and its value.
+    ``headers`` is a new list of ``(str, bytes)`` per record (``[]`` without headers), as
+    kafka-python's. ``serialized_*_size`` are the stored sizes in bytes (-1: no key, no
+    value, no headers); a header's size counts its UTF-8 name and its value.
+    """
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: list[tuple[str, bytes]]
+    checksum: None
+    serialized_key_size: int
+    serialized_value_size: int
+    serialized_header_size: int
+
+
+class AsyncConsumerRecord(NamedTuple):
+    """A record as :class:`AsyncConsumer` delivers it: aiokafka's ``ConsumerRecord``, its fields
+    in its order (``headers`` last, a tuple of ``(str, bytes)``; no ``leader_epoch``).
+
+    aiokafka's is a dataclass; this is a named tuple with the same fields, positional order
+    and attribute access (and unpacking besides).
     """
 
     topic: str
     partition: int
     offset: int
     timestamp: int
+    timestamp_type: int
     key: Any
     value: Any
-    headers: Headers
-    timestamp_type: int = 0
-    leader_epoch: int = -1
-    checksum: None = None
-    serialized_key_size: int = -1
-    serialized_value_size: int = -1
-    serialized_header_size: int = -1
+    checksum: None
+    serialized_key_size: int
+    serialized_value_size: int
+    headers: Sequence[tuple[str, bytes]]
+
+
+Deserializer = Callable[[bytes], Any]
+
+
+class RecordShape(NamedTuple):
+    """How a receiver's ``(offset, timestamp, key, value, headers)`` records become a client's
+    record type: the constant fields (``template``, topic and partition at 0 and 1), where
+    each of the record's fields goes (``slots``), where Kafka's serialized key, value and
+    header sizes go (``size_slots``, -1: not a field), and the type its headers become (a list or a tuple)."""
+
+    record_type: type[tuple[Any, ...]]
+    template: tuple[Any, ...]
+    slots: tuple[int, int, int, int, int]
+    size_slots: tuple[int, int, int]
+    headers_type: type[list[Any]] | type[tuple[Any, ...]]
+
+    def build(
+        self, topic: str, partition: int, records: list[Record], key_de: Deserializer | None, value_de: Deserializer | None
+    ) -> list[Any]:
+        """The records of one partition in this shape; a key or value that is None (a tombstone)
+        is not deserialized. The sizes are those of the stored bytes, as Kafka's."""
+        built = shaped(
+            self.record_type, (topic, partition, *self.template[2:]), records, self.slots, self.size_slots, self.headers_type
+        )
+        if key_de is None and value_de is None:
+            return built
+        k, v = self.slots[2], self.slots[3]
+        new = tuple.__new__
+        out = []
+        for rec in built:
+            fields = list(rec)
+            if key_de is not None and fields[k] is not None:
+                fields[k] = key_de(fields[k])
+            if value_de is not None and fields[v] is not None:
+                fields[v] = value_de(fields[v])
+            out.append(new(self.record_type, fields))
+        return out
+
+
+# kafka-python: (topic, partition, leader_epoch -1, offset, timestamp, timestamp_type 0 (CreateTime),
+# key, value, headers (a list), checksum None, serialized key/value/header sizes).
+KAFKA_PYTHON_RECORDS = RecordShape(
+    ConsumerRecord, ("", 0, -1, 0, 0, 0, None, None, None, None, -1, -1, -1), (3, 4, 6, 7, 8), (10, 11, 12), list
+)
+# aiokafka: (topic, partition, offset, timestamp, timestamp_type 0, key, value, checksum None,
+# serialized key/value sizes, headers (a tuple)).
+AIOKAFKA_RECORDS = RecordShape(
+    AsyncConsumerRecord, ("", 0, 0, 0, 0, None, None, None, -1, -1, ()), (2, 3, 5, 6, 10), (8, 9, -1), tuple
+)
 
 
 class OffsetAndTimestamp(NamedTuple):

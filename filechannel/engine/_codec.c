@@ -286,11 +286,13 @@ done:
     return result;
 }
 
-PyDoc_STRVAR(prefixed_doc,
-             "prefixed(record_type, prefix: tuple, records: list[tuple], suffix: tuple = (), sizes: bool = False)"
-             " -> list\n\n"
-             "record_type(*prefix, *r, *suffix[, key_size, value_size, header_size]) for each r of records, built\n"
-             "as tuples (record_type: a tuple subclass). See record.prefixed_py.");
+PyDoc_STRVAR(shaped_doc,
+             "shaped(record_type, template: tuple, records: list[tuple], slots: tuple[int, ...],"
+             " size_slots: tuple[int, ...] = (), headers_type: list | tuple | None = None) -> list\n\n"
+             "For each r of records, a record_type (a tuple subclass) that is template with r[k] at slots[k];\n"
+             "with size_slots, Kafka's serialized key, value and header sizes of an (offset, timestamp, key,\n"
+             "value, headers) record at those positions (-1: left out); with headers_type, its headers as a\n"
+             "list or a tuple. See record.shaped_py.");
 
 /* len(obj) of a bytes-like key or value, -1 for None; -2 with an exception set. */
 static Py_ssize_t
@@ -341,41 +343,73 @@ headers_size(PyObject *headers)
     return total;
 }
 
+#define SHAPED_MAX_FIELDS 32
+
+/* Reads a tuple of positions into out (at most max, each in [-1, limit)); -1 with an exception set. */
+static Py_ssize_t
+positions(PyObject *tuple, Py_ssize_t *out, Py_ssize_t max, Py_ssize_t limit, const char *what)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    if (n > max) {
+        PyErr_Format(PyExc_ValueError, "%s: at most %zd positions", what, max);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(tuple, k));
+        if (pos == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (pos < -1 || pos >= limit) {
+            PyErr_Format(PyExc_ValueError, "%s: position %zd is outside the template", what, pos);
+            return -1;
+        }
+        out[k] = pos;
+    }
+    return n;
+}
+
 static PyObject *
-prefixed(PyObject *self, PyObject *args)
+shaped(PyObject *self, PyObject *args)
 {
     PyTypeObject *record_type;
-    PyObject *prefix, *records, *suffix = NULL;
-    int sizes = 0;
-    if (!PyArg_ParseTuple(args, "O!O!O!|O!p", &PyType_Type, &record_type, &PyTuple_Type, &prefix, &PyList_Type, &records,
-                          &PyTuple_Type, &suffix, &sizes)) {
+    PyObject *template, *records, *slots_arg, *size_slots_arg = NULL, *headers_type = Py_None;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!|O!O", &PyType_Type, &record_type, &PyTuple_Type, &template, &PyList_Type, &records,
+                          &PyTuple_Type, &slots_arg, &PyTuple_Type, &size_slots_arg, &headers_type)) {
+        return NULL;
+    }
+    int headers_list = headers_type == (PyObject *)&PyList_Type, headers_tuple = headers_type == (PyObject *)&PyTuple_Type;
+    if (headers_type != Py_None && !headers_list && !headers_tuple) {
+        PyErr_SetString(PyExc_TypeError, "headers_type must be list, tuple or None");
         return NULL;
     }
     if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
         return NULL;
     }
-    Py_ssize_t np = PyTuple_GET_SIZE(prefix), n = PyList_GET_SIZE(records);
-    Py_ssize_t ns = suffix == NULL ? 0 : PyTuple_GET_SIZE(suffix);
+    Py_ssize_t nt = PyTuple_GET_SIZE(template), n = PyList_GET_SIZE(records);
+    Py_ssize_t slots[SHAPED_MAX_FIELDS], size_slots[3];
+    Py_ssize_t nslots = positions(slots_arg, slots, SHAPED_MAX_FIELDS, nt, "slots");
+    Py_ssize_t nsizes = nslots < 0 ? -1 : size_slots_arg == NULL ? 0 : positions(size_slots_arg, size_slots, 3, nt, "size_slots");
+    if (nsizes < 0) {
+        return NULL;
+    }
+    if ((nsizes || headers_type != Py_None) && nslots != 5) {
+        PyErr_SetString(PyExc_TypeError, "sizes and headers_type need (offset, timestamp, key, value, headers) records");
+        return NULL;
+    }
     PyObject *out = PyList_New(n);
     if (out == NULL) {
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyList_GET_ITEM(records, i);
-        if (!PyTuple_Check(r)) {
-            PyErr_Format(PyExc_TypeError, "records must be tuples, not %.100s", Py_TYPE(r)->tp_name);
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != nslots) {
+            PyErr_Format(PyExc_TypeError, "records must be tuples of %zd fields, not %.100s", nslots, Py_TYPE(r)->tp_name);
             Py_DECREF(out);
             return NULL;
         }
-        Py_ssize_t nr = PyTuple_GET_SIZE(r);
-        Py_ssize_t measured[3];
-        if (sizes) {
-            if (nr != 5) {
-                PyErr_SetString(PyExc_TypeError, "sizes needs (offset, timestamp, key, value, headers) records");
-                Py_DECREF(out);
-                return NULL;
-            }
+        Py_ssize_t measured[3] = {-1, -1, -1};
+        if (nsizes) {
             measured[0] = size_of(PyTuple_GET_ITEM(r, 2));
             measured[1] = measured[0] == -2 ? -2 : size_of(PyTuple_GET_ITEM(r, 3));
             measured[2] = measured[1] == -2 ? -2 : headers_size(PyTuple_GET_ITEM(r, 4));
@@ -384,51 +418,54 @@ prefixed(PyObject *self, PyObject *args)
                 return NULL;
             }
         }
-        PyObject *t = record_type->tp_alloc(record_type, np + nr + ns + (sizes ? 3 : 0));
+        PyObject *t = record_type->tp_alloc(record_type, nt);
         if (t == NULL) {
             Py_DECREF(out);
             return NULL;
         }
-        for (Py_ssize_t k = 0; k < np; k++) {
-            PyObject *item = PyTuple_GET_ITEM(prefix, k);
+        PyList_SET_ITEM(out, i, t); /* from here, an error frees t with out */
+        for (Py_ssize_t k = 0; k < nt; k++) {
+            PyObject *item = PyTuple_GET_ITEM(template, k);
             Py_INCREF(item);
             PyTuple_SET_ITEM(t, k, item);
         }
-        int may_cycle = 0;
-        for (Py_ssize_t k = 0; k < nr; k++) {
-            PyObject *item = PyTuple_GET_ITEM(r, k);
-            Py_INCREF(item);
-            PyTuple_SET_ITEM(t, np + k, item);
-            may_cycle |= PyObject_IS_GC(item) && PyObject_GC_IsTracked(item);
-        }
-        for (Py_ssize_t k = 0; k < ns; k++) {
-            PyObject *item = PyTuple_GET_ITEM(suffix, k);
-            Py_INCREF(item);
-            PyTuple_SET_ITEM(t, np + nr + k, item);
-        }
-        if (sizes) {
-            for (int k = 0; k < 3; k++) {
-                PyObject *size = PyLong_FromSsize_t(measured[k]);
-                if (size == NULL) {
-                    Py_DECREF(t);
-                    Py_DECREF(out);
-                    return NULL;
-                }
-                PyTuple_SET_ITEM(t, np + nr + ns + k, size);
+        for (Py_ssize_t k = 0; k < nslots + nsizes; k++) {
+            Py_ssize_t pos = k < nslots ? slots[k] : size_slots[k - nslots];
+            if (pos < 0) {
+                continue;
             }
+            PyObject *item;
+            if (k >= nslots) {
+                item = PyLong_FromSsize_t(measured[k - nslots]);
+            } else if (k == 4 && headers_list) {
+                PyObject *headers = PyTuple_GET_ITEM(r, 4);
+                int none = PyTuple_CheckExact(headers) && PyTuple_GET_SIZE(headers) == 0;
+                item = none ? PyList_New(0) : PySequence_List(headers);
+                if (none && item != NULL) {
+                    /* A new empty list cannot be in a cycle: left out of the collector, as the tuples are
+                       (a tracked list per record made every record tracked: a poll loop ran 3 times slower). */
+                    PyObject_GC_UnTrack(item);
+                }
+            } else if (k == 4 && headers_tuple) {
+                item = PySequence_Tuple(PyTuple_GET_ITEM(r, 4));
+            } else {
+                item = PyTuple_GET_ITEM(r, k);
+                Py_INCREF(item);
+            }
+            if (item == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_SETREF(((PyTupleObject *)t)->ob_item[pos], item);
         }
-        for (Py_ssize_t k = 0; k < np && !may_cycle; k++) {
-            PyObject *item = PyTuple_GET_ITEM(prefix, k);
-            may_cycle |= PyObject_IS_GC(item) && PyObject_GC_IsTracked(item);
-        }
-        for (Py_ssize_t k = 0; k < ns && !may_cycle; k++) {
-            PyObject *item = PyTuple_GET_ITEM(suffix, k);
-            may_cycle |= PyObject_IS_GC(item) && PyObject_GC_IsTracked(item);
+        int may_cycle = 0;
+        for (Py_ssize_t k = 0; k < nt && !may_cycle; k++) {
+            PyObject *item = PyTuple_GET_ITEM(t, k);
+            may_cycle = PyObject_IS_GC(item) && PyObject_GC_IsTracked(item);
         }
         if (!may_cycle) {
             PyObject_GC_UnTrack(t); /* the rule the collector applies to plain tuples */
         }
-        PyList_SET_ITEM(out, i, t);
     }
     return out;
 }
@@ -768,7 +805,7 @@ static PyTypeObject AppendCore_Type = {
 
 static PyMethodDef codec_methods[] = {
     {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
-    {"prefixed", prefixed, METH_VARARGS, prefixed_doc},
+    {"shaped", shaped, METH_VARARGS, shaped_doc},
     {"decode_plain", decode_plain, METH_VARARGS, decode_plain_doc},
     {"scan_frames", scan_frames, METH_VARARGS, scan_frames_doc},
     {NULL, NULL, 0, NULL},

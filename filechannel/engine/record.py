@@ -368,31 +368,54 @@ def decode_records(
             return pos, offset - first
 
 
-def prefixed(
-    record_type: type[T], prefix: tuple[Any, ...], records: list[Record], suffix: tuple[Any, ...] = (), sizes: bool = False
-) -> list[T]:
-    """``record_type(*prefix, *r, *suffix)`` for each record: a consumer's records are a receiver's
-    with their topic and partition in front (and kafka-python's other fields after). With
-    ``sizes``, each also gets Kafka's serialized key, value and header sizes (-1: none). In C
-    when it is built (the Python loop took two thirds of a Kafka-like consumer's time at 100 B)."""
-    if _codec is not None:
-        return _codec.prefixed(record_type, prefix, records, suffix, sizes)  # type: ignore[no-any-return]
-    return prefixed_py(record_type, prefix, records, suffix, sizes)
-
-
 def serialized_sizes(key: bytes | None, value: bytes | None, headers: Headers) -> tuple[int, int, int]:
     """Kafka's serialized key, value and header sizes of a record: bytes, -1 for none."""
     hsize = sum(len(name.encode()) + (0 if v is None else len(v)) for name, v in headers) if headers else -1
     return (-1 if key is None else len(key), -1 if value is None else len(value), hsize)
 
 
-def prefixed_py(
-    record_type: type[T], prefix: tuple[Any, ...], records: list[Record], suffix: tuple[Any, ...] = (), sizes: bool = False
+def shaped(
+    record_type: type[T],
+    template: tuple[Any, ...],
+    records: list[Record],
+    slots: tuple[int, ...],
+    size_slots: tuple[int, ...] = (),
+    headers_type: type[list[Any]] | type[tuple[Any, ...]] | None = None,
 ) -> list[T]:
-    """:func:`prefixed` in Python: the reference the C version is tested against."""
-    if sizes:
-        return [_new_record(record_type, prefix + r + suffix + serialized_sizes(r[2], r[3], r[4])) for r in records]
-    return [_new_record(record_type, prefix + r + suffix) for r in records]
+    """For each record, ``template`` as a ``record_type`` with the record's k-th field at
+    ``slots[k]``: a consumer's records are a receiver's with their topic and partition and
+    the imitated library's other fields around them, in that library's order (kafka-python
+    puts ``leader_epoch`` before the offset). With ``size_slots``, Kafka's serialized key,
+    value and header sizes (-1: none) go at those positions (-1: left out); with
+    ``headers_type``, the headers as a new list (kafka-python's type) or a tuple (aiokafka's). In C when it is built
+    (the Python loop took two thirds of a Kafka-like consumer's time at 100 B)."""
+    if _codec is not None:
+        return _codec.shaped(record_type, template, records, slots, size_slots, headers_type)  # type: ignore[no-any-return]
+    return shaped_py(record_type, template, records, slots, size_slots, headers_type)
+
+
+def shaped_py(
+    record_type: type[T],
+    template: tuple[Any, ...],
+    records: list[Record],
+    slots: tuple[int, ...],
+    size_slots: tuple[int, ...] = (),
+    headers_type: type[list[Any]] | type[tuple[Any, ...]] | None = None,
+) -> list[T]:
+    """:func:`shaped` in Python: the reference the C version is tested against."""
+    out = []
+    for r in records:
+        fields = list(template)
+        for pos, item in zip(slots, r, strict=True):
+            if pos >= 0:
+                fields[pos] = item
+        if headers_type is not None and slots[4] >= 0:
+            fields[slots[4]] = headers_type(r[4])
+        for pos, size in zip(size_slots, serialized_sizes(r[2], r[3], r[4]) if size_slots else (), strict=True):
+            if pos >= 0:
+                fields[pos] = size
+        out.append(_new_record(record_type, tuple(fields)))
+    return out
 
 
 def decode_records_py(buf: bytes | memoryview, pos: int, offset: int, max_records: int, out: list[Record]) -> tuple[int, int]:

@@ -12,6 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+try:
+    import pyarrow  # noqa: F401
+    import pyspark.sql.datasource  # noqa: F401  (pyspark 4's Python Data Source API)
+except ImportError as exc:  # one message that says what to do, not pyspark's missing module deep inside
+    raise ImportError(
+        f"filechannel.spark needs pyspark >= 4 and pyarrow ({exc}): install them with pip install 'filechannel[spark]'"
+    ) from exc
+
 from .datasource import FileChannelDataSource
 from .errors import DataLossError, SinkError
 from .schema import SCHEMA

@@ -1,12 +1,14 @@
-"""Errors of the Spark integration, with the partition and offsets in the message."""
+"""Errors of the Spark integration, with the partition and offsets in the message.
+
+The classes live in :mod:`filechannel.errors` (so ``from filechannel import SinkError``
+works without pyspark installed); they are re-exported here.
+"""
 
 from __future__ import annotations
 
-from ..errors import FileChannelError, OffsetOutOfRangeError
+from ..errors import DataLossError, SinkError
 
-
-class DataLossError(OffsetOutOfRangeError):
-    """Records a query needs are gone (retention, garbage collection, a truncated log)."""
+__all__ = ["DataLossError", "SinkError", "data_loss"]
 
 
 def data_loss(topic: str, partition: int, wanted: int, available: int, missing_tail: bool = False) -> DataLossError:
@@ -20,7 +22,3 @@ def data_loss(topic: str, partition: int, wanted: int, available: int, missing_t
         "(retention or garbage collection deleted it). Records were lost to this query; set "
         'option("failOnDataLoss", "false") to go on from the first offset instead'
     )
-
-
-class SinkError(FileChannelError):
-    """The sink cannot write what it was given."""

@@ -171,30 +171,41 @@ def test_c_crc_of_long_values_matches_the_crc32c_package(size):
     assert heads == encode_batch_py([value], 12345, 1 << 30, 0, 0, 32, 0)[0]
 
 
-records_of_any_shape = st.lists(st.tuples(st.integers(), st.none() | st.binary(max_size=8)) | st.tuples(st.text(max_size=5)))
+records_of_two_fields = st.lists(st.tuples(st.integers(), st.none() | st.binary(max_size=8)))
 
 
 @needs_c
-@given(records_of_any_shape, st.tuples(st.text(max_size=5), st.integers(min_value=0, max_value=99)))
-def test_c_and_python_prefixed_records_agree(records, prefix):
+@given(
+    records_of_two_fields,
+    st.tuples(st.text(max_size=5), st.integers(min_value=0, max_value=99)),
+    st.permutations([0, 1, 2, 3]).map(lambda p: tuple(p[:2])),
+)
+def test_c_and_python_shaped_records_agree(records, prefix, slots):
     class Tagged(tuple):
         pass
 
-    c = record._codec.prefixed(Tagged, prefix, records)
-    assert c == record.prefixed_py(Tagged, prefix, records)
+    template = (*prefix, None, None)
+    c = record._codec.shaped(Tagged, template, records, slots)
+    assert c == record.shaped_py(Tagged, template, records, slots)
     assert all(type(t) is Tagged for t in c)
 
 
 @needs_c
-def test_c_prefixed_rejects_what_is_not_a_tuple():
+def test_c_shaped_rejects_what_does_not_fit():
     with pytest.raises(TypeError, match="tuple subclass"):
-        record._codec.prefixed(list, ("t", 0), [(1, 2)])
-    with pytest.raises(TypeError, match="records must be tuples, not list"):
-        record._codec.prefixed(tuple, ("t", 0), [(1, 2), [3, 4]])
+        record._codec.shaped(list, ("t", 0, None, None), [(1, 2)], (2, 3))
+    with pytest.raises(TypeError, match="records must be tuples of 2 fields, not list"):
+        record._codec.shaped(tuple, ("t", 0, None, None), [(1, 2), [3, 4]], (2, 3))
+    with pytest.raises(TypeError, match="records must be tuples of 2 fields"):
+        record._codec.shaped(tuple, ("t", 0, None, None), [(1, 2, 3)], (2, 3))
+    with pytest.raises(ValueError, match="outside the template"):
+        record._codec.shaped(tuple, ("t", 0, None, None), [(1, 2)], (2, 4))
+    with pytest.raises(TypeError, match="headers_type must be list, tuple or None"):
+        record._codec.shaped(tuple, (None,) * 5, [(1, 2, None, b"", ())], (0, 1, 2, 3, 4), (), dict)
 
 
 @needs_c
-def test_decoded_and_prefixed_records_are_left_out_of_cycle_collection_only_when_they_cannot_cycle():
+def test_decoded_and_shaped_records_are_left_out_of_cycle_collection_only_when_they_cannot_cycle():
     # A million new records per second each set off collections that walk every tracked
     # young object; records of ints, bytes, None and () cannot be part of a cycle.
     frames: list[bytes] = []
@@ -209,8 +220,9 @@ def test_decoded_and_prefixed_records_are_left_out_of_cycle_collection_only_when
     class Tagged(tuple):
         pass
 
-    plain = record._codec.prefixed(Tagged, ("topic", 3), out)
-    assert plain == record.prefixed_py(Tagged, ("topic", 3), out)
+    template, slots = ("topic", 3, None, None, None, None, None), (2, 3, 4, 5, 6)
+    plain = record._codec.shaped(Tagged, template, out, slots)
+    assert plain == record.shaped_py(Tagged, template, out, slots)
     assert not any(gc.is_tracked(t) for t in plain)
 
     # A tracked object inside (in the prefix or a record) keeps the tuple tracked, so a
@@ -219,11 +231,11 @@ def test_decoded_and_prefixed_records_are_left_out_of_cycle_collection_only_when
         pass
 
     holder = Holder()
-    looped = record._codec.prefixed(Tagged, (holder,), out[:1])[0]
+    looped = record._codec.shaped(Tagged, (holder, None, None, None, None, None), out[:1], (1, 2, 3, 4, 5))[0]
     assert gc.is_tracked(looped)
     holder.me = looped
     ref = weakref.ref(holder)
     del holder, looped
     gc.collect()
     assert ref() is None
-    assert all(gc.is_tracked(t) for t in record._codec.prefixed(Tagged, ("t",), [(1, [2])]))
+    assert all(gc.is_tracked(t) for t in record._codec.shaped(Tagged, ("t", None, None), [(1, [2])], (1, 2)))

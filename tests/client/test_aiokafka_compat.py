@@ -12,7 +12,15 @@ import threading
 import anyio
 import pytest
 
-from filechannel.client import Admin, AsyncConsumer, AsyncProducer, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from filechannel.client import (
+    Admin,
+    AsyncConsumer,
+    AsyncConsumerRecord,
+    AsyncProducer,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
 from filechannel.errors import ChannelClosedError, MessageTooLargeError
 
 TP0 = TopicPartition("t", 0)
@@ -184,8 +192,40 @@ async def test_async_for_yields_aiokafka_shaped_records(tmp_path, anyio_backend)
                 got.append(msg)
                 break
     (msg,) = got
+    assert type(msg) is AsyncConsumerRecord
     assert (msg.topic, msg.partition, msg.offset, msg.key, msg.value) == ("t", 0, 0, b"k", b"abc")
-    assert (msg.serialized_key_size, msg.serialized_value_size, list(msg.headers)) == (1, 3, [("h", b"1")])
+    assert (msg.serialized_key_size, msg.serialized_value_size, msg.headers) == (1, 3, (("h", b"1"),))
+    assert type(msg.headers) is tuple  # aiokafka's fetcher: tuple(record.headers)
+
+
+# aiokafka's aiokafka/structs.py: the ConsumerRecord dataclass's fields, in this order.
+AIOKAFKA_CONSUMER_RECORD_FIELDS = (
+    "topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value",
+    "checksum", "serialized_key_size", "serialized_value_size", "headers",
+)  # fmt: skip
+
+
+@pytest.mark.anyio
+async def test_consumer_record_is_aiokafkas_positionally(tmp_path, anyio_backend):
+    assert AsyncConsumerRecord._fields == AIOKAFKA_CONSUMER_RECORD_FIELDS
+    # Built by keyword as aiokafka's tests/test_fetcher.py builds one, and positionally as its fetcher does.
+    by_name = AsyncConsumerRecord(
+        topic="t", partition=0, offset=0, timestamp=7, timestamp_type=0, key=None, value=b"v",
+        checksum=None, serialized_key_size=-1, serialized_value_size=1, headers=(),
+    )  # fmt: skip
+    assert by_name == AsyncConsumerRecord("t", 0, 0, 7, 0, None, b"v", None, -1, 1, ())
+    async with AsyncProducer(tmp_path) as producer:
+        await producer.send_and_wait("t", b"v", timestamp_ms=7)
+    async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest") as consumer:
+        with anyio.fail_after(10):
+            msg = await consumer.getone()
+    assert msg == by_name and msg.headers == ()
+    async with AsyncConsumer(
+        "t", root=tmp_path, auto_offset_reset="earliest", value_deserializer=bytes.decode, key_deserializer=bytes.decode
+    ) as consumer:
+        with anyio.fail_after(10):
+            msg = await consumer.getone()
+    assert type(msg) is AsyncConsumerRecord and msg == by_name._replace(value="v")  # sizes: of the stored bytes
 
 
 @pytest.mark.anyio

@@ -14,9 +14,11 @@ import time
 
 import pytest
 
+from filechannel.cli.kafka import PRODUCER_PROPERTIES, LineFormatError, LineReader, parse_properties
 from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.client.group import list_groups, read_group
 from filechannel.engine.position import PositionStore
+from filechannel.errors import ConfigError
 
 from .cli_helpers import SCRIPT, fc
 
@@ -124,7 +126,7 @@ def test_produce_with_kafkas_flags(tmp_path):
     got = fc(tmp_path, "consume", "--topic", "t", "--from-beginning", "--timeout-ms", "300", "--property", "print.key=true")
     assert sorted(got.stdout.splitlines()) == [b"k1\tv1", b"k2\tv2", b"k3\tv3"]
     bad = fc(tmp_path, "produce", "--topic", "t", "--property", "parse.key=true", input=b"no-separator\n", check=False)
-    assert bad.returncode != 0 and "no key separator" in bad.stderr.decode()
+    assert bad.returncode != 0 and "line 1 has no key separator '\\t'" in bad.stderr.decode()
     fc(tmp_path, "produce", "--topic", "u", "--property", "parse.key=true", "--property", "ignore.error=true", input=b"whole\n")
     got = fc(tmp_path, "consume", "--topic", "u", "--from-beginning", "--timeout-ms", "300", "--property", "print.key=true")
     assert got.stdout == b"null\twhole\n"
@@ -300,6 +302,8 @@ def test_include_reads_every_topic_whose_whole_name_matches(tmp_path):
         _send(tmp_path, topic, [topic.encode()])
     got = fc(tmp_path, "consume", "--include", "ev.*", "--from-beginning", "--timeout-ms", "300").stdout
     assert sorted(got.split()) == [b"ev2", b"events"]
+    older = fc(tmp_path, "consume", "--whitelist", "ev.*", "--from-beginning", "--timeout-ms", "300").stdout
+    assert sorted(older.split()) == [b"ev2", b"events"]  # Kafka 3's name for --include
     for args, message in [
         (["t", "--include", "ev.*"], "either a topic or --include"),
         (["--include", "ev.*", "--partition", "0"], "the topic is required when partition is specified"),
@@ -307,3 +311,257 @@ def test_include_reads_every_topic_whose_whole_name_matches(tmp_path):
     ]:
         bad = fc(tmp_path, "consume", *args, "--timeout-ms", "100", check=False)
         assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
+
+
+# -- the console producer's LineMessageReader (parse.headers, null.marker), ported from Kafka's LineMessageReaderTest
+
+
+def _reader(**props):
+    """A LineReader with Kafka's test defaults (parse.key and parse.headers true) and ``props`` (dots as underscores)."""
+    items = ["parse.key=true", "parse.headers=true", *(f"{k.replace('_', '.')}={v}" for k, v in props.items())]
+    return LineReader(parse_properties(items, PRODUCER_PROPERTIES, "produce"))
+
+
+def _read_all(reader, text):
+    return [reader.read(line, n) for n, line in enumerate(text.split(b"\n"), 1)]
+
+
+def test_line_reader_headers_key_and_value():
+    assert _read_all(_reader(), b"headerKey0:headerValue0,headerKey1:headerValue1\tkey0\tvalue0") == [
+        (b"key0", b"value0", [("headerKey0", b"headerValue0"), ("headerKey1", b"headerValue1")])
+    ]
+    assert _read_all(_reader(), b":\t\t") == [(b"", b"", [("", b"")])]  # the minimal valid input
+    assert _read_all(_reader(parse_headers="false"), b"key\t") == [(b"key", b"", [])]
+    assert _read_all(_reader(parse_key="false"), b"headerKey:headerValue\tvalue") == [
+        (None, b"value", [("headerKey", b"headerValue")])
+    ]
+    long = _reader(
+        **{"key_separator": "\t\t", "headers_delimiter": "\t\t", "headers_separator": "---", "headers_key_separator": "::::"}
+    )
+    assert _read_all(long, b"headerKey0.0::::headerValue0.0---headerKey1.0::::\t\tkey\t\tvalue") == [
+        (b"key", b"value", [("headerKey0.0", b"headerValue0.0"), ("headerKey1.0", b"")])
+    ]
+    custom = _reader(key_separator="#", headers_delimiter="!", headers_separator="&", headers_key_separator=":")
+    assert _read_all(custom, b"h0.0:v0.0&h0.1:v0.1!key0#value0\nh1.0:v1.0!key1#value1") == [
+        (b"key0", b"value0", [("h0.0", b"v0.0"), ("h0.1", b"v0.1")]),
+        (b"key1", b"value1", [("h1.0", b"v1.0")]),
+    ]
+
+
+def test_line_reader_errors_and_ignore_error():
+    reader = _reader()
+    with pytest.raises(LineFormatError, match="line 2 has no key separator"):
+        _read_all(reader, b"h0:v0\tkey0\tvalue0\nh1:v1\tkey1[MISSING-DELIMITER]value1")
+    with pytest.raises(LineFormatError, match="line 1: the header b'key-val' has no header key separator"):
+        reader.read(b"key-val\tkey0\tvalue0", 1)
+    lenient = _reader(ignore_error="true")
+    assert _read_all(
+        lenient,
+        b"h0:v0\tkey0\tvalue0\n"
+        b"h1:v1,h2:v2[MISSING-HEADER-DELIMITER]key1\tvalue1\n"
+        b"h3:v3\tkey2[MISSING-KEY-DELIMITER]value2\n"
+        b"h4:v4[MISSING-HEADER-DELIMITER]key3[MISSING-KEY-DELIMITER]value3",
+    ) == [
+        (b"key0", b"value0", [("h0", b"v0")]),
+        (None, b"value1", [("h1", b"v1"), ("h2", b"v2[MISSING-HEADER-DELIMITER]key1")]),
+        (None, b"key2[MISSING-KEY-DELIMITER]value2", [("h3", b"v3")]),
+        (None, b"h4:v4[MISSING-HEADER-DELIMITER]key3[MISSING-KEY-DELIMITER]value3", []),
+    ]
+    # Kafka gives a pair without separator a null value; a header value is bytes here: empty.
+    assert lenient.read(b"key-val\tkey0\tvalue0", 1) == (b"key0", b"value0", [("key-val", b"")])
+
+
+def test_line_reader_null_marker():
+    plain = _reader(null_marker="<NULL>", parse_headers="false")
+    assert _read_all(plain, b"key\t\nkey\t<NULL>\nkey\t<NULL>value\n<NULL>\tvalue\n<NULL>\t<NULL>") == [
+        (b"key", b"", []),
+        (b"key", None, []),
+        (b"key", b"<NULL>value", []),
+        (None, b"value", []),
+        (None, None, []),
+    ]
+    with_headers = _reader(null_marker="<NULL>")
+    assert _read_all(with_headers, b"h0:v0,h1:v1\t<NULL>\tvalue\n<NULL>\tkey\t<NULL>\nh0:,h1:v1\t<NULL>\t<NULL>") == [
+        (None, b"value", [("h0", b"v0"), ("h1", b"v1")]),
+        (b"key", None, []),
+        (None, None, [("h0", b""), ("h1", b"v1")]),
+    ]
+    with pytest.raises(LineFormatError, match="a header name may not be the null marker"):
+        with_headers.read(b"<NULL>:v0,h1:v1\tkey\tvalue", 1)
+    with pytest.raises(LineFormatError, match="header values are bytes here, never null"):
+        with_headers.read(b"h0:<NULL>,h1:v1\tkey\t<NULL>", 1)
+    assert _reader().read(b"<NULL>:v0,h1:v1\tkey\tvalue", 1) == (b"key", b"value", [("<NULL>", b"v0"), ("h1", b"v1")])
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"headers_delimiter": "\t", "headers_separator": "\t"}, "headers.delimiter and headers.separator may not be equal"),
+        ({"headers_key_separator": "\t"}, "headers.delimiter and headers.key.separator may not be equal"),
+        ({"headers_key_separator": ","}, "headers.separator and headers.key.separator may not be equal"),
+        ({"headers_delimiter": "-", "headers_separator": ":", "headers_key_separator": "/", "null_marker": "-"},
+         "null.marker and headers.delimiter may not be equal"),
+        ({"headers_delimiter": "-", "headers_separator": ":", "headers_key_separator": "/", "null_marker": ":"},
+         "null.marker and headers.separator may not be equal"),
+        ({"headers_delimiter": "-", "headers_separator": ":", "headers_key_separator": "/", "null_marker": "/"},
+         "null.marker and headers.key.separator may not be equal"),
+    ],
+)  # fmt: skip
+def test_line_reader_refuses_colliding_separators(props, message):
+    with pytest.raises(ConfigError, match=message):
+        _reader(**props)
+
+
+def test_produce_parses_headers_and_consume_prints_them(tmp_path):
+    lines = b"h1:v1,h2:v2\tk1\tone\n\tk2\ttwo\n"  # the second line: no headers (an empty list)
+    fc(tmp_path, "produce", "t", "--reader-property", "parse.headers=true", "--property", "parse.key=true", input=lines)
+    with Consumer("t", root=str(tmp_path), auto_offset_reset="earliest") as c:
+        got = [r for recs in c.poll(timeout_ms=5000).values() for r in recs]
+    assert [(r.key, r.value, r.headers) for r in got] == [(b"k1", b"one", [("h1", b"v1"), ("h2", b"v2")]), (b"k2", b"two", [])]
+    base = ["consume", "t", "--from-beginning", "--no-follow", "--formatter-property", "print.headers=true"]
+    assert fc(tmp_path, *base).stdout == b"h1:v1,h2:v2\tone\nNO_HEADERS\ttwo\n"
+    # A tombstone from the console, as Kafka's null.marker makes one.
+    fc(tmp_path, "produce", "t", "--property", "parse.key=true", "--property", "null.marker=NULL", input=b"k1\tNULL\n")
+    last = fc(tmp_path, "consume", "t", "--partition", "0", "--offset", "2", "--no-follow", "--property", "print.key=true")
+    assert last.stdout == b"k1\tnull\n"
+    bad = fc(tmp_path, "produce", "t", "--property", "parse.headers=true", input=b"h1=v1\tvalue\n", check=False)
+    assert bad.returncode == 2 and "line 1: the header b'h1=v1' has no header key separator ':'" in bad.stderr.decode()
+
+
+# -- reset-offsets --by-duration / --from-file / --export, delete-offsets (ResetConsumerGroupOffsetTest,
+# DeleteOffsetsConsumerGroupCommandIntegrationTest)
+
+
+def test_reset_offsets_by_duration(tmp_path):
+    Admin(tmp_path).create_topic("t", partitions=1)
+    now_ms = int(time.time() * 1000)
+    with Producer(str(tmp_path)) as p:
+        for i in range(3):
+            p.send("t", b"old-%d" % i, timestamp_ms=now_ms - 2 * 3600_000)  # two hours ago
+        for i in range(2):
+            p.send("t", b"new-%d" % i, timestamp_ms=now_ms - 60_000)  # a minute ago
+    plan = {
+        "PT30M": 3,  # the first record of the last half hour
+        "P1D": 0,  # everything is younger than a day: the earliest
+        "PT1S": 5,  # nothing that recent: the end, as Kafka falls back to the latest offset
+        "PT2H30M": 0,
+    }
+    for duration, want in plan.items():
+        fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--topic", "t", "--by-duration", duration, "--execute")
+        assert _committed(tmp_path) == {("t", 0): want}, duration
+    for bad in ("30M", "PT", "P1DT", "PT15X", "1 hour"):
+        proc = fc(tmp_path, "groups", "reset-offsets", "g", "--topic", "t", "--by-duration", bad, check=False)
+        assert proc.returncode != 0 and "is not a duration like PT15M" in proc.stderr.decode(), bad
+
+
+def test_reset_offsets_export_then_import_the_plan(tmp_path):
+    _group_with_offsets(tmp_path)  # committed 3 and 1, 6 records in each partition
+    export = fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--all-topics", "--to-offset", "2", "--dry-run", "--export")
+    assert export.stdout == b"t,0,2\nt,1,2\n" and _committed(tmp_path) == {("t", 0): 3, ("t", 1): 1}
+    plan = tmp_path / "plan.csv"
+    plan.write_bytes(export.stdout)
+    fc(tmp_path, "groups", "reset-offsets", "--group", "g", "--from-file", str(plan), "--execute")
+    assert _committed(tmp_path) == {("t", 0): 2, ("t", 1): 2}
+    # The multi-group layout, one group's lines taken; offsets outside a partition are clamped as ever.
+    plan.write_text("g,t,0,99\nother,t,1,5\ng,t,1,4\n")
+    proc = fc(tmp_path, "groups", "reset-offsets", "g", "--from-file", str(plan), "--execute")
+    assert "New offset (99) is higher than latest offset for t-0. Value will be set to 6" in proc.stderr.decode()
+    assert _committed(tmp_path) == {("t", 0): 6, ("t", 1): 4}
+    for content, message in [
+        ("other,t,0,1\n", "No reset plan for group g found"),
+        ("t,zero,1\n", "line 1: 't,zero,1' is not topic,partition,offset"),
+        ("t,5,1\n", "t has partitions 0 to 1, not 5"),
+        ("missing,0,1\n", "missing"),
+    ]:
+        plan.write_text(content)
+        bad = fc(tmp_path, "groups", "reset-offsets", "g", "--from-file", str(plan), "--execute", check=False)
+        assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
+    assert _committed(tmp_path) == {("t", 0): 6, ("t", 1): 4}
+    both = fc(tmp_path, "groups", "reset-offsets", "g", "--from-file", str(plan), "--topic", "t", check=False)
+    assert both.returncode == 2 and "no --topic or --all-topics" in both.stderr.decode()
+
+
+def test_delete_offsets_of_an_inactive_group(tmp_path):
+    _group_with_offsets(tmp_path)
+    proc = fc(tmp_path, "groups", "delete-offsets", "--group", "g", "--topic", "t:1")
+    assert proc.stdout.decode().splitlines() == [
+        "Request succeeded for deleting offsets from group g.",
+        "",
+        f"{'TOPIC':<15} {'PARTITION':<10} {'STATUS':<15}",
+        f"{'t':<15} {'1':<10} {'Successful':<15}",
+    ]
+    assert _committed(tmp_path) == {("t", 0): 3}  # offsets.json and the durable position both forgot t[1]
+    assert "group.g" not in PositionStore(str(tmp_path / "t" / "1")).names()
+    assert "group.g" in PositionStore(str(tmp_path / "t" / "0")).names()
+    # The group now starts t[1] by its auto_offset_reset, and t[0] where it committed.
+    with Consumer("t", root=str(tmp_path), group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        first: dict[int, int] = {}
+        deadline = time.monotonic() + 10
+        while len(first) < 2 and time.monotonic() < deadline:
+            for tp, recs in c.poll(timeout_ms=500).items():
+                first.setdefault(tp.partition, recs[0].offset)
+    assert first == {0: 3, 1: 0}
+    fc(tmp_path, "groups", "delete-offsets", "g", "--topic", "t")
+    assert _committed(tmp_path) == {}
+    missing = fc(tmp_path, "groups", "delete-offsets", "--group", "nope", "--topic", "t", check=False)
+    assert missing.returncode != 0 and "no consumer group 'nope'" in missing.stderr.decode()
+
+
+def test_delete_offsets_is_refused_while_a_member_is_alive_and_works_for_a_deleted_topic(tmp_path):
+    _group_with_offsets(tmp_path)
+    member = _live_member(tmp_path)
+    try:
+        proc = fc(tmp_path, "groups", "delete-offsets", "g", "--topic", "t", check=False)
+        assert proc.returncode != 0 and "inactive" in proc.stderr.decode()
+    finally:
+        member.stdin.close()
+        member.wait(timeout=60)
+    assert set(_committed(tmp_path)) == {("t", 0), ("t", 1)}  # kept (the member committed what it read on close)
+    Admin(tmp_path).delete_topic("t")
+    fc(tmp_path, "groups", "delete-offsets", "g", "--topic", "t")  # the stale offsets of a topic that is gone
+    assert read_group(str(tmp_path), "g")[1] == {}
+
+
+def test_client_properties_by_kafkas_names_and_the_other_console_flags(tmp_path):
+    # ConsoleProducerTest / ConsoleConsumerTest: --producer-property, --request-required-acks, --sync,
+    # --consumer-property, --isolation-level reach the client; a name the client does not know is an error.
+    fc(
+        tmp_path,
+        "produce",
+        "t",
+        "--producer-property",
+        "linger.ms=5",
+        "--command-property",
+        "client.id=console",
+        "--request-required-acks",
+        "all",
+        "--sync",
+        input=b"a\nb\nc\n",
+    )
+    got = fc(
+        tmp_path,
+        "consume",
+        "t",
+        "--from-beginning",
+        "--no-follow",
+        "--consumer-property",
+        "max.poll.records=1",
+        "--isolation-level",
+        "read_committed",
+    )
+    assert got.stdout == b"a\nb\nc\n"
+    for args, message in [
+        (
+            ["produce", "t", "--producer-property", "linger.msx=5"],
+            "Producer has no setting 'linger_msx'; did you mean 'linger_ms'?",
+        ),
+        (["produce", "t", "--producer-property", "key.serializer=org.apache.kafka.StringSerializer"], "the console sends"),
+        (["produce", "t", "--request-required-acks", "2"], "acks must be 0, 1, -1 or 'all'"),
+        (["consume", "t", "--consumer-property", "group.id=g"], "use --group"),
+        (["consume", "t", "--consumer-property", "max.poll.records"], "is not NAME=VALUE"),
+    ]:
+        bad = fc(tmp_path, *args, input=b"x\n", check=False)
+        assert bad.returncode != 0 and message in bad.stderr.decode(), (args, bad.stderr.decode())
+        assert bad.stderr.decode().count("\n") == 1, bad.stderr.decode()
+    typo = fc(tmp_path, "produce", "new", "--producer-property", "lingr.ms=5", input=b"x\n", check=False)
+    assert typo.returncode != 0 and "new" not in Admin(tmp_path).list_topics()  # a typo makes no topic

@@ -1,6 +1,8 @@
 """The command line as a user in a terminal or a pipeline meets it (issue 23), each through the
 installed console script in a real subprocess."""
 
+import base64
+import json
 import os
 import re
 import subprocess
@@ -9,7 +11,7 @@ from importlib import metadata
 
 import pytest
 
-from filechannel.client import Admin, Producer, TopicPartition
+from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.client.group import read_group
 from filechannel.errors import UnknownTopicError
 
@@ -91,9 +93,17 @@ def test_records_before_a_line_without_separator_are_sent(tmp_path):
     assert fc(tmp_path, "consume", "t", "--from-beginning", "--no-follow").stdout == b"1\n2\n"
 
 
-def test_version(tmp_path):
+def test_version_says_whether_the_c_extensions_are_loaded(tmp_path):
+    import filechannel
+
+    native = {True: "yes", False: "no"}
+    loaded = filechannel.native_extensions()  # this process imports the same build as the script
     proc = fc(tmp_path, "--version")
-    assert proc.stdout.decode() == f"filechannel {metadata.version('filechannel')}\n"
+    assert proc.stdout.decode() == (
+        f"filechannel {metadata.version('filechannel')} "
+        f"(native codec: {native[loaded['codec']]}, readahead: {native[loaded['readahead']]})\n"
+    )
+    assert filechannel.__version__ == metadata.version("filechannel")
 
 
 def test_root_after_the_subcommand(tmp_path):
@@ -318,3 +328,101 @@ def test_consume_follow_commits_what_it_printed_while_it_runs(tmp_path):
         member.stdout.close()
     fc(tmp_path, "produce", "t", input=b"d\n")
     assert fc(tmp_path, "consume", "t", "--group", "g", "--no-follow").stdout == b"d\n"
+
+
+# -- scriptable output: --format json ----------------------------------------------------------
+
+
+def test_consume_json_is_binary_safe_with_the_encoding_stated(tmp_path):
+    binary = bytes(range(256))
+    with Producer(str(tmp_path)) as p:
+        p.send("t", binary, key=b"\xff\xfe", headers=[("h", b"\x00\x80"), ("h", b"text")], timestamp_ms=5)
+        p.send("t", "héllo".encode(), timestamp_ms=6)
+        p.send("t", None, key=b"gone", timestamp_ms=7)  # a tombstone
+    lines = fc(tmp_path, "consume", "t", "--from-beginning", "--no-follow", "--format", "json").stdout.splitlines()
+    first, second, third = (json.loads(line) for line in lines)
+    keys = ["topic", "partition", "offset", "timestamp", "key", "key_encoding", "value", "value_encoding", "headers"]
+    assert [list(r) for r in (first, second, third)] == [keys] * 3  # the same keys, in the same order, every time
+    assert (first["value_encoding"], base64.b64decode(first["value"])) == ("base64", binary)
+    assert (first["key_encoding"], base64.b64decode(first["key"])) == ("base64", b"\xff\xfe")
+    assert first["headers"] == [
+        {"key": "h", "value": base64.b64encode(b"\x00\x80").decode(), "encoding": "base64"},
+        {"key": "h", "value": "text", "encoding": "utf-8"},  # a repeated header name is kept, in order
+    ]
+    assert (second["value"], second["value_encoding"], second["key"], second["key_encoding"]) == ("héllo", "utf-8", None, None)
+    assert (third["value"], third["value_encoding"], third["key"]) == (None, None, "gone")
+    help_text = fc(tmp_path, "consume", "--help").stdout.decode()
+    assert "base64" in help_text and "value_encoding" in help_text
+
+
+def test_topics_and_groups_describe_themselves_as_json_lines(tmp_path):
+    fc(tmp_path, "topics", "create", "a", "--partitions", "2", "--config", "retention.ms=3600000")
+    fc(tmp_path, "topics", "create", "b")
+    fc(tmp_path, "produce", "a", "--partition", "1", input=b"x\ny\nz\n")
+    listed = fc(tmp_path, "topics", "list", "--format", "json").stdout.decode().splitlines()
+    assert [json.loads(line) for line in listed] == [{"topic": "a", "partitions": 2}, {"topic": "b", "partitions": 1}]
+    (line,) = fc(tmp_path, "topics", "describe", "a", "--format", "json").stdout.decode().splitlines()
+    desc = json.loads(line)
+    assert list(desc) == ["topic", "partitions", "config"] and desc["config"] == {"retention_ms": 3600000}
+    assert [(p["partition"], p["first_offset"], p["end_offset"], p["records"]) for p in desc["partitions"]] == [
+        (0, 0, 0, 0),
+        (1, 0, 3, 3),
+    ]
+    assert all(type(p["size_bytes"]) is int and p["size_bytes"] >= 0 for p in desc["partitions"])
+
+    fc(tmp_path, "consume", "a", "--group", "g", "--from-beginning", "--max-messages", "2")
+    assert [json.loads(x) for x in fc(tmp_path, "groups", "list", "--format", "json").stdout.decode().splitlines()] == [
+        {"group": "g"}
+    ]
+    (line,) = fc(tmp_path, "groups", "describe", "g", "--format", "json").stdout.decode().splitlines()
+    group = json.loads(line)
+    assert list(group) == ["group", "generation", "members", "partitions"]
+    assert group["group"] == "g" and group["members"] == []  # the consumer has exited
+    rows = {(r["topic"], r["partition"]): r for r in group["partitions"]}
+    assert (rows[("a", 1)]["committed"], rows[("a", 1)]["end_offset"], rows[("a", 1)]["lag"]) == (2, 3, 1)
+    assert rows[("a", 0)]["committed"] is None and rows[("a", 0)]["lag"] == 0
+    assert all(list(r) == ["topic", "partition", "committed", "end_offset", "lag", "owner", "owner_pid", "owner_alive"]
+               for r in group["partitions"])  # fmt: skip
+    # Without names: every topic, every group (--all-groups), one object per line, as kafka-topics --describe.
+    every = [json.loads(x) for x in fc(tmp_path, "topics", "describe", "--format", "json").stdout.decode().splitlines()]
+    assert [d["topic"] for d in every] == ["a", "b"] and every[0]["config"] == desc["config"]
+    assert [
+        json.loads(x)["topic"] for x in fc(tmp_path, "topics", "describe", "--topic", "b", "--format", "json").stdout.splitlines()
+    ] == ["b"]
+    fc(tmp_path, "consume", "b", "--group", "h", "--from-beginning", "--no-follow")
+    groups = fc(tmp_path, "groups", "describe", "--all-groups", "--format", "json").stdout.decode().splitlines()
+    assert [json.loads(x)["group"] for x in groups] == ["g", "h"] and json.loads(groups[0]) == group
+    none = fc(tmp_path, "groups", "describe", check=False)
+    assert none.returncode == 2 and "--all-groups" in none.stderr.decode()
+    bad = fc(tmp_path, "topics", "list", "--format", "xml", check=False)
+    assert bad.returncode == 2 and bad.stderr.decode().count("\n") == 1
+
+
+def test_consume_json_into_produce_json_copies_records_byte_for_byte(tmp_path):
+    originals = [
+        (bytes(range(256)), b"\xff\xfe", [("h", b"\x00\x80"), ("h", b"text")], 5),
+        ("héllo".encode(), None, [], 6),
+        (None, b"gone", [], 7),  # a tombstone
+        (b"", b"k", [], 8),  # an empty value, not a tombstone
+    ]
+    with Producer(str(tmp_path)) as p:
+        for value, key, headers, ts in originals:
+            p.send("src", value, key=key, headers=headers, timestamp_ms=ts)
+    dumped = fc(tmp_path, "consume", "src", "--from-beginning", "--no-follow", "--format", "json").stdout
+    fc(tmp_path, "produce", "copy", "--format", "json", input=dumped)
+    with Consumer("copy", root=str(tmp_path), auto_offset_reset="earliest") as c:
+        got = [r for recs in c.poll(timeout_ms=5000).values() for r in recs]
+    assert [(r.value, r.key, r.headers, r.timestamp) for r in got] == originals
+    for line, message in [
+        (b"not json\n", "line 1 is not a JSON object"),
+        (b'{"key": "k"}\n', 'with a "value"'),
+        (b'{"value": "!!", "value_encoding": "base64"}\n', "value is not valid base64"),
+        (b'{"value": "x", "value_encoding": "hex"}\n', 'must be "utf-8" or "base64"'),
+        (b'{"value": "x", "headers": [{"key": "h", "value": null}]}\n', "header values are bytes, never null"),
+        (b'{"value": "x", "timestamp": "soon"}\n', "timestamp must be milliseconds"),
+        (b'{"value": "\\udc80"}\n', "value is not UTF-8 text"),
+    ]:
+        bad = fc(tmp_path, "produce", "copy", "--format", "json", input=line, check=False)
+        assert bad.returncode == 2 and message in bad.stderr.decode(), bad.stderr.decode()
+    mixed = fc(tmp_path, "produce", "copy", "--format", "json", "--property", "parse.key=true", input=dumped, check=False)
+    assert mixed.returncode == 2 and "a --format json line names its fields" in mixed.stderr.decode()

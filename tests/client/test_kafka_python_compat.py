@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import os
 import threading
 import time
@@ -30,7 +31,7 @@ from filechannel.client import (
 )
 from filechannel.client.futures import RecordFuture
 from filechannel.client.partitioner import murmur2
-from filechannel.client.records import CONSUMER_RECORD_SUFFIX
+from filechannel.client.records import KAFKA_PYTHON_RECORDS
 from filechannel.engine import record
 from filechannel.errors import CommitFailedError, FileChannelError, MessageTooLargeError, NoOffsetForPartitionError, Timeout
 
@@ -384,9 +385,48 @@ def test_consumer_record_has_every_kafka_python_field(tmp_path):
         assert first.topic == "t" and first.partition == 0 and first.offset == 0 and first.timestamp == 42
         assert (first.timestamp_type, first.leader_epoch, first.checksum) == (0, -1, None)
         assert (first.serialized_key_size, first.serialized_value_size, first.serialized_header_size) == (3, 3, 3 + 1)
-        assert list(first.headers) == [("n\u00e9", b"v")]
+        assert first.headers == [("n\u00e9", b"v")] and type(first.headers) is list  # kafka-python: a list
+        assert second.headers == [] and type(second.headers) is list
         assert (second.serialized_key_size, second.serialized_value_size, second.serialized_header_size) == (-1, 0, -1)
     assert first.key == "key" and first.value == "abc"  # deserialized; the sizes are of the stored bytes
+
+
+# kafka-python's kafka/consumer/fetcher.py: namedtuple("ConsumerRecord", [...]), in this order.
+KAFKA_PYTHON_CONSUMER_RECORD_FIELDS = (
+    "topic", "partition", "leader_epoch", "offset", "timestamp", "timestamp_type",
+    "key", "value", "headers", "checksum", "serialized_key_size", "serialized_value_size", "serialized_header_size",
+)  # fmt: skip
+
+
+def test_consumer_record_is_kafka_pythons_namedtuple_positionally(tmp_path):
+    assert ConsumerRecord._fields == KAFKA_PYTHON_CONSUMER_RECORD_FIELDS
+    # Built as kafka-python's fetcher builds it, read as its users read it (by index and by unpacking).
+    built = ConsumerRecord("t", 0, -1, 5, 42, 0, b"k", b"v", [("h", b"1")], None, 1, 1, 2)
+    assert (built.offset, built.leader_epoch, built[3], built[8]) == (5, -1, 5, [("h", b"1")])
+    with Producer(tmp_path) as p:
+        p.send("t", b"v", key=b"k", headers=[("h", b"1")], timestamp_ms=42)
+    with Consumer("t", root=tmp_path, auto_offset_reset="earliest") as c:
+        (got,) = _poll_until(c, 1)
+    topic, partition, leader_epoch, offset, timestamp, timestamp_type, key, value, headers, *rest = got
+    assert (topic, partition, leader_epoch, offset, timestamp, timestamp_type) == ("t", 0, -1, 0, 42, 0)
+    assert (key, value, headers, rest) == (b"k", b"v", [("h", b"1")], [None, 1, 1, 2])
+    assert got == built._replace(offset=0)
+
+
+def test_records_without_headers_get_a_new_list_each_and_stay_out_of_the_cycle_collector(tmp_path):
+    # kafka-python gives [] (a new list per record); here it is left untracked, as the record
+    # is (a tracked list per record made every record tracked: a poll loop ran 3 times slower).
+    with Producer(tmp_path) as p:
+        for i in range(3):
+            p.send("t", b"v%d" % i)
+    with Consumer("t", root=tmp_path, auto_offset_reset="earliest") as c:
+        got = _poll_until(c, 3)
+    assert [r.headers for r in got] == [[], [], []]
+    assert len({id(r.headers) for r in got}) == 3
+    if record._codec is not None:
+        assert not any(gc.is_tracked(r) or gc.is_tracked(r.headers) for r in got)
+    got[0].headers.append(("added", b"1"))  # a user's list to change, as kafka-python's
+    assert got[1].headers == []
 
 
 records_as_decoded = st.lists(
@@ -405,9 +445,14 @@ records_as_decoded = st.lists(
 @settings(max_examples=60)
 @given(records_as_decoded)
 def test_c_and_python_consumer_records_agree(records):
-    c = record._codec.prefixed(ConsumerRecord, ("t", 1), records, CONSUMER_RECORD_SUFFIX, True)
-    assert c == record.prefixed_py(ConsumerRecord, ("t", 1), records, CONSUMER_RECORD_SUFFIX, True)
+    shape = KAFKA_PYTHON_RECORDS
+    template = ("t", 1, *shape.template[2:])
+    c = record._codec.shaped(ConsumerRecord, template, records, shape.slots, shape.size_slots, list)
+    assert c == record.shaped_py(ConsumerRecord, template, records, shape.slots, shape.size_slots, list)
     assert all(type(r) is ConsumerRecord and len(r) == len(ConsumerRecord._fields) for r in c)
+    assert all(type(r.headers) is list for r in c)
+    if len(c) > 1:  # a new list per record, never one shared (kafka-python's are the user's to change)
+        assert c[0].headers is not c[1].headers
 
 
 # -- commits with metadata ---------------------------------------------------------------------
