@@ -117,6 +117,14 @@ class FencedError(TierError):
     """A newer uploader took over (its epoch is newer); this one must stop."""
 
 
+class TierDataLostError(TierError, CorruptRecordError):
+    """Offsets of a tier-2 segment were marked lost by ``tier fsck --repair`` (objects gone, no local copy)."""
+
+
+class ExportFormatError(TierError):
+    """A file or object is not a tier-2 metadata export of a version this filechannel reads, or is damaged."""
+
+
 _FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 

@@ -60,7 +60,7 @@ from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
 from .context import ROOT_METADATA, ROOT_TIER_DIR, STANDALONE_METADATA
-from .layout import DELETING, UPLOADED, UPLOADING, SegmentRecord, parse_object_name
+from .layout import DELETING, LOST, STATES, UPLOADED, UPLOADING, SegmentRecord, parse_object_name
 from .metadata import TierMetadata
 from .storage import ChunkStorage, open_storage, redact_url
 from .uploader import RateLimiter, SegmentToUpload, abandon, delete_objects, upload_segment
@@ -208,7 +208,7 @@ class TieringDaemon:
 
     def _sweep_orphans(self, part: Partition, storage: ChunkStorage) -> None:
         """Delete objects of this channel written by an older epoch that no row names."""
-        known = {(r.base_offset, r.epoch) for r in self.metadata.segments(part.name, states=(UPLOADING, UPLOADED, DELETING))}
+        known = {(r.base_offset, r.epoch) for r in self.metadata.segments(part.name, states=STATES)}
         orphans = []
         for info in storage.list(part.name + "/"):
             parsed = parse_object_name(info.name)
@@ -317,11 +317,11 @@ class TieringDaemon:
                 mark = json.loads(raw)
                 storage = self._storage(ChannelConfig(tier=mark["tier"], tier_options=mark["tier_options"]))
                 for channel in [c for c in self.metadata.channels() if c.startswith(topic + "/")]:
-                    for record in self.metadata.segments(channel, states=(UPLOADING, UPLOADED, DELETING)):
+                    for record in self.metadata.segments(channel, states=STATES):
                         if record.state == UPLOADING:
                             abandon(storage, self.metadata, self.epoch, record)
                             continue
-                        if record.state == UPLOADED:
+                        if record.state in (UPLOADED, LOST):
                             self.metadata.begin_delete(self.epoch, channel, record.base_offset)
                         self._delete_remote(channel, storage, record)
                 delete_objects(storage, [o.name for o in storage.list(topic + "/")])
@@ -434,7 +434,7 @@ class TieringDaemon:
             return
         with locked(log_):
             refs = log_.list_segments()
-            uploaded = {r.base_offset for r in self.metadata.segments(part.name)}
+            uploaded = {r.base_offset for r in self.metadata.segments(part.name, states=(UPLOADED,))}
             ends = [r.base_offset for r in refs[1:]]
             sizes = [log_.segment_bytes_on_disk(r) for r in refs]
             total = sum(sizes)

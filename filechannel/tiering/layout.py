@@ -39,8 +39,11 @@ from crc32c import crc32c
 
 from ..errors import ConfigError, CorruptRecordError, InvalidNameError
 
-UPLOADING, UPLOADED, DELETING = "uploading", "uploaded", "deleting"
-STATES = (UPLOADING, UPLOADED, DELETING)
+UPLOADING, UPLOADED, DELETING, LOST = "uploading", "uploaded", "deleting", "lost"
+STATES = (UPLOADING, UPLOADED, DELETING, LOST)
+# What readers list: "lost" segments too, so a read of their offsets raises TierDataLostError
+# naming them instead of finding a hole (or, below the first one, an offset out of range).
+LISTED = (UPLOADED, LOST)
 
 MAX_OFFSET = 2**63 - 1  # offsets, positions and sizes are SQLite integers (signed 64-bit)
 MAX_EPOCH = 10**10 - 1  # ten digits in object names

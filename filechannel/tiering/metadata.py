@@ -12,8 +12,11 @@ Invariants, each checked inside the transaction that could break it:
   segments never overlap, and the segment holding an offset is found by one index probe.
 - A segment's chunks cover ``[0, size)`` of its ``.seg.z`` contiguously, in order, each
   named by :func:`.layout.chunk_name` of the segment and the epoch that uploads it.
-- States move only ``uploading -> uploaded -> deleting -> (row removed)`` or
-  ``uploading -> (row removed: abandoned)``, as Kafka's remote log metadata moves through
+- States move only ``uploading -> uploaded -> deleting -> (row removed)``,
+  ``uploading -> (row removed: abandoned)`` or ``uploaded -> lost -> deleting`` (``lost``:
+  ``filechannel tier fsck --repair`` found its objects missing or damaged with no local
+  copy to upload again; reads of its offsets raise :class:`~filechannel.errors.TierDataLostError`),
+  as Kafka's remote log metadata moves through
   COPY_SEGMENT_STARTED/FINISHED and DELETE_SEGMENT_STARTED/FINISHED. Each state is
   committed before and after the storage calls it covers, so a crash anywhere is
   recoverable:
@@ -30,7 +33,8 @@ Invariants, each checked inside the transaction that could break it:
   ``finish_delete`` removes the row. Objects that no row names (a fenced uploader's late
   writes) are orphans, found by listing and :func:`.layout.parse_object_name`.
 
-Schema (version 1, in ``schema_version``; a newer version is refused)::
+Schema (version 2, in ``schema_version``; a newer version is refused, an older one is
+migrated when opened: version 1 lacked the state ``lost``)::
 
     epochs   (epoch PK, owner, taken_at_ms)                      one row per epoch ever taken
     segments (channel, base_offset, end_offset, size, max_timestamp, state, epoch,
@@ -61,6 +65,8 @@ from operator import itemgetter
 from ..errors import ConfigError, FencedError, TierError
 from .layout import (
     DELETING,
+    LISTED,
+    LOST,
     MAX_EPOCH,
     MAX_OFFSET,
     MAX_TIMESTAMP,
@@ -77,31 +83,34 @@ from .layout import (
     validate_channel,
 )
 
-__all__ = ["SCHEMA_VERSION", "ChannelSummary", "ChunkRecord", "SegmentRecord", "TierMetadata"]
+__all__ = ["SCHEMA_VERSION", "ChannelSummary", "ChunkRecord", "EpochRecord", "SegmentRecord", "TierMetadata"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-_SCHEMA = """
+_SEGMENTS_TABLE = """
+CREATE TABLE IF NOT EXISTS {name} (
+    channel TEXT NOT NULL,
+    base_offset INTEGER NOT NULL CHECK (base_offset >= 0),
+    end_offset INTEGER NOT NULL CHECK (end_offset > base_offset),
+    size INTEGER NOT NULL CHECK (size > 0),
+    max_timestamp INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('uploading', 'uploaded', 'deleting', 'lost')),
+    epoch INTEGER NOT NULL REFERENCES epochs (epoch),
+    manifest TEXT,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (channel, base_offset)
+) WITHOUT ROWID"""
+_SEGMENTS_INDEX = "CREATE INDEX IF NOT EXISTS segments_by_state ON segments (state, epoch)"
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS epochs (
     epoch INTEGER PRIMARY KEY CHECK (epoch >= 1),
     owner TEXT NOT NULL,
     taken_at_ms INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS segments (
-    channel TEXT NOT NULL,
-    base_offset INTEGER NOT NULL CHECK (base_offset >= 0),
-    end_offset INTEGER NOT NULL CHECK (end_offset > base_offset),
-    size INTEGER NOT NULL CHECK (size > 0),
-    max_timestamp INTEGER NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('uploading', 'uploaded', 'deleting')),
-    epoch INTEGER NOT NULL REFERENCES epochs (epoch),
-    manifest TEXT,
-    created_at_ms INTEGER NOT NULL,
-    updated_at_ms INTEGER NOT NULL,
-    PRIMARY KEY (channel, base_offset)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS segments_by_state ON segments (state, epoch);
+{_SEGMENTS_TABLE.format(name="segments")};
+{_SEGMENTS_INDEX};
 CREATE TABLE IF NOT EXISTS chunks (
     channel TEXT NOT NULL,
     base_offset INTEGER NOT NULL,
@@ -113,6 +122,15 @@ CREATE TABLE IF NOT EXISTS chunks (
     FOREIGN KEY (channel, base_offset) REFERENCES segments (channel, base_offset) ON DELETE CASCADE
 ) WITHOUT ROWID;
 """
+# Version 1 -> 2: the state "lost". SQLite cannot change a CHECK constraint, so the segments
+# table is rebuilt (foreign keys off meanwhile, or dropping it would cascade to the chunks).
+_TO_VERSION_2 = (
+    _SEGMENTS_TABLE.format(name="segments_v2"),
+    "INSERT INTO segments_v2 SELECT {columns}, created_at_ms, updated_at_ms FROM segments",
+    "DROP TABLE segments",
+    "ALTER TABLE segments_v2 RENAME TO segments",
+    _SEGMENTS_INDEX,
+)
 
 _SEGMENT_COLUMNS = "channel, base_offset, end_offset, size, max_timestamp, state, epoch, manifest"
 # The one segment that can hold OFFSET: segments never overlap, so it is the one with the
@@ -148,6 +166,15 @@ class ChannelSummary:
     bytes: dict[str, int]
     first_offset: int | None
     end_offset: int | None
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One epoch taken in the store: by whom (e.g. host:pid) and when."""
+
+    epoch: int
+    owner: str
+    taken_at_ms: int
 
 
 def _now_ms() -> int:
@@ -203,17 +230,31 @@ class TierMetadata:
         return version
 
     def _migrate(self, db: sqlite3.Connection) -> None:
-        """Create the schema if it is missing (a read suffices when it is there: opening never waits for a writer)."""
+        """Create the schema if it is missing, or migrate an older one, in one transaction (a
+        read suffices when it is current: opening never waits for a writer)."""
         with self._transaction("open", db=db, write=False):
             if self._schema_version(db) == SCHEMA_VERSION:
                 return
-        with self._transaction("create the schema", db=db, write=True):
-            version = self._schema_version(db)  # again: another process may have created it meanwhile
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            if version is None:
-                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        with self._errors("migrate the schema"):
+            db.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before it
+        try:
+            with self._transaction("create the schema", db=db, write=True):
+                version = self._schema_version(db)  # again: another process may have done it meanwhile
+                if version == 1:
+                    for statement in _TO_VERSION_2:
+                        db.execute(statement.format(columns=_SEGMENT_COLUMNS))
+                    if db.execute("PRAGMA foreign_key_check").fetchone() is not None:
+                        raise TierError(f"cannot migrate tier metadata {self.path!r}: a chunk names no segment")
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                if version is None:
+                    db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                else:
+                    db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+        finally:
+            with self._errors("migrate the schema"):
+                db.execute("PRAGMA foreign_keys = ON")
 
     # -- transactions and errors ------------------------------------------------------------
 
@@ -277,15 +318,19 @@ class TierMetadata:
         chunks = tuple(ChunkRecord(*c) for c in db.execute(_CHUNKS_OF, (row[0], row[1])))
         return SegmentRecord(*row[:7], chunks=chunks, manifest=row[7])  # type: ignore[arg-type]
 
-    def _require(self, db: sqlite3.Connection, action: str, channel: str, base_offset: int, state: str) -> SegmentRecord:
+    def _require(
+        self, db: sqlite3.Connection, action: str, channel: str, base_offset: int, state: str | tuple[str, ...]
+    ) -> SegmentRecord:
         row = db.execute(
             f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset = ?", (channel, base_offset)
         ).fetchone()
         if row is None:
             raise TierError(f"{action} refused: no segment {channel}@{base_offset} in tier metadata {self.path!r}")
-        if row[5] != state:
+        wanted = (state,) if isinstance(state, str) else state
+        if row[5] not in wanted:
             raise TierError(
-                f"{action} refused: segment {channel}@{base_offset} is {row[5]}, not {state} (tier metadata {self.path!r})"
+                f"{action} refused: segment {channel}@{base_offset} is {row[5]}, not {' or '.join(wanted)} "
+                f"(tier metadata {self.path!r})"
             )
         return self._record(db, row)
 
@@ -395,16 +440,33 @@ class TierMetadata:
         return replace(record, state=UPLOADED, manifest=manifest)
 
     def begin_delete(self, epoch: int, channel: str, base_offset: int) -> SegmentRecord:
-        """Mark an uploaded segment "deleting" (readers stop using it) before its objects are deleted."""
+        """Mark an uploaded (or lost) segment "deleting" (readers stop using it) before its objects are deleted."""
         self._epoch(epoch)
         self._key(channel, base_offset)
         with self._transaction(f"begin deleting {channel}@{base_offset}", write=True, epoch=epoch) as db:
-            record = self._require(db, "begin_delete", channel, base_offset, UPLOADED)
+            record = self._require(db, "begin_delete", channel, base_offset, LISTED)
             db.execute(
                 "UPDATE segments SET state = ?, updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
                 (DELETING, _now_ms(), channel, base_offset),
             )
         return replace(record, state=DELETING)
+
+    def mark_lost(self, epoch: int, channel: str, base_offset: int) -> SegmentRecord:
+        """Mark an uploaded segment "lost": its objects are missing or damaged and no copy is left.
+
+        Its row stays (its offsets are never reused, and never silently skipped): readers
+        list it and raise :class:`~filechannel.errors.TierDataLostError` naming its offsets;
+        retention deletes it like any other segment.
+        """
+        self._epoch(epoch)
+        self._key(channel, base_offset)
+        with self._transaction(f"mark {channel}@{base_offset} lost", write=True, epoch=epoch) as db:
+            record = self._require(db, "mark_lost", channel, base_offset, UPLOADED)
+            db.execute(
+                "UPDATE segments SET state = ?, updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
+                (LOST, _now_ms(), channel, base_offset),
+            )
+        return replace(record, state=LOST)
 
     def finish_delete(self, epoch: int, channel: str, base_offset: int) -> None:
         """Remove a "deleting" segment and its chunks, once its objects are deleted."""
@@ -439,8 +501,9 @@ class TierMetadata:
 
     # -- queries ------------------------------------------------------------------------------
 
-    def segments(self, channel: str, states: Iterable[str] = (UPLOADED,)) -> list[SegmentRecord]:
-        """The segments of ``channel`` in ``states``, by base offset."""
+    def segments(self, channel: str, states: Iterable[str] = LISTED) -> list[SegmentRecord]:
+        """The segments of ``channel`` in ``states``, by base offset (by default what readers
+        list: "uploaded", and "lost" ones whose reads raise naming their offsets)."""
         validate_channel(channel)
         wanted = tuple(states)
         if not wanted or any(s not in STATES for s in wanted):
@@ -454,14 +517,81 @@ class TierMetadata:
             return [self._record(db, row) for row in rows]
 
     def segment_for(self, channel: str, offset: int) -> SegmentRecord | None:
-        """The uploaded segment of ``channel`` holding ``offset``, or None (one probe of the index)."""
+        """The uploaded (or lost) segment of ``channel`` holding ``offset``, or None (one probe of the index)."""
         validate_channel(channel)
         check_int("offset", offset, 0, MAX_OFFSET)
         with self._transaction(f"find offset {offset} of {channel}", write=False) as db:
             row = db.execute(SEGMENT_AT, (channel, offset)).fetchone()
-            if row is None or row[5] != UPLOADED or offset >= row[2]:
+            if row is None or row[5] not in LISTED or offset >= row[2]:
                 return None
             return self._record(db, row)
+
+    def snapshot(self, topic: str | None = None) -> tuple[list[EpochRecord], list[SegmentRecord]]:
+        """Every epoch, and every segment (all states, with its chunks) of the store or of one
+        ``topic`` (its channels ``topic/N``, or a standalone channel of that name), read in one
+        transaction: a consistent picture even while a daemon commits."""
+        where, args = "", ()
+        if topic is not None:
+            validate_channel(topic)
+            where, args = "WHERE channel = ? OR substr(channel, 1, ?) = ?", (topic, len(topic) + 1, topic + "/")
+        with self._transaction("read a snapshot", write=False) as db:
+            epochs = [EpochRecord(*row) for row in db.execute("SELECT epoch, owner, taken_at_ms FROM epochs ORDER BY epoch")]
+            rows = db.execute(f"SELECT {_SEGMENT_COLUMNS} FROM segments {where} ORDER BY channel, base_offset", args)
+            return epochs, [self._record(db, row) for row in rows.fetchall()]
+
+    def load(self, epochs: Sequence[EpochRecord], segments: Sequence[SegmentRecord]) -> None:
+        """Fill an empty store with ``epochs`` and ``segments`` in one transaction (an import, a rebuild).
+
+        Refused (TierError, nothing written) if the store holds any epoch or segment, if a
+        segment breaks an invariant of :class:`SegmentRecord`, names an epoch not given, or
+        overlaps another segment of its channel.
+        """
+        known = set()
+        for e in epochs:
+            check_int("epoch", e.epoch, 1, MAX_EPOCH)
+            if not isinstance(e.owner, str) or not e.owner:
+                raise TierError(f"load refused: epoch {e.epoch} has no owner")
+            known.add(e.epoch)
+        last: dict[str, SegmentRecord] = {}
+        for record in sorted(segments, key=lambda r: (r.channel, r.base_offset)):
+            problem = segment_problem(record)
+            if problem:
+                raise TierError(f"load refused: {problem}")
+            if record.epoch not in known:
+                where = f"{record.channel}@{record.base_offset}"
+                raise TierError(f"load refused: segment {where} names epoch {record.epoch}, which is not given")
+            before = last.get(record.channel)
+            if before is not None and before.end_offset > record.base_offset:
+                raise TierError(
+                    f"load refused: segment {record.channel}@[{record.base_offset}, {record.end_offset}) overlaps "
+                    f"@[{before.base_offset}, {before.end_offset})"
+                )
+            last[record.channel] = record
+        with self._transaction("load a snapshot", write=True) as db:
+            if db.execute("SELECT 1 FROM epochs UNION ALL SELECT 1 FROM segments LIMIT 1").fetchone():
+                raise TierError(
+                    f"load refused: tier metadata {self.path!r} is not empty; import into a root that has no tier metadata yet"
+                )
+            db.executemany(
+                "INSERT INTO epochs (epoch, owner, taken_at_ms) VALUES (?, ?, ?)",
+                [(e.epoch, e.owner, e.taken_at_ms) for e in epochs],
+            )
+            now = _now_ms()
+            db.executemany(
+                f"INSERT INTO segments ({_SEGMENT_COLUMNS}, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (r.channel, r.base_offset, r.end_offset, r.size, r.max_timestamp, r.state, r.epoch, r.manifest, now, now)
+                    for r in segments
+                ],
+            )
+            db.executemany(
+                "INSERT INTO chunks (channel, base_offset, seq, name, position, length) VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (r.channel, r.base_offset, seq, c.name, c.position, c.length)
+                    for r in segments
+                    for seq, c in enumerate(r.chunks)
+                ],
+            )
 
     def channels(self) -> list[str]:
         """Every channel with a segment in the metadata, sorted."""

@@ -17,6 +17,10 @@ Invariants:
   :class:`~filechannel.errors.CorruptRecordError` naming the object(s), the bytes and the
   offsets. (A missing object becomes CorruptRecordError, never a FileNotFoundError: a
   vanished local file means "listed again", a vanished uploaded chunk means data loss.)
+- A segment marked "lost" (``tier fsck --repair`` found its objects missing or damaged,
+  with no local copy) is listed like an uploaded one, so its offsets are never a silent
+  hole: opening it raises :class:`~filechannel.errors.TierDataLostError` naming them,
+  without asking the storage.
 - A storage that cannot be reached raises :class:`~filechannel.errors.StorageUnavailableError`
   at the read that needed it (the storage binding retried already); nothing is consumed,
   and the same read can be retried.
@@ -47,9 +51,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..engine.compressed import Z_HEADER, BlockData, CompressedInfo, block_result, decode_table, decompress_block, table_length
-from ..errors import ChannelClosedError, CorruptRecordError, ObjectNotFoundError, OffsetOutOfRangeError
+from ..errors import ChannelClosedError, CorruptRecordError, ObjectNotFoundError, OffsetOutOfRangeError, TierDataLostError
 from .block_cache import BlockCache
-from .layout import SegmentRecord
+from .layout import LOST, SegmentRecord
 from .storage import ChunkStorage, redact_url
 
 TABLE_CACHE_ENTRIES = 1024
@@ -83,6 +87,13 @@ class RemoteReader:
 
     def info(self, record: SegmentRecord) -> CompressedInfo:
         """The segment's header and block table: two ranged reads at most, then cached."""
+        if record.state == LOST:
+            raise TierDataLostError(
+                f"offsets {record.base_offset} to {record.end_offset - 1} of {record.channel!r} are lost: "
+                f"'filechannel tier fsck --repair' found their tier-2 objects ({self.object_url(record.chunks[0].name)}...) "
+                "missing or damaged and no local copy; restore them from a backup of the bucket, or seek past "
+                f"offset {record.end_offset - 1}"
+            )
         key = (record.channel, record.base_offset, record.epoch)
         with self._lock:
             info = self._tables.get(key)
