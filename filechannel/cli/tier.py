@@ -1,8 +1,10 @@
-"""``filechannel tier``: the tiering daemon (``run``) and its ``status``."""
+"""``filechannel tier``: the tiering daemon (``run``), its ``status``, and tier-2 upkeep: ``export``,
+``import``, ``rebuild`` (and ``fsck``)."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from datetime import datetime
@@ -10,7 +12,7 @@ from datetime import datetime
 import click
 from rich.table import Table
 
-from .common import cli, out, root_folder
+from .common import cli, err, out, root_folder
 
 
 @cli.group()
@@ -103,3 +105,177 @@ def tier_status_cmd(ctx: click.Context, tier_root: str | None, as_json: bool) ->
             r.last_error or "",
         )
     out.print(table)
+
+
+def _tier_options(value: str | None) -> dict | None:
+    """``--tier-options`` as a dict (None if not given); a bad value is one usage line."""
+    if value is None:
+        return None
+    try:
+        options = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON ({exc})", param_hint="--tier-options") from None
+    if not isinstance(options, dict):
+        raise click.BadParameter('must be a JSON object, e.g. {"endpoint_url": "http://host:8333"}', param_hint="--tier-options")
+    return options
+
+
+_TIER_OPTIONS = click.option(
+    "--tier-options",
+    "tier_options",
+    metavar="JSON",
+    help='Storage options as a JSON object, e.g. \'{"endpoint_url": "http://host:8333"}\' (credentials: environment).',
+)
+
+
+def _progress_line(line: str) -> None:
+    err.print(f"[dim]{datetime.now().strftime('%H:%M:%S')}[/dim] {line}", soft_wrap=True, highlight=False)
+
+
+def _root_storages(root: str) -> dict[str, tuple[str, dict]]:
+    """The distinct storages of the root's tiered topics: URL -> (URL, options)."""
+    from ..tiering.daemon import tiered_partitions
+
+    found: dict[str, tuple[str, dict]] = {}
+    for part in tiered_partitions(root):
+        assert part.config.tier is not None
+        found.setdefault(part.config.tier, (part.config.tier, dict(part.config.tier_options or {})))
+    return found
+
+
+def _metadata_path(root: str) -> str:
+    from ..tiering.context import ROOT_METADATA
+
+    path = os.path.join(root, ROOT_METADATA)
+    if not os.path.exists(path):
+        raise click.ClickException(f"there is no tier metadata under {os.path.abspath(root)!r} ({path} is missing)")
+    return path
+
+
+@tier.command("export")
+@_TIER_ROOT
+@click.option("--topic", help="Export this topic's segments only (default: the whole root).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the export to this file.")
+@click.option("--to-tier", is_flag=True, help="Write it to tier-2 too, as .exports/TIME.EEPOCH.export (what rebuild reads).")
+@click.pass_context
+def tier_export(ctx: click.Context, tier_root: str | None, topic: str | None, output: str | None, to_tier: bool) -> None:
+    """Export the tier-2 metadata (one consistent snapshot) and the groups' committed offsets.
+
+    \b
+      filechannel tier export --root /data/fc -o /backup/tier.export
+      filechannel tier export --root /data/fc --to-tier
+    """
+    from ..tiering.metadata import TierMetadata
+    from ..tiering.snapshot import encode_export, export_object_name, take_export, write_export_file
+    from ..tiering.storage import open_storage
+
+    if not output and not to_tier:
+        raise click.UsageError("say where to write the export: --output FILE and/or --to-tier")
+    root = tier_root or root_folder(ctx)
+    with TierMetadata(_metadata_path(root)) as metadata:
+        export = take_export(metadata, topic=topic, root=root)
+    if output:
+        write_export_file(export, output)
+        _progress_line(f"wrote {output}")
+    if to_tier:
+        storages = _root_storages(root)
+        if not storages:
+            raise click.ClickException(f"no tiered topic under {os.path.abspath(root)!r}: nowhere in tier-2 to write to")
+        name = export_object_name(export)
+        for url, options in storages.values():
+            with open_storage(url, **options) as storage:
+                storage.write(name, encode_export(export))
+            _progress_line(f"wrote {url.rstrip('/')}/{name}")
+    groups = sum(len(g) for g in export.groups.values())
+    out.print(
+        f"exported {len(export.segments)} segment(s), epoch {export.epoch}, {len(export.groups)} group(s) "
+        f"({groups} committed offset(s))",
+        highlight=False,
+    )
+
+
+@tier.command("import")
+@_TIER_ROOT
+@click.argument("source", required=False, type=click.Path(dir_okay=False))
+@click.option("--from-tier", is_flag=True, help="Import the newest export found in tier-2 (.exports/) instead of a file.")
+@click.option("--tier", "tier_url", metavar="URL", help="The storage to check against (default: the root's tiered topics').")
+@_TIER_OPTIONS
+@click.pass_context
+def tier_import(
+    ctx: click.Context,
+    tier_root: str | None,
+    source: str | None,
+    from_tier: bool,
+    tier_url: str | None,
+    tier_options: str | None,
+) -> None:
+    """Load an export into a root that has no tier metadata yet, after checking it against the bucket.
+
+    \b
+      filechannel tier import /backup/tier.export --root /data/fc
+      filechannel tier import --from-tier --root /data/fc --tier s3://bucket/fc
+    """
+    from ..tiering.context import ROOT_METADATA, ROOT_TIER_DIR
+    from ..tiering.daemon import exclusive
+    from ..tiering.metadata import TierMetadata
+    from ..tiering.snapshot import import_export, newest_export, read_export_file
+    from ..tiering.storage import open_storage
+
+    if bool(source) == from_tier:
+        raise click.UsageError("give either an export FILE or --from-tier")
+    root = tier_root or root_folder(ctx)
+    options = _tier_options(tier_options)
+    if tier_url is None:
+        storages = list(_root_storages(root).values())
+        if len(storages) != 1:
+            raise click.UsageError(
+                f"the root's tiered topics use {len(storages)} storages: say which one with --tier URL"
+                if storages
+                else "the root has no tiered topic: say which storage with --tier URL"
+            )
+        tier_url, stored = storages[0]
+        options = stored if options is None else options
+    export = read_export_file(source) if source else None
+    with open_storage(tier_url, **(options or {})) as storage:
+        if export is None:
+            export = newest_export(storage)
+            if export is None:
+                raise click.ClickException(f"there is no export in {tier_url} (.exports/ is empty)")
+        _progress_line(f"checking {len(export.segments)} segment(s) against {tier_url}")
+        listing = storage.list("")
+    with exclusive(os.path.join(root, ROOT_TIER_DIR), "import"), TierMetadata(os.path.join(root, ROOT_METADATA)) as metadata:
+        lines = import_export(export, metadata, listing, root)
+    for line in lines:
+        _progress_line(line)
+    out.print(f"imported {len(export.segments)} segment(s), epoch {export.epoch}", highlight=False)
+
+
+@tier.command("rebuild")
+@click.option("--root", "new_root", required=True, type=click.Path(file_okay=False), help="The new root (absent or empty).")
+@click.option("--tier", "tier_url", required=True, metavar="URL", help="The storage holding the lost root's tier-2 copy.")
+@_TIER_OPTIONS
+def tier_rebuild(new_root: str, tier_url: str, tier_options: str | None) -> None:
+    """Rebuild a lost root from its tier-2 copy alone: topics, partitions, metadata, group offsets.
+
+    Segments come from their manifests (chunks without one are orphans); producers continue
+    at each partition's tier-2 end offset; committed group offsets come from the newest
+    export in tier-2 (`tier export --to-tier`), if any. Exit 1 if offsets are lost (holes).
+
+    \b
+      filechannel tier rebuild --root /data/fc-new --tier s3://bucket/fc \\
+          --tier-options '{"endpoint_url": "http://s3.local:8333"}'
+    """
+    from ..tiering.rebuild import rebuild_root
+
+    report = rebuild_root(new_root, tier_url, tier_options=_tier_options(tier_options), progress=_progress_line)
+    for line in report.notes:
+        _progress_line(f"note: {line}")
+    out.print(
+        f"rebuilt {len(report.topics)} topic(s), {sum(report.topics.values())} partition(s), {report.segments} "
+        f"segment(s) ({report.bytes} bytes), {len(report.groups)} group(s) in {os.path.abspath(new_root)}",
+        highlight=False,
+    )
+    for line in report.problems:
+        click.echo(f"error: {line}", err=True)
+    if report.problems:
+        sys.exit(1)

@@ -8,8 +8,9 @@ partition of every topic whose settings have ``tier``:
 0. clean up: finish "deleting" rows (objects, then row), abandon "uploading" rows (of a
    dead epoch, or this epoch's failed attempt: objects, then row), and, on the
    partition's first pass of this epoch, delete objects of older epochs that no row
-   names (late writes of a fenced uploader), and copy the topic's settings to
-   ``<topic>/topic.json`` in tier-2 (the bucket describes itself);
+   names (late writes of a fenced uploader), and copy the topic's description to
+   ``<topic>/topic.json`` in tier-2, in the shape of the local one (name, partitions,
+   settings): the bucket describes itself, and ``tier rebuild`` reads it;
 1. compress sealed raw segments (under the channel's ``maintenance.lock``, as the
    channel's maintenance thread does);
 2. upload the eligible ones, oldest first (see :mod:`.uploader`): sealed, in ``.seg.z``
@@ -89,11 +90,12 @@ class PassReport:
 
 @dataclass(frozen=True)
 class Partition:
-    """A tiered partition of the root: its folder, its name in tier-2 and its settings."""
+    """A tiered partition of the root: its folder, its name in tier-2, its settings, and its topic's partition count."""
 
     path: str
     name: str
     config: ChannelConfig
+    partitions: int = 1
 
 
 def tiered_partitions(root: str) -> list[Partition]:
@@ -113,7 +115,7 @@ def tiered_partitions(root: str) -> list[Partition]:
         for p in range(int(meta["partitions"])):
             path = store.partition_path(topic, p)
             if os.path.isdir(path):
-                found.append(Partition(path, f"{topic}/{p}", config))
+                found.append(Partition(path, f"{topic}/{p}", config, int(meta["partitions"])))
     return found
 
 
@@ -221,14 +223,16 @@ class TieringDaemon:
             self._progress(f"{part.name}: deleted {len(orphans)} orphan object(s) of older epochs")
 
     def _copy_settings(self, part: Partition, storage: ChunkStorage) -> None:
-        """Write the topic's settings beside its partitions in tier-2 (``<topic>/topic.json``), so
-        the bucket describes itself; once per epoch (settings change rarely and writes are atomic)."""
+        """Write the topic's description beside its partitions in tier-2 (``<topic>/topic.json``, the
+        local file's shape: name, partitions, settings), so the bucket describes itself; once per
+        epoch (settings change rarely and writes are atomic)."""
         from ..client.topics import TOPIC_FILE, TOPIC_SETTINGS
 
         topic = part.name.rpartition("/")[0]
         if topic:
             settings = {k: v for k, v in part.config.as_dict().items() if k in TOPIC_SETTINGS}
-            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(settings, sort_keys=True).encode())
+            meta = {"name": topic, "partitions": part.partitions, "config": settings}
+            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(meta, sort_keys=True).encode())
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current partition (thread- and signal-safe)."""
@@ -499,6 +503,23 @@ class TieringDaemon:
         names = [c.name for c in record.chunks] + ([record.manifest] if record.manifest else [])
         delete_objects(storage, names)
         self.metadata.finish_delete(self.epoch, channel, record.base_offset)
+
+
+@contextmanager
+def exclusive(tier_dir: str, what: str) -> Iterator[None]:
+    """Hold the daemon's lock of ``tier_dir`` (``ROOT/.tier``) for an operation that must not
+    run beside a daemon (``what``: fsck --repair, import, defrag); TierError if one runs."""
+    with os_errors("create tier folder", tier_dir):
+        os.makedirs(tier_dir, exist_ok=True)
+    lock = FileLock(os.path.join(tier_dir, LOCK_FILE))
+    try:
+        if not lock.acquire(blocking=False):
+            raise TierError(
+                f"cannot {what}: a tiering daemon holds {os.path.join(tier_dir, LOCK_FILE)}; stop it first (SIGTERM), then retry"
+            )
+        yield
+    finally:
+        lock.close()
 
 
 @contextmanager
