@@ -191,6 +191,7 @@ def tier_export(ctx: click.Context, tier_root: str | None, topic: str | None, ou
         f"exported {len(export.segments)} segment(s), epoch {export.epoch}, {len(export.groups)} group(s) "
         f"({groups} committed offset(s))",
         highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -247,7 +248,7 @@ def tier_import(
         lines = import_export(export, metadata, listing, root)
     for line in lines:
         _progress_line(line)
-    out.print(f"imported {len(export.segments)} segment(s), epoch {export.epoch}", highlight=False)
+    out.print(f"imported {len(export.segments)} segment(s), epoch {export.epoch}", highlight=False, soft_wrap=True)
 
 
 @tier.command("rebuild")
@@ -274,8 +275,59 @@ def tier_rebuild(new_root: str, tier_url: str, tier_options: str | None) -> None
         f"rebuilt {len(report.topics)} topic(s), {sum(report.topics.values())} partition(s), {report.segments} "
         f"segment(s) ({report.bytes} bytes), {len(report.groups)} group(s) in {os.path.abspath(new_root)}",
         highlight=False,
+        soft_wrap=True,
     )
     for line in report.problems:
         click.echo(f"error: {line}", err=True)
     if report.problems:
+        sys.exit(1)
+
+
+@tier.command("fsck")
+@_TIER_ROOT
+@click.option("--deep", is_flag=True, help="Also read every uploaded object: header and block-table CRC, every record's CRC.")
+@click.option("--repair", is_flag=True, help="Fix what can be fixed (stop the daemon first); mark the rest lost.")
+@click.pass_context
+def tier_fsck(ctx: click.Context, tier_root: str | None, deep: bool, repair: bool) -> None:
+    """Check the tier-2 metadata against the bucket and the manifests; one line per finding.
+
+    Finds missing objects, lengths that differ, manifests that disagree, orphans, gaps;
+    with --deep, damaged bytes. Exit 1 if anything is found. --repair deletes orphans,
+    writes missing or damaged chunks again from the local copy (or marks their offsets
+    lost: reads then raise TierDataLostError naming them), rewrites bad manifests.
+
+    \b
+      filechannel tier fsck --root /data/fc
+      filechannel tier fsck --root /data/fc --deep --repair
+    """
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ..tiering.fsck import deep_bytes_of, fsck
+
+    root = tier_root or root_folder(ctx)
+    total = deep_bytes_of(root) if deep else 0
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not deep or not err.is_terminal,
+    ) as progress:
+        task = progress.add_task("reading tier-2", total=max(total, 1))
+        report = fsck(
+            root,
+            deep=deep,
+            repair=repair,
+            say=lambda line: _progress_line(f"repaired: {line}"),
+            advance=lambda n: progress.advance(task, n),
+        )
+    for finding in report.findings:
+        click.echo(finding.line(), err=True)
+    read = f", {report.deep_bytes} bytes read and decoded" if deep else ""
+    summary = f"{report.segments} segment(s), {report.objects} object(s){read}: {len(report.findings)} finding(s)"
+    if repair:
+        summary += f", {len(report.repaired)} repair(s)"
+    out.print(summary, highlight=False, soft_wrap=True)
+    if report.findings:
         sys.exit(1)
