@@ -43,7 +43,17 @@ from ..engine.record import Record, decode_records
 from ..errors import CorruptRecordError, FileChannelError, os_errors
 from .context import ROOT_METADATA, ROOT_TIER_DIR
 from .daemon import Partition, exclusive, tiered_partitions
-from .layout import LISTED, LOST, STATES, UPLOADED, SegmentRecord, decode_manifest, encode_manifest, parse_object_name
+from .layout import (
+    LISTED,
+    LOST,
+    STATES,
+    UPLOADED,
+    SegmentRecord,
+    decode_manifest,
+    encode_manifest,
+    object_extents,
+    parse_object_name,
+)
 from .metadata import TierMetadata
 from .remote_segment import RemoteReader
 from .storage import ChunkStorage, open_storage
@@ -159,8 +169,11 @@ def _check_partition(
     sizes = {o.name: o.length for o in listing}
     found: list[Finding] = []
 
-    # orphans: named by neither read of the metadata (see the module docstring)
-    named = _named(before) | _named(rows)
+    # orphans: named by neither read of the metadata (see the module docstring), nor by a merge
+    # in progress or the garbage of one (objects replaced, deleted after the garbage delay)
+    merges = metadata.merges(channel)
+    named = _named(before) | _named(rows) | set(metadata.garbage(channel))
+    named |= {m.name for m in merges} | {n for m in merges for n in m.sources}
     orphans = [
         o for o in listing if (p := parse_object_name(o.name)) is not None and p.channel == channel and o.name not in named
     ]
@@ -170,27 +183,24 @@ def _check_partition(
     report.segments += len(listed)
     damaged: dict[int, list[Finding]] = {}  # base offset -> findings about its chunks
     bad_manifest: dict[int, Finding] = {}
+    extents = object_extents(r for r in listed if r.state == UPLOADED)  # merged objects: their whole length
     for r in listed:
         if r.state == LOST:
             found.append(Finding("lost", channel, None, r.base_offset, r.end_offset, "marked lost by an earlier repair"))
             continue
-        for c in r.chunks:
-            where = f"bytes {c.position} to {c.position + c.length - 1} of the segment"
-            if c.name not in sizes:
-                damaged.setdefault(r.base_offset, []).append(
-                    Finding("missing", channel, c.name, r.base_offset, r.end_offset, f"the object is missing ({where})")
-                )
-            elif sizes[c.name] != c.length:
-                damaged.setdefault(r.base_offset, []).append(
-                    Finding(
-                        "length",
-                        channel,
-                        c.name,
-                        r.base_offset,
-                        r.end_offset,
-                        f"the object holds {sizes[c.name]} bytes, the metadata says {c.length} ({where})",
-                    )
-                )
+        for name in dict.fromkeys(c.name for c in r.chunks):
+            held = ", ".join(
+                f"bytes {c.position} to {c.position + c.length - 1} at {c.object_offset}" for c in r.chunks if c.name == name
+            )
+            if name not in sizes:
+                detail = f"the object is missing (it holds {held})"
+                finding = Finding("missing", channel, name, r.base_offset, r.end_offset, detail)
+            elif sizes[name] != extents[name]:
+                detail = f"the object holds {sizes[name]} bytes, the metadata says {extents[name]} (it holds {held})"
+                finding = Finding("length", channel, name, r.base_offset, r.end_offset, detail)
+            else:
+                continue
+            damaged.setdefault(r.base_offset, []).append(finding)
         problem = _manifest_problem(storage, r, sizes)
         if problem:
             bad_manifest[r.base_offset] = Finding("manifest", channel, r.manifest, r.base_offset, r.end_offset, problem)
@@ -227,7 +237,7 @@ def _check_partition(
     by_base = {r.base_offset: r for r in listed}
     for base, findings in damaged.items():
         record = by_base[base]
-        line = _upload_again(part, storage, record, findings)
+        line = _upload_again(part, storage, record, findings, [r for r in listed if r.state == UPLOADED])
         if line is None:
             metadata.mark_lost(epoch, channel, base)
             line = (
@@ -303,34 +313,49 @@ def _gaps(part: Partition, listed: list[SegmentRecord]) -> list[Finding]:
     return found
 
 
-def _upload_again(part: Partition, storage: ChunkStorage, record: SegmentRecord, findings: list[Finding]) -> str | None:
-    """Write the damaged chunks of ``record`` again from the local ``.seg.z``, if it is there and is the
-    same segment; return the line saying so, or None (no usable local copy)."""
+def _local_bytes(part: Partition, record: SegmentRecord, position: int, length: int) -> bytes | None:
+    """Bytes ``[position, position + length)`` of ``record``'s local ``.seg.z``, if it is there and is
+    the same segment (its table checked, its size the uploaded size); None otherwise."""
     log_ = Log(part.path, part.config)
     try:
         local = log_.compressed_path(record.base_offset)
     finally:
         log_.close()
-    segment = SegmentToUpload(local, record.base_offset, record.end_offset, record.max_timestamp)
     try:
         with os_errors("open segment", local):
             fd = os.open(local, os.O_RDONLY | os.O_CLOEXEC)
     except FileChannelError:
         return None
     try:
-        try:
-            if checked_size(fd, segment) != record.size:
-                return None
-        except CorruptRecordError:
+        if checked_size(fd, SegmentToUpload(local, record.base_offset, record.end_offset, record.max_timestamp)) != record.size:
             return None
-        names = {f.name for f in findings}
-        chunks = [c for c in record.chunks if c.name in names or any(f.kind == "damaged" for f in findings)]
-        for c in chunks:
-            with os_errors("read", local):
-                data = os.pread(fd, c.length, c.position)
-            storage.write(c.name, data)
+        with os_errors("read", local):
+            data = os.pread(fd, length, position)
+    except CorruptRecordError:
+        return None
     finally:
         os.close(fd)
-    return (
-        f"{part.name} offsets {record.base_offset} to {record.end_offset - 1}: {len(chunks)} chunk(s) written again from {local}"
-    )
+    return data if len(data) == length else None
+
+
+def _upload_again(
+    part: Partition, storage: ChunkStorage, record: SegmentRecord, findings: list[Finding], uploaded: list[SegmentRecord]
+) -> str | None:
+    """Write the damaged objects of ``record`` again from the local ``.seg.z`` files of every segment
+    with bytes in them (a merged object holds several); return the line saying so, or None if a
+    local copy is missing (nothing is written then)."""
+    names = {c.name for c in record.chunks} if any(f.kind == "damaged" for f in findings) else {f.name for f in findings}
+    objects: dict[str, bytes] = {}
+    for name in sorted(n for n in names if n is not None):
+        pieces = sorted(((c.object_offset, r, c) for r in uploaded for c in r.chunks if c.name == name), key=lambda p: p[0])
+        data = bytearray()
+        for object_offset, r, c in pieces:
+            piece = _local_bytes(part, r, c.position, c.length)
+            if piece is None or object_offset != len(data):
+                return None
+            data += piece
+        objects[name] = bytes(data)
+    for name, data in objects.items():
+        storage.write(name, data)
+    where = f"{part.name} offsets {record.base_offset} to {record.end_offset - 1}"
+    return f"{where}: {len(objects)} object(s) written again from the local copies"

@@ -51,6 +51,7 @@ the same file; open one instance per process (never use one across ``fork``).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sqlite3
@@ -83,7 +84,7 @@ from .layout import (
     validate_channel,
 )
 
-__all__ = ["SCHEMA_VERSION", "ChannelSummary", "ChunkRecord", "EpochRecord", "SegmentRecord", "TierMetadata"]
+__all__ = ["SCHEMA_VERSION", "ChannelSummary", "ChunkRecord", "EpochRecord", "Merge", "SegmentRecord", "TierMetadata"]
 
 SCHEMA_VERSION = 2
 
@@ -102,6 +103,19 @@ CREATE TABLE IF NOT EXISTS {name} (
     PRIMARY KEY (channel, base_offset)
 ) WITHOUT ROWID"""
 _SEGMENTS_INDEX = "CREATE INDEX IF NOT EXISTS segments_by_state ON segments (state, epoch)"
+_CHUNKS_TABLE = """
+CREATE TABLE IF NOT EXISTS {name} (
+    channel TEXT NOT NULL,
+    base_offset INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    length INTEGER NOT NULL CHECK (length > 0),
+    object_offset INTEGER NOT NULL DEFAULT 0 CHECK (object_offset >= 0),
+    PRIMARY KEY (channel, base_offset, seq),
+    FOREIGN KEY (channel, base_offset) REFERENCES segments (channel, base_offset) ON DELETE CASCADE
+) WITHOUT ROWID"""
+_CHUNKS_INDEX = "CREATE INDEX IF NOT EXISTS chunks_by_name ON chunks (name)"
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS epochs (
@@ -111,25 +125,35 @@ CREATE TABLE IF NOT EXISTS epochs (
 );
 {_SEGMENTS_TABLE.format(name="segments")};
 {_SEGMENTS_INDEX};
-CREATE TABLE IF NOT EXISTS chunks (
+{_CHUNKS_TABLE.format(name="chunks")};
+{_CHUNKS_INDEX};
+CREATE TABLE IF NOT EXISTS merges (
+    name TEXT PRIMARY KEY,
     channel TEXT NOT NULL,
-    base_offset INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    name TEXT NOT NULL UNIQUE,
-    position INTEGER NOT NULL,
-    length INTEGER NOT NULL CHECK (length > 0),
-    PRIMARY KEY (channel, base_offset, seq),
-    FOREIGN KEY (channel, base_offset) REFERENCES segments (channel, base_offset) ON DELETE CASCADE
+    epoch INTEGER NOT NULL REFERENCES epochs (epoch),
+    layout TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS garbage (
+    name TEXT PRIMARY KEY,
+    channel TEXT NOT NULL,
+    due_at_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
-# Version 1 -> 2: the state "lost". SQLite cannot change a CHECK constraint, so the segments
-# table is rebuilt (foreign keys off meanwhile, or dropping it would cascade to the chunks).
+# Version 1 -> 2: the state "lost", chunks inside merged objects (object_offset; a name may
+# repeat), merges in progress and garbage. SQLite cannot change a CHECK or UNIQUE constraint,
+# so both tables are rebuilt (foreign keys off meanwhile, or dropping segments would cascade).
 _TO_VERSION_2 = (
     _SEGMENTS_TABLE.format(name="segments_v2"),
     "INSERT INTO segments_v2 SELECT {columns}, created_at_ms, updated_at_ms FROM segments",
     "DROP TABLE segments",
     "ALTER TABLE segments_v2 RENAME TO segments",
     _SEGMENTS_INDEX,
+    _CHUNKS_TABLE.format(name="chunks_v2"),
+    "INSERT INTO chunks_v2 SELECT channel, base_offset, seq, name, position, length, 0 FROM chunks",
+    "DROP TABLE chunks",
+    "ALTER TABLE chunks_v2 RENAME TO chunks",
+    _CHUNKS_INDEX,
 )
 
 _SEGMENT_COLUMNS = "channel, base_offset, end_offset, size, max_timestamp, state, epoch, manifest"
@@ -138,7 +162,10 @@ _SEGMENT_COLUMNS = "channel, base_offset, end_offset, size, max_timestamp, state
 SEGMENT_AT = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset <= ? ORDER BY base_offset DESC LIMIT 1"
 # The only segment that can overlap [base, end): the one with the greatest base offset < end.
 _LAST_BEFORE = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset < ? ORDER BY base_offset DESC LIMIT 1"
-_CHUNKS_OF = "SELECT name, position, length FROM chunks WHERE channel = ? AND base_offset = ? ORDER BY seq"
+_CHUNKS_OF = "SELECT name, position, length, object_offset FROM chunks WHERE channel = ? AND base_offset = ? ORDER BY seq"
+_INSERT_CHUNK = (
+    "INSERT INTO chunks (channel, base_offset, seq, name, position, length, object_offset) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 _HINTS = {
     "SQLITE_CORRUPT": "the file is damaged: move it aside and restore a backup (each uploaded segment has a manifest in tier-2)",
@@ -175,6 +202,36 @@ class EpochRecord:
     epoch: int
     owner: str
     taken_at_ms: int
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A defragmentation in progress: object ``name`` (a :func:`.layout.merged_name` of ``channel``
+    and ``epoch``) is the concatenation of the objects ``sources``, in order, and ``layout``
+    maps the base offset of each segment whose chunks move into it to its new chunk list."""
+
+    name: str
+    channel: str
+    epoch: int
+    sources: tuple[str, ...]
+    layout: dict[int, tuple[ChunkRecord, ...]]
+
+    def encode(self) -> str:
+        return json.dumps(
+            {
+                "sources": list(self.sources),
+                "segments": {
+                    str(b): [[c.name, c.position, c.length, c.object_offset] for c in cs] for b, cs in self.layout.items()
+                },
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def decode(cls, name: str, channel: str, epoch: int, text: str) -> Merge:
+        raw = json.loads(text)
+        layout = {int(b): tuple(ChunkRecord(*c) for c in cs) for b, cs in raw["segments"].items()}
+        return cls(name, channel, epoch, tuple(raw["sources"]), layout)
 
 
 def _now_ms() -> int:
@@ -404,8 +461,11 @@ class TierMetadata:
                 (channel, base_offset, end_offset, size, max_timestamp, UPLOADING, epoch, None, now, now),
             )
             db.executemany(
-                "INSERT INTO chunks (channel, base_offset, seq, name, position, length) VALUES (?, ?, ?, ?, ?, ?)",
-                [(channel, base_offset, seq, c.name, c.position, c.length) for seq, c in enumerate(record.chunks)],
+                _INSERT_CHUNK,
+                [
+                    (channel, base_offset, seq, c.name, c.position, c.length, c.object_offset)
+                    for seq, c in enumerate(record.chunks)
+                ],
             )
 
     def finish_upload(
@@ -585,13 +645,117 @@ class TierMetadata:
                 ],
             )
             db.executemany(
-                "INSERT INTO chunks (channel, base_offset, seq, name, position, length) VALUES (?, ?, ?, ?, ?, ?)",
+                _INSERT_CHUNK,
                 [
-                    (r.channel, r.base_offset, seq, c.name, c.position, c.length)
+                    (r.channel, r.base_offset, seq, c.name, c.position, c.length, c.object_offset)
                     for r in segments
                     for seq, c in enumerate(r.chunks)
                 ],
             )
+
+    # -- defragmentation ---------------------------------------------------------------------
+
+    def begin_merge(self, epoch: int, merge: Merge) -> None:
+        """Record a merge before its object is written (so it is never taken for an orphan).
+
+        Refused (TierError) unless every segment of ``merge.layout`` is uploaded, its new
+        chunks are valid for it, and its current objects are among ``merge.sources``.
+        """
+        self._epoch(epoch)
+        validate_channel(merge.channel)
+        if merge.epoch != epoch or not merge.layout:
+            raise TierError(
+                f"begin_merge refused: merge {merge.name!r} of epoch {merge.epoch} with {len(merge.layout)} segment(s)"
+            )
+        with self._transaction(f"begin merging into {merge.name}", write=True, epoch=epoch) as db:
+            for base, chunks in merge.layout.items():
+                record = self._require(db, "begin_merge", merge.channel, base, UPLOADED)
+                problem = chunks_problem(record, chunks)
+                if problem is None and not {c.name for c in record.chunks} <= set(merge.sources):
+                    problem = f"segment {merge.channel}@{base} has objects that are not sources of the merge"
+                if problem:
+                    raise TierError(f"begin_merge refused: {problem}")
+            db.execute(
+                "INSERT INTO merges (name, channel, epoch, layout, created_at_ms) VALUES (?, ?, ?, ?, ?)",
+                (merge.name, merge.channel, epoch, merge.encode(), _now_ms()),
+            )
+
+    def finish_merge(self, epoch: int, name: str, garbage_delay_ms: int) -> list[str]:
+        """Swap the segments of merge ``name`` to their new chunks in one transaction, and record
+        the objects no chunk names any more as garbage, to delete ``garbage_delay_ms`` from now
+        (a reader that planned with the old names still reads them meanwhile). Returns those names."""
+        self._epoch(epoch)
+        with self._transaction(f"finish merging into {name}", write=True, epoch=epoch) as db:
+            merge = self._merge(db, name)
+            for base, chunks in merge.layout.items():
+                record = self._require(db, "finish_merge", merge.channel, base, UPLOADED)
+                if not {c.name for c in record.chunks} <= set(merge.sources):
+                    raise TierError(f"finish_merge refused: segment {merge.channel}@{base} changed since the merge began")
+                db.execute("DELETE FROM chunks WHERE channel = ? AND base_offset = ?", (merge.channel, base))
+                db.executemany(
+                    _INSERT_CHUNK,
+                    [(merge.channel, base, seq, c.name, c.position, c.length, c.object_offset) for seq, c in enumerate(chunks)],
+                )
+                db.execute(
+                    "UPDATE segments SET updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
+                    (_now_ms(), merge.channel, base),
+                )
+            unused = [n for n in merge.sources if db.execute("SELECT 1 FROM chunks WHERE name = ?", (n,)).fetchone() is None]
+            due = _now_ms() + garbage_delay_ms
+            db.executemany(
+                "INSERT OR REPLACE INTO garbage (name, channel, due_at_ms) VALUES (?, ?, ?)",
+                [(n, merge.channel, due) for n in unused],
+            )
+            db.execute("DELETE FROM merges WHERE name = ?", (name,))
+        return unused
+
+    def abandon_merge(self, epoch: int, name: str) -> Merge:
+        """Drop merge ``name`` (of any epoch); the caller deletes its object and restores the manifests."""
+        self._epoch(epoch)
+        with self._transaction(f"abandon the merge into {name}", write=True, epoch=epoch) as db:
+            merge = self._merge(db, name)
+            db.execute("DELETE FROM merges WHERE name = ?", (name,))
+        return merge
+
+    def _merge(self, db: sqlite3.Connection, name: str) -> Merge:
+        row = db.execute("SELECT name, channel, epoch, layout FROM merges WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise TierError(f"no merge into {name!r} in tier metadata {self.path!r}")
+        return Merge.decode(*row)
+
+    def merges(self, channel: str | None = None) -> list[Merge]:
+        """The merges begun and neither finished nor abandoned (of ``channel``, or all)."""
+        where, args = ("WHERE channel = ?", (channel,)) if channel is not None else ("", ())
+        with self._transaction("list merges", write=False) as db:
+            rows = db.execute(f"SELECT name, channel, epoch, layout FROM merges {where} ORDER BY name", args).fetchall()
+        return [Merge.decode(*row) for row in rows]
+
+    def garbage(self, channel: str, due_by_ms: int | None = None) -> list[str]:
+        """Objects of ``channel`` replaced by a merge and not deleted yet (only those due by ``due_by_ms`` if given)."""
+        validate_channel(channel)
+        limit = MAX_OFFSET if due_by_ms is None else due_by_ms
+        with self._transaction(f"list the garbage of {channel}", write=False) as db:
+            rows = db.execute("SELECT name FROM garbage WHERE channel = ? AND due_at_ms <= ? ORDER BY name", (channel, limit))
+            return [row[0] for row in rows]
+
+    def forget_garbage(self, epoch: int, names: Sequence[str]) -> None:
+        """Drop garbage rows once their objects are deleted."""
+        self._epoch(epoch)
+        with self._transaction("forget deleted garbage", write=True, epoch=epoch) as db:
+            db.executemany("DELETE FROM garbage WHERE name = ?", [(n,) for n in names])
+
+    def shared(self, channel: str, base_offset: int, names: Sequence[str]) -> set[str]:
+        """Those of ``names`` that chunks of another segment than ``channel@base_offset`` still name
+        (a merged object shared by segments: deleting one segment must leave it)."""
+        with self._transaction("find shared objects", write=False) as db:
+            return {
+                n
+                for n in names
+                if db.execute(
+                    "SELECT 1 FROM chunks WHERE name = ? AND NOT (channel = ? AND base_offset = ?) LIMIT 1",
+                    (n, channel, base_offset),
+                ).fetchone()
+            }
 
     def channels(self) -> list[str]:
         """Every channel with a segment in the metadata, sorted."""

@@ -7,7 +7,7 @@ rebuild from a bare listing, as Pravega's, is not):
   after its chunks and before ``finish_upload``; it names the segment's offsets, size and
   every chunk with its length. Chunks without a manifest are orphans (an upload that died,
   a fenced uploader's late writes), never data: the next daemon's sweep deletes them.
-- **A manifest is used only if every chunk it names is listed with its length.** One that
+- **A manifest is used only if every object it names is listed, long enough for its chunks.** One that
   is not (a segment half deleted by retention when the machine was lost, or damaged) is
   left out and reported; if later segments of its channel are used, its offsets are a
   hole (readers raise ``MissingSegmentError`` naming them), and the rebuild says so.
@@ -44,7 +44,7 @@ from typing import Any
 
 from ..errors import ConfigError, CorruptRecordError, FileChannelError, os_errors
 from .context import ROOT_METADATA
-from .layout import SegmentRecord, decode_manifest, parse_object_name
+from .layout import SegmentRecord, decode_manifest, object_extents, parse_object_name
 from .metadata import EpochRecord, TierMetadata
 from .snapshot import newest_epoch_named, newest_export, restore_groups
 from .storage import ChunkStorage, ObjectInfo, open_storage
@@ -109,7 +109,7 @@ def _usable_segments(
         except CorruptRecordError as exc:
             report.problems.append(f"{name}: unusable manifest, its segment is left out: {exc}")
             continue
-        missing = [c.name for c in record.chunks if sizes.get(c.name) != c.length]
+        missing = [name for name, extent in object_extents([record]).items() if sizes.get(name, -1) < extent]
         if missing:
             what = ", ".join(f"{n} ({'missing' if n not in sizes else f'{sizes[n]} bytes'})" for n in missing[:3])
             broken[record.channel].append(record)

@@ -3,8 +3,10 @@
 A remote segment is read like a local compressed one (compressed.py): its header and block
 table first (the same decoder, :func:`~filechannel.engine.compressed.decode_table`), then the
 blocks a reader needs. Its bytes are the local ``.seg.z`` bytes unchanged, cut into the
-chunks the metadata lists, so byte ``p`` of the segment is byte ``p - chunk.position`` of
-the chunk holding it, and a block spanning two chunks takes two ranged reads.
+chunks the metadata lists, so byte ``p`` of the segment is byte
+``p - chunk.position + chunk.object_offset`` of the object holding it (``object_offset`` is 0
+unless defragmentation merged the chunk into a larger object), and a block spanning two
+chunks takes two ranged reads.
 
 Invariants:
 
@@ -70,11 +72,16 @@ class RemoteReader:
         cache_bytes: int,
         concurrency: int,
         still_uploaded: Callable[[SegmentRecord], bool] | None = None,
+        current: Callable[[SegmentRecord], SegmentRecord | None] | None = None,
     ) -> None:
         self.storage = storage
         # Asked when an object is missing: False means total retention deleted the segment
         # (OffsetOutOfRangeError, as for a local segment collected under a reader), not damage.
         self.still_uploaded = still_uploaded
+        # Asked when an object is missing too: the segment's record now, if its chunks moved
+        # (defragmentation merged them, and the old objects were deleted after the garbage
+        # delay): the same bytes are then read from where they are now.
+        self.current = current
         self.cache = BlockCache(cache_bytes)
         self._tables: OrderedDict[tuple[str, int, int], CompressedInfo] = OrderedDict()
         self._lock = threading.Lock()
@@ -165,8 +172,12 @@ def read_range(reader: RemoteReader, record: SegmentRecord, position: int, lengt
         c = chunks[i]
         start, stop = position - c.position, min(end, c.position + c.length) - c.position
         try:
-            data = reader.storage.read(c.name, start, stop - start)
+            data = reader.storage.read(c.name, c.object_offset + start, stop - start)
         except ObjectNotFoundError as exc:
+            now = reader.current(record) if reader.current is not None else None
+            if now is not None and now.chunks != record.chunks and now.size == record.size:
+                parts.append(read_range(reader, now, position, end - position))  # the rest, from where it is now
+                break
             if reader.still_uploaded is not None and not reader.still_uploaded(record):
                 raise OffsetOutOfRangeError(
                     f"offsets {record.base_offset} to {record.end_offset - 1} of {record.channel!r} were deleted from "
@@ -179,7 +190,8 @@ def read_range(reader: RemoteReader, record: SegmentRecord, position: int, lengt
             ) from exc
         if len(data) != stop - start:
             raise CorruptRecordError(
-                f"tier-2 object {reader.object_url(c.name)!r} is short: a read of its bytes {start} to {stop - 1} "
+                f"tier-2 object {reader.object_url(c.name)!r} is short: a read of its bytes {c.object_offset + start} to "
+                f"{c.object_offset + stop - 1} "
                 f"returned {len(data)} bytes (the metadata says it holds {c.length}); segment of offsets "
                 f"{record.base_offset} to {record.end_offset - 1} of {record.channel!r}"
             )
@@ -214,7 +226,8 @@ class RemoteSegment:
         b = self.info.blocks[i]
         first, last = b.file_position, b.file_position + b.compressed_length - 1
         names = [
-            f"{c.name} (its bytes {max(first, c.position) - c.position} to {min(last, c.position + c.length - 1) - c.position})"
+            f"{c.name} (its bytes {max(first, c.position) - c.position + c.object_offset} to "
+            f"{min(last, c.position + c.length - 1) - c.position + c.object_offset})"
             for c in self.record.chunks
             if c.position <= last and first < c.position + c.length
         ]

@@ -14,7 +14,7 @@ Format (``EXPORT_VERSION`` 1): canonical ASCII JSON (keys sorted, no spaces)::
 BODY: ``epoch`` (the newest epoch at export), ``exported_at_ms``, ``topic`` (the scope,
 or null for the whole root), ``epochs`` ``[{"epoch","owner","taken_at_ms"}]``,
 ``segments`` ``[{"channel","base_offset","end_offset","size","max_timestamp","state",
-"epoch","manifest","chunks":[{"name","position","length"}]}]`` (sorted by channel and
+"epoch","manifest","chunks":[{"name","position","length","object_offset"}]}]`` (sorted by channel and
 base offset) and ``groups`` ``{GROUP: {"TOPIC/PARTITION": offset}}``. N is the CRC-32C of
 BODY's bytes. A decoder accepts only this canonical form with a matching CRC, so an
 export read back is exactly the one written (``decode(encode(x)) == x``), and any
@@ -43,7 +43,15 @@ from crc32c import crc32c
 from ..engine.files import read_if_exists, write_atomically
 from ..engine.names import validate_name
 from ..errors import ExportFormatError, FileChannelError, TierError, os_errors
-from .layout import MANIFEST_SUFFIX, UPLOADED, ChunkRecord, SegmentRecord, parse_object_name, segment_problem
+from .layout import (
+    MANIFEST_SUFFIX,
+    UPLOADED,
+    ChunkRecord,
+    SegmentRecord,
+    object_extents,
+    parse_object_name,
+    segment_problem,
+)
 from .metadata import EpochRecord, TierMetadata
 from .storage import ChunkStorage, ObjectInfo
 
@@ -94,7 +102,10 @@ def _body(export: Export) -> dict[str, Any]:
                 "state": s.state,
                 "epoch": s.epoch,
                 "manifest": s.manifest,
-                "chunks": [{"name": c.name, "position": c.position, "length": c.length} for c in s.chunks],
+                "chunks": [
+                    {"name": c.name, "position": c.position, "length": c.length, "object_offset": c.object_offset}
+                    for c in s.chunks
+                ],
             }
             for s in export.segments
         ],
@@ -158,6 +169,7 @@ def _from_body(body: dict[str, Any]) -> Export:
                 _need(c["name"], str, "a chunk name"),
                 _need(c["position"], int, "a position"),
                 _need(c["length"], int, "a length"),
+                _need(c["object_offset"], int, "an object offset"),
             )
             for c in _need(s["chunks"], list, "chunks")
         )
@@ -265,16 +277,14 @@ def bucket_problems(export: Export, listing: Iterable[ObjectInfo]) -> list[str]:
     sizes = {o.name: o.length for o in listing}
     problems = []
     known = {(s.channel, s.base_offset, s.epoch) for s in export.segments}
-    for s in export.segments:
-        if s.state != UPLOADED:
-            continue  # "uploading"/"deleting" rows are cleaned up by the next daemon; "lost" ones are known gone
-        for c in s.chunks:
-            if c.name not in sizes:
-                problems.append(
-                    f"{c.name}: missing (bytes {c.position} to {c.position + c.length - 1} of {s.channel}@{s.base_offset})"
-                )
-            elif sizes[c.name] != c.length:
-                problems.append(f"{c.name}: {sizes[c.name]} bytes in the bucket, the export says {c.length}")
+    # "uploading"/"deleting" rows are cleaned up by the next daemon; "lost" ones are known gone
+    uploaded = [s for s in export.segments if s.state == UPLOADED]
+    for name, extent in object_extents(uploaded).items():
+        if name not in sizes:
+            problems.append(f"{name}: missing ({extent} bytes of uploaded segments)")
+        elif sizes[name] != extent:
+            problems.append(f"{name}: {sizes[name]} bytes in the bucket, the export says {extent}")
+    for s in uploaded:
         if s.manifest is not None and s.manifest not in sizes:
             problems.append(f"{s.manifest}: missing (the manifest of {s.channel}@{s.base_offset})")
     for name in sizes:
