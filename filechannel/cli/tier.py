@@ -1,5 +1,5 @@
 """``filechannel tier``: the tiering daemon (``run``), its ``status``, and tier-2 upkeep: ``export``,
-``import``, ``rebuild`` (and ``fsck``)."""
+``import``, ``rebuild``, ``fsck`` and ``defrag``."""
 
 from __future__ import annotations
 
@@ -7,12 +7,17 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 
 from .common import cli, err, out, root_folder
+
+if TYPE_CHECKING:
+    from ..tiering.defrag import DefragSettings
 
 
 @cli.group()
@@ -28,13 +33,60 @@ _TIER_ROOT = click.option(
 )
 
 
+def _defrag_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--merge-below, --target, --garbage-delay (of ``tier run --defrag`` and ``tier defrag``)."""
+    for option in reversed(
+        [
+            click.option(
+                "--merge-below",
+                default=4 << 20,
+                show_default=True,
+                type=click.IntRange(1),
+                help="Bytes: objects smaller than this are merged.",
+            ),
+            click.option(
+                "--target", default=64 << 20, show_default=True, type=click.IntRange(1), help="Bytes: a merged object's most."
+            ),
+            click.option(
+                "--garbage-delay",
+                default=600.0,
+                show_default=True,
+                type=click.FloatRange(0.0),
+                help="Seconds before replaced objects are deleted (readers that planned with them still read).",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _defrag_settings(merge_below: int, target: int, garbage_delay: float) -> DefragSettings:
+    from ..tiering.defrag import DefragSettings
+
+    if target < merge_below:
+        raise click.BadParameter(f"--target ({target}) must be at least --merge-below ({merge_below})", param_hint="--target")
+    return DefragSettings(merge_below, target, int(garbage_delay * 1000))
+
+
 @tier.command("run")
 @_TIER_ROOT
 @click.option("--once", is_flag=True, help="One whole pass over every tiered partition, then exit.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.0), help="Seconds between passes.")
 @click.option("--wait", is_flag=True, help="Wait for another daemon of this root to stop, instead of refusing.")
+@click.option("--defrag", is_flag=True, help="Merge small tier-2 objects of partitions with nothing to upload.")
+@_defrag_options
 @click.pass_context
-def tier_run(ctx: click.Context, tier_root: str | None, once: bool, interval: float, wait: bool) -> None:
+def tier_run(
+    ctx: click.Context,
+    tier_root: str | None,
+    once: bool,
+    interval: float,
+    wait: bool,
+    defrag: bool,
+    merge_below: int,
+    target: int,
+    garbage_delay: float,
+) -> None:
     """Run the tiering daemon of a root: compress, upload, apply local and total retention.
 
     One daemon per root. Progress goes to stdout; SIGTERM or SIGINT stops it cleanly after
@@ -49,7 +101,8 @@ def tier_run(ctx: click.Context, tier_root: str | None, once: bool, interval: fl
     def progress(line: str) -> None:
         click.echo(f"{datetime.now().strftime('%H:%M:%S')} {line}")
 
-    daemon = TieringDaemon(root, wait=wait, interval=interval, progress=progress)
+    settings = _defrag_settings(merge_below, target, garbage_delay) if defrag else None
+    daemon = TieringDaemon(root, wait=wait, interval=interval, progress=progress, defrag=settings)
 
     def stop(signum: int, _frame: object) -> None:
         progress(f"{signal.Signals(signum).name}: stopping after the current partition")
@@ -92,13 +145,16 @@ def tier_status_cmd(ctx: click.Context, tier_root: str | None, as_json: bool) ->
     if not rows:
         out.print("no tiered topic")
         return
-    table = Table("partition", "local", "local bytes", "uploaded", "tier-2 bytes", "waiting", "lag (offsets)", "last error")
+    table = Table(
+        "partition", "local", "local bytes", "uploaded", "objects", "tier-2 bytes", "waiting", "lag (offsets)", "last error"
+    )
     for r in rows:
         table.add_row(
             r.partition,
             str(r.local_segments),
             str(r.local_bytes),
             str(r.uploaded_segments),
+            f"{r.tier_objects} ({r.tier_objects / r.uploaded_segments:.1f}/segment)" if r.uploaded_segments else "0",
             str(r.tier_bytes),
             f"{r.waiting_segments} ({r.waiting_bytes} bytes)",
             str(r.upload_lag_offsets),
@@ -331,3 +387,37 @@ def tier_fsck(ctx: click.Context, tier_root: str | None, deep: bool, repair: boo
     out.print(summary, highlight=False, soft_wrap=True)
     if report.findings:
         sys.exit(1)
+
+
+@tier.command("defrag")
+@_TIER_ROOT
+@_defrag_options
+@click.pass_context
+def tier_defrag(ctx: click.Context, tier_root: str | None, merge_below: int, target: int, garbage_delay: float) -> None:
+    """Merge runs of small tier-2 objects (chunks, small segments of slow topics) into larger ones.
+
+    Uses the storage's concat (S3: UploadPartCopy for parts of 5 MiB or more), else reads and
+    writes again; the metadata is swapped in one transaction, and the replaced objects are
+    deleted --garbage-delay seconds later (by the next defrag or daemon pass). Stop the daemon
+    first (or run it with --defrag, which merges when a partition is idle).
+
+    \b
+      filechannel tier defrag --root /data/fc
+      filechannel tier defrag --root /data/fc --merge-below 8388608 --target 134217728
+    """
+    from ..tiering.daemon import defrag_root
+
+    root = tier_root or root_folder(ctx)
+    settings = _defrag_settings(merge_below, target, garbage_delay)
+    report = defrag_root(root, settings, progress=_progress_line)
+    per = (
+        f"{report.objects_before / report.segments:.2f} -> {report.objects_after / report.segments:.2f}"
+        if report.segments
+        else "-"
+    )
+    out.print(
+        f"{report.merges} merge(s), {report.bytes} bytes; objects per segment {per} "
+        f"({report.objects_before} -> {report.objects_after} objects, {report.segments} segment(s))",
+        highlight=False,
+        soft_wrap=True,
+    )

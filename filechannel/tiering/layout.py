@@ -6,15 +6,17 @@ storage root (the storage URL carries any prefix)::
 
     <channel>/<base:020d>.E<epoch:010d>.<start:020d>.chunk    bytes [start, start+length) of B.seg.z
     <channel>/<base:020d>.E<epoch:010d>.manifest              the segment record, as versioned JSON
-    <channel>/<base:020d>.E<epoch:010d>.<end:020d>.merged     a defragmented object: the bytes of
+    <channel>/<base:020d>.E<epoch:010d>.<end:020d>.<token:16x>.merged
+                                                              a defragmented object: the bytes of
                                                               chunks of the segments of [base, end)
 
 ``channel`` is ``<topic>/<partition>`` for a topic's partition, or a standalone channel's
 name: parts of ``[A-Za-z0-9._-]`` joined by ``/``. ``epoch`` is the uploader's epoch
 (see :mod:`.metadata`), so two uploaders never write the same object, and an object
 names what it holds: a listing alone finds every upload attempt and its orphans. A merged
-object is named by the epoch of the defragmenter that wrote it and the offsets of the
-segments whose chunks it holds; a chunk record then says where its bytes are inside it
+object is named by the epoch of the defragmenter that wrote it, the offsets of the
+segments whose chunks it holds and a random token (one epoch may merge the same segments
+twice: a run, then that object with its neighbours); a chunk record then says where its bytes are inside it
 (``object_offset``). Offsets and positions are zero-padded, so a listing sorts by offset,
 as local segment files do. :func:`parse_object_name` inverts the three names exactly: it
 accepts a name if and only if one of the three functions produces it.
@@ -65,7 +67,7 @@ _LONGEST_TAIL = len(f"/{0:020d}.E{0:010d}.{0:020d}{CHUNK_SUFFIX}")
 MAX_CHANNEL_CHARS = MAX_NAME_CHARS - _LONGEST_TAIL
 _OBJECT = re.compile(
     r"(?P<channel>[A-Za-z0-9._/-]+)/(?P<base>[0-9]{20})\.E(?P<epoch>[0-9]{10})"
-    r"(?:\.(?P<start>[0-9]{20})\.(?P<kind>chunk|merged)|\.manifest)"
+    r"(?:\.(?P<start>[0-9]{20})\.(?:(?P<token>[0-9a-f]{16})\.)?(?P<kind>chunk|merged)|\.manifest)"
 )
 
 
@@ -102,9 +104,9 @@ class SegmentRecord:
 
 
 class ObjectName(NamedTuple):
-    """A parsed object name; ``start`` is None for a manifest, the end offset for a merged object."""
+    """A parsed chunk or manifest name; ``start`` is None for a manifest."""
 
-    kind: str  # "chunk", "manifest" or "merged"
+    kind: str  # "chunk" or "manifest"
     channel: str
     base_offset: int
     epoch: int
@@ -115,9 +117,23 @@ class ObjectName(NamedTuple):
         """The object name this was parsed from."""
         if self.start is None:
             return manifest_name(self.channel, self.base_offset, self.epoch)
-        if self.kind == "merged":
-            return merged_name(self.channel, self.base_offset, self.epoch, self.start)
         return chunk_name(self.channel, self.base_offset, self.epoch, self.start)
+
+
+class MergedObjectName(NamedTuple):
+    """A parsed merged object name: ``start`` is the end offset of the segments it holds chunks of."""
+
+    kind: str  # "merged"
+    channel: str
+    base_offset: int
+    epoch: int
+    start: int
+    token: str
+
+    @property
+    def name(self) -> str:
+        """The object name this was parsed from."""
+        return merged_name(self.channel, self.base_offset, self.epoch, self.start, self.token)
 
 
 def _channel_problem(channel: object) -> str | None:
@@ -175,16 +191,19 @@ def manifest_name(channel: str, base_offset: int, epoch: int) -> str:
     return f"{channel}/{base_offset:020d}.E{epoch:010d}{MANIFEST_SUFFIX}"
 
 
-def merged_name(channel: str, base_offset: int, epoch: int, end_offset: int) -> str:
-    """The merged object holding chunks of the segments of ``[base_offset, end_offset)``, written by ``epoch``."""
+def merged_name(channel: str, base_offset: int, epoch: int, end_offset: int, token: str) -> str:
+    """The merged object holding chunks of the segments of ``[base_offset, end_offset)``, written by
+    ``epoch``; ``token`` is 16 random lowercase hex digits (``secrets.token_hex(8)``)."""
     validate_channel(channel)
     check_int("base offset", base_offset, 0, MAX_OFFSET)
     check_int("epoch", epoch, 1, MAX_EPOCH)
     check_int("end offset", end_offset, base_offset + 1, MAX_OFFSET)
-    return f"{channel}/{base_offset:020d}.E{epoch:010d}.{end_offset:020d}{MERGED_SUFFIX}"
+    if not isinstance(token, str) or not re.fullmatch("[0-9a-f]{16}", token):
+        raise ConfigError(f"merged object token {token!r} must be 16 lowercase hex digits")
+    return f"{channel}/{base_offset:020d}.E{epoch:010d}.{end_offset:020d}.{token}{MERGED_SUFFIX}"
 
 
-def parse_object_name(name: str) -> ObjectName | None:
+def parse_object_name(name: str) -> ObjectName | MergedObjectName | None:
     """Invert :func:`chunk_name` / :func:`manifest_name` / :func:`merged_name`; None for any other name.
 
     Used by listing-based recovery and orphan detection: ``parse_object_name(n).name == n``
@@ -197,8 +216,10 @@ def parse_object_name(name: str) -> ObjectName | None:
     start = None if match["start"] is None else int(match["start"])
     if base > MAX_OFFSET or epoch < 1 or (start is not None and start > MAX_OFFSET):
         return None
-    if match["kind"] == "merged" and (start is None or start <= base):
+    if (match["kind"] == "merged") != (match["token"] is not None) or (match["kind"] == "merged" and start <= base):
         return None
+    if match["kind"] == "merged":
+        return MergedObjectName("merged", match["channel"], base, epoch, start, match["token"])
     return ObjectName(match["kind"] or "manifest", match["channel"], base, epoch, start)
 
 

@@ -234,6 +234,16 @@ class Merge:
         return cls(name, channel, epoch, tuple(raw["sources"]), layout)
 
 
+def _merge_problem(record: SegmentRecord, merge: Merge) -> str | None:
+    """Why ``merge`` does not fit ``record`` as it is now (None if it does): the objects of the
+    segment that are not sources must be the ones it keeps, and only sources may move."""
+    now = {c.name for c in record.chunks}
+    new = {c.name for c in merge.layout[record.base_offset]}
+    if now - set(merge.sources) != new - {merge.name} or not now & set(merge.sources):
+        return f"segment {record.channel}@{record.base_offset} does not hold what merge {merge.name!r} planned (it changed?)"
+    return None
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -659,7 +669,7 @@ class TierMetadata:
         """Record a merge before its object is written (so it is never taken for an orphan).
 
         Refused (TierError) unless every segment of ``merge.layout`` is uploaded, its new
-        chunks are valid for it, and its current objects are among ``merge.sources``.
+        chunks are valid for it, and only its objects among ``merge.sources`` change.
         """
         self._epoch(epoch)
         validate_channel(merge.channel)
@@ -670,9 +680,7 @@ class TierMetadata:
         with self._transaction(f"begin merging into {merge.name}", write=True, epoch=epoch) as db:
             for base, chunks in merge.layout.items():
                 record = self._require(db, "begin_merge", merge.channel, base, UPLOADED)
-                problem = chunks_problem(record, chunks)
-                if problem is None and not {c.name for c in record.chunks} <= set(merge.sources):
-                    problem = f"segment {merge.channel}@{base} has objects that are not sources of the merge"
+                problem = chunks_problem(record, chunks) or _merge_problem(record, merge)
                 if problem:
                     raise TierError(f"begin_merge refused: {problem}")
             db.execute(
@@ -689,8 +697,9 @@ class TierMetadata:
             merge = self._merge(db, name)
             for base, chunks in merge.layout.items():
                 record = self._require(db, "finish_merge", merge.channel, base, UPLOADED)
-                if not {c.name for c in record.chunks} <= set(merge.sources):
-                    raise TierError(f"finish_merge refused: segment {merge.channel}@{base} changed since the merge began")
+                problem = _merge_problem(record, merge)
+                if problem:
+                    raise TierError(f"finish_merge refused: {problem}")
                 db.execute("DELETE FROM chunks WHERE channel = ? AND base_offset = ?", (merge.channel, base))
                 db.executemany(
                     _INSERT_CHUNK,
