@@ -551,6 +551,8 @@ def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress
     say = progress or (lambda line: log.info("tier: %s", line))
     report = DefragReport()
     tier_dir = os.path.join(root, ROOT_TIER_DIR)
+    if not os.path.exists(os.path.join(root, ROOT_METADATA)):
+        return report  # nothing was ever uploaded
     storages: dict[tuple[str, str], ChunkStorage] = {}
     with exclusive(tier_dir, "defragment"), TierMetadata(os.path.join(root, ROOT_METADATA)) as metadata:
         epoch = metadata.take_epoch(f"tier defrag:{socket.gethostname()}:{os.getpid()}")

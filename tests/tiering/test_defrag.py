@@ -188,6 +188,16 @@ def test_defrag_refuses_beside_a_running_daemon_and_reports_per_segment(tmp_path
     [row] = [json.loads(line) for line in fc("tier", "status", "--root", str(root), "--json").stdout.splitlines()]
     assert 0 < row["tier_objects"] < row["uploaded_segments"]  # fewer objects than segments after the merges
 
+    with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch, ch.sender() as tx:
+        for _ in range(300):
+            tx.send(os.urandom(100))
+    daemon = ["tier", "run", "--root", str(root), "--once", "--defrag", "--merge-below", "3000", "--target", "20000"]
+    first = fc(*daemon)
+    assert "uploaded offsets" in first.stdout and "merged" not in first.stdout  # busy uploading: no merge
+    second = fc(*daemon)
+    assert "merged" in second.stdout  # idle: the new small objects are merged
+    assert fsck(root, deep=True).findings == []
+
 
 # -- SIGKILL in the middle of merges ------------------------------------------------------------
 

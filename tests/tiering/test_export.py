@@ -15,7 +15,15 @@ from filechannel.client import Admin, Consumer, TopicPartition
 from filechannel.errors import ExportFormatError, TierError
 from filechannel.tiering import open_storage
 from filechannel.tiering.context import ROOT_METADATA
-from filechannel.tiering.layout import STATES, SegmentRecord, encode_manifest, manifest_name, plan_chunks
+from filechannel.tiering.layout import (
+    STATES,
+    ChunkRecord,
+    SegmentRecord,
+    encode_manifest,
+    manifest_name,
+    merged_name,
+    plan_chunks,
+)
 from filechannel.tiering.metadata import EpochRecord, TierMetadata
 from filechannel.tiering.snapshot import (
     Export,
@@ -45,6 +53,10 @@ def exports(draw: st.DrawFn) -> Export:
             epoch = draw(st.sampled_from(epochs))
             state = draw(st.sampled_from(STATES))
             chunks = plan_chunks(channel, base, epoch, size, draw(st.integers(1, 2000)))
+            if draw(st.booleans()):  # defragmented: its bytes inside a merged object
+                token = draw(st.from_regex(r"[0-9a-f]{16}", fullmatch=True))
+                merged = merged_name(channel, base, draw(st.sampled_from(epochs)), end, token)
+                chunks = (ChunkRecord(merged, 0, size, draw(st.integers(0, 2**40))),)
             manifest = None if state == "uploading" else manifest_name(channel, base, epoch)
             stamp = draw(st.integers(-(2**63), 2**63 - 1))
             segments.append(SegmentRecord(channel, base, end, size, stamp, state, epoch, chunks, manifest))

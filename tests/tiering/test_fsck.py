@@ -138,6 +138,12 @@ V1_SEGMENTS = """CREATE TABLE segments_v1 (
     created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL,
     PRIMARY KEY (channel, base_offset)
 ) WITHOUT ROWID"""
+V1_CHUNKS = """CREATE TABLE chunks_v1 (
+    channel TEXT NOT NULL, base_offset INTEGER NOT NULL, seq INTEGER NOT NULL, name TEXT NOT NULL UNIQUE,
+    position INTEGER NOT NULL, length INTEGER NOT NULL CHECK (length > 0),
+    PRIMARY KEY (channel, base_offset, seq),
+    FOREIGN KEY (channel, base_offset) REFERENCES segments (channel, base_offset) ON DELETE CASCADE
+) WITHOUT ROWID"""
 
 
 def test_a_version_1_store_is_migrated_on_open_with_its_rows(tmp_path: Path) -> None:
@@ -155,6 +161,12 @@ def test_a_version_1_store_is_migrated_on_open_with_its_rows(tmp_path: Path) -> 
     db.execute("DROP TABLE segments")
     db.execute("ALTER TABLE segments_v1 RENAME TO segments")
     db.execute("CREATE INDEX segments_by_state ON segments (state, epoch)")
+    db.execute(V1_CHUNKS)
+    db.execute("INSERT INTO chunks_v1 SELECT channel, base_offset, seq, name, position, length FROM chunks")
+    db.execute("DROP TABLE chunks")
+    db.execute("ALTER TABLE chunks_v1 RENAME TO chunks")
+    db.execute("DROP TABLE merges")
+    db.execute("DROP TABLE garbage")
     db.execute("UPDATE schema_version SET version = 1")
     db.execute("COMMIT")
     with pytest.raises(sqlite3.IntegrityError):  # version 1 cannot hold a lost segment
