@@ -83,7 +83,9 @@ class DefragReport:
 
 
 @dataclass(frozen=True)
-class _Run:
+class Run:
+    """Objects to merge into one: their names in byte order, their sizes, the segments with chunks in them."""
+
     sources: tuple[str, ...]
     sizes: tuple[int, ...]
     records: tuple[SegmentRecord, ...]  # every segment with a chunk in a source
@@ -94,7 +96,7 @@ def objects_per_segment(records: list[SegmentRecord]) -> tuple[int, int]:
     return len({c.name for r in records for c in r.chunks}), len(records)
 
 
-def plan(records: list[SegmentRecord], settings: DefragSettings) -> list[_Run]:
+def plan(records: list[SegmentRecord], settings: DefragSettings) -> list[Run]:
     """The runs to merge among the uploaded ``records`` of one channel (sorted by base offset)."""
     extents = object_extents(records)
     # the channel's objects in byte order, each with the segments it holds chunks of
@@ -108,14 +110,14 @@ def plan(records: list[SegmentRecord], settings: DefragSettings) -> list[_Run]:
             if not held or held[-1] is not r:
                 held.append(r)
     once = _once(order)
-    runs: list[_Run] = []
+    runs: list[Run] = []
     current: list[str] = []
     total = 0
 
     def flush() -> None:
         if len(current) >= 2:
             segs = {r.base_offset: r for n in current for r in holders[n]}
-            runs.append(_Run(tuple(current), tuple(extents[n] for n in current), tuple(segs[b] for b in sorted(segs))))
+            runs.append(Run(tuple(current), tuple(extents[n] for n in current), tuple(segs[b] for b in sorted(segs))))
 
     for i, name in enumerate(order):
         size = extents[name]
@@ -149,7 +151,7 @@ def _follows(a: SegmentRecord, b: SegmentRecord) -> bool:
     return a is b or a.end_offset == b.base_offset
 
 
-def _layout(run: _Run, name: str) -> dict[int, tuple[ChunkRecord, ...]]:
+def layout_after(run: Run, name: str) -> dict[int, tuple[ChunkRecord, ...]]:
     """Each segment's chunk list once the run's sources are one object ``name`` (consecutive
     chunks of a segment inside it become one record)."""
     starts = dict(zip(run.sources, _cumulative(run.sizes), strict=True))
@@ -181,11 +183,11 @@ def _cumulative(sizes: tuple[int, ...]) -> list[int]:
 
 
 def merge_run(
-    storage: ChunkStorage, metadata: TierMetadata, epoch: int, channel: str, run: _Run, settings: DefragSettings
+    storage: ChunkStorage, metadata: TierMetadata, epoch: int, channel: str, run: Run, settings: DefragSettings
 ) -> list[str]:
     """Merge one run (steps 1 to 4 of the module docstring); return the objects now garbage."""
     name = merged_name(channel, run.records[0].base_offset, epoch, run.records[-1].end_offset, secrets.token_hex(8))
-    merge = Merge(name, channel, epoch, run.sources, _layout(run, name))
+    merge = Merge(name, channel, epoch, run.sources, layout_after(run, name))
     metadata.begin_merge(epoch, merge)
     try:
         check_fence(metadata, epoch)

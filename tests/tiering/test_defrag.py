@@ -23,7 +23,7 @@ from filechannel.errors import ConfigError
 from filechannel.tiering import open_storage
 from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import TieringDaemon, defrag_root, tier_status
-from filechannel.tiering.defrag import DefragSettings, clean_up, objects_per_segment
+from filechannel.tiering.defrag import DefragSettings, clean_up, layout_after, objects_per_segment, plan
 from filechannel.tiering.fsck import fsck
 from filechannel.tiering.layout import (
     ChunkRecord,
@@ -35,7 +35,7 @@ from filechannel.tiering.layout import (
     parse_object_name,
     plan_chunks,
 )
-from filechannel.tiering.metadata import TierMetadata
+from filechannel.tiering.metadata import Merge, TierMetadata
 from filechannel.tiering.rebuild import rebuild_root
 from filechannel.tiering.remote_segment import RemoteReader, read_range
 from filechannel.tiering.s3_storage import MIN_PART, plan_concat
@@ -294,3 +294,39 @@ def test_merged_names_and_version_2_manifests_round_trip() -> None:
     outside = replace(plain, base_offset=60, end_offset=70, manifest=manifest_name("t/0", 60, 1))
     with pytest.raises(ConfigError, match="holds other offsets"):
         encode_manifest(replace(outside, chunks=(ChunkRecord(name, 0, 100, 0),)))
+
+
+def test_a_merge_cut_short_after_its_manifests_is_consistent_then_abandoned(tmp_path: Path) -> None:
+    """The widest crash window, made by hand: the merge row, its object and the new manifests
+    are written, the swap is not. fsck finds nothing wrong, a rebuild reads the new layout, and
+    the next pass undoes it (manifests from the rows, object deleted)."""
+    root, url = tmp_path / "root", f"file://{tmp_path}/tier"
+    Admin(root).create_topic("t", 1, tier=url, local_retention_bytes=0, **SMALL)
+    sent = [os.urandom(100) for _ in range(300)]
+    with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch, ch.sender() as tx:
+        for value in sent:
+            tx.send(value)
+    fc("tier", "run", "--root", str(root), "--once")
+    before = uploaded(root)
+    settings = DefragSettings(merge_below_bytes=3000, target_bytes=20_000, garbage_delay_ms=0)
+    run = plan(before, settings)[0]
+    with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as storage:
+        epoch = metadata.take_epoch("test")
+        name = merged_name("t/0", run.records[0].base_offset, epoch, run.records[-1].end_offset, "00000000000000aa")
+        merge = Merge(name, "t/0", epoch, run.sources, layout_after(run, name))
+        metadata.begin_merge(epoch, merge)
+        storage.concat(name, list(run.sources))
+        for r in run.records:
+            storage.write(r.manifest, encode_manifest(replace(r, chunks=merge.layout[r.base_offset])))
+    assert fsck(root, deep=True).findings == []  # both layouts are whole; the object is named by the merge
+    rebuilt = tmp_path / "rebuilt"
+    assert rebuild_root(rebuilt, url).problems == []
+    assert {c.name for r in uploaded(rebuilt) for c in r.chunks} >= {name}  # the bucket describes the new layout
+    assert read_all(rebuilt, "t", 0) == list(enumerate(sent[: before[-1].end_offset]))
+
+    run_once = fc("tier", "run", "--root", str(root), "--once")
+    assert f"abandoned the merge into {name}" in run_once.stdout
+    assert uploaded(root) == before and fsck(root, deep=True).findings == []
+    with open_storage(url) as storage:
+        assert not storage.exists(name)
+        assert all(decode_manifest(storage.read(r.manifest, 0, 1 << 20), r.manifest) == r for r in before)
