@@ -20,8 +20,7 @@ from filechannel.tiering.fsck import fsck
 from filechannel.tiering.layout import encode_manifest
 from filechannel.tiering.metadata import SCHEMA_VERSION, TierMetadata
 
-from .test_daemon import tier_for
-from .test_rebuild import read_all
+from .test_rebuild import kind_url, read_all
 from .test_tier_cli import fc
 from .tier_helpers import SMALL, produce
 
@@ -36,12 +35,12 @@ def flip(storage, name: str, at: int) -> None:
     storage.write(name, bytes(data))
 
 
-@pytest.mark.parametrize("kind", ["file", pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.mark.parametrize("kind", ["file", "fsspec", pytest.param("s3", marks=pytest.mark.s3)])
 def test_each_kind_of_damage_is_found_and_repair_marks_what_has_no_local_copy_lost(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "root"
-    url, options = tier_for(kind, tmp_path, request, monkeypatch)
+    url, options = kind_url(kind, tmp_path, request, monkeypatch)
     Admin(root).create_topic("t", 1, tier=url, tier_options=options, local_retention_bytes=0, **SMALL)
     sent = [os.urandom(100) for _ in range(400)]
     produce(root, sent)
@@ -181,3 +180,17 @@ def test_a_version_1_store_is_migrated_on_open_with_its_rows(tmp_path: Path) -> 
     assert db.execute("SELECT count(*) FROM chunks").fetchone()[0] == sum(len(s.chunks) for s in before[1])
     assert db.execute("PRAGMA foreign_key_check").fetchall() == []
     db.close()
+
+
+def test_an_unreachable_storage_is_one_line(tmp_path: Path, unused_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    root = tmp_path / "root"
+    options = {"endpoint_url": f"http://127.0.0.1:{unused_port}", "max_attempts": 1, "connect_timeout": 1}
+    Admin(root).create_topic("t", 1, tier="s3://bucket/x", tier_options=options, **SMALL)
+    (root / ".tier").mkdir()
+    TierMetadata(root / ROOT_METADATA).close()
+    for command in (["fsck"], ["fsck", "--deep"], ["export", "--to-tier"]):
+        proc = fc("tier", *command, "--root", str(root), check=False)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
+        assert proc.returncode == 1 and len(errors) == 1 and "unreachable" in errors[0], (command, proc.stderr)
