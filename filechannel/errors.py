@@ -125,6 +125,14 @@ class SinkError(FileChannelError):
     """The Spark sink cannot write what it was given."""
 
 
+class TierDataLostError(TierError, CorruptRecordError):
+    """Offsets of a tier-2 segment were marked lost by ``tier fsck --repair`` (objects gone, no local copy)."""
+
+
+class ExportFormatError(TierError):
+    """A file or object is not a tier-2 metadata export of a version this filechannel reads, or is damaged."""
+
+
 _FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 

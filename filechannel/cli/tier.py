@@ -1,16 +1,23 @@
-"""``filechannel tier``: the tiering daemon (``run``) and its ``status``."""
+"""``filechannel tier``: the tiering daemon (``run``), its ``status``, and tier-2 upkeep: ``export``,
+``import``, ``rebuild``, ``fsck`` and ``defrag``."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 
-from .common import cli, out, root_folder
+from .common import cli, err, out, root_folder
+
+if TYPE_CHECKING:
+    from ..tiering.defrag import DefragSettings
 
 
 @cli.group()
@@ -26,13 +33,60 @@ _TIER_ROOT = click.option(
 )
 
 
+def _defrag_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--merge-below, --target, --garbage-delay (of ``tier run --defrag`` and ``tier defrag``)."""
+    for option in reversed(
+        [
+            click.option(
+                "--merge-below",
+                default=4 << 20,
+                show_default=True,
+                type=click.IntRange(1),
+                help="Bytes: objects smaller than this are merged.",
+            ),
+            click.option(
+                "--target", default=64 << 20, show_default=True, type=click.IntRange(1), help="Bytes: a merged object's most."
+            ),
+            click.option(
+                "--garbage-delay",
+                default=600.0,
+                show_default=True,
+                type=click.FloatRange(0.0),
+                help="Seconds before replaced objects are deleted (readers that planned with them still read).",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _defrag_settings(merge_below: int, target: int, garbage_delay: float) -> DefragSettings:
+    from ..tiering.defrag import DefragSettings
+
+    if target < merge_below:
+        raise click.BadParameter(f"--target ({target}) must be at least --merge-below ({merge_below})", param_hint="--target")
+    return DefragSettings(merge_below, target, int(garbage_delay * 1000))
+
+
 @tier.command("run")
 @_TIER_ROOT
 @click.option("--once", is_flag=True, help="One whole pass over every tiered partition, then exit.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.0), help="Seconds between passes.")
 @click.option("--wait", is_flag=True, help="Wait for another daemon of this root to stop, instead of refusing.")
+@click.option("--defrag", is_flag=True, help="Merge small tier-2 objects of partitions with nothing to upload.")
+@_defrag_options
 @click.pass_context
-def tier_run(ctx: click.Context, tier_root: str | None, once: bool, interval: float, wait: bool) -> None:
+def tier_run(
+    ctx: click.Context,
+    tier_root: str | None,
+    once: bool,
+    interval: float,
+    wait: bool,
+    defrag: bool,
+    merge_below: int,
+    target: int,
+    garbage_delay: float,
+) -> None:
     """Run the tiering daemon of a root: compress, upload, apply local and total retention.
 
     One daemon per root. Progress goes to stdout; SIGTERM or SIGINT stops it cleanly after
@@ -47,7 +101,8 @@ def tier_run(ctx: click.Context, tier_root: str | None, once: bool, interval: fl
     def progress(line: str) -> None:
         click.echo(f"{datetime.now().strftime('%H:%M:%S')} {line}")
 
-    daemon = TieringDaemon(root, wait=wait, interval=interval, progress=progress)
+    settings = _defrag_settings(merge_below, target, garbage_delay) if defrag else None
+    daemon = TieringDaemon(root, wait=wait, interval=interval, progress=progress, defrag=settings)
 
     def stop(signum: int, _frame: object) -> None:
         progress(f"{signal.Signals(signum).name}: stopping after the current partition")
@@ -90,16 +145,279 @@ def tier_status_cmd(ctx: click.Context, tier_root: str | None, as_json: bool) ->
     if not rows:
         out.print("no tiered topic")
         return
-    table = Table("partition", "local", "local bytes", "uploaded", "tier-2 bytes", "waiting", "lag (offsets)", "last error")
+    table = Table(
+        "partition", "local", "local bytes", "uploaded", "objects", "tier-2 bytes", "waiting", "lag (offsets)", "last error"
+    )
     for r in rows:
         table.add_row(
             r.partition,
             str(r.local_segments),
             str(r.local_bytes),
             str(r.uploaded_segments),
+            f"{r.tier_objects} ({r.tier_objects / r.uploaded_segments:.1f}/segment)" if r.uploaded_segments else "0",
             str(r.tier_bytes),
             f"{r.waiting_segments} ({r.waiting_bytes} bytes)",
             str(r.upload_lag_offsets),
             r.last_error or "",
         )
     out.print(table)
+
+
+def _tier_options(value: str | None) -> dict | None:
+    """``--tier-options`` as a dict (None if not given); a bad value is one usage line."""
+    if value is None:
+        return None
+    try:
+        options = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON ({exc})", param_hint="--tier-options") from None
+    if not isinstance(options, dict):
+        raise click.BadParameter('must be a JSON object, e.g. {"endpoint_url": "http://host:8333"}', param_hint="--tier-options")
+    return options
+
+
+_TIER_OPTIONS = click.option(
+    "--tier-options",
+    "tier_options",
+    metavar="JSON",
+    help='Storage options as a JSON object, e.g. \'{"endpoint_url": "http://host:8333"}\' (credentials: environment).',
+)
+
+
+def _progress_line(line: str) -> None:
+    err.print(f"[dim]{datetime.now().strftime('%H:%M:%S')}[/dim] {line}", soft_wrap=True, highlight=False)
+
+
+def _root_storages(root: str) -> dict[str, tuple[str, dict]]:
+    """The distinct storages of the root's tiered topics: URL -> (URL, options)."""
+    from ..tiering.daemon import tiered_partitions
+
+    found: dict[str, tuple[str, dict]] = {}
+    for part in tiered_partitions(root):
+        assert part.config.tier is not None
+        found.setdefault(part.config.tier, (part.config.tier, dict(part.config.tier_options or {})))
+    return found
+
+
+def _metadata_path(root: str) -> str:
+    from ..tiering.context import ROOT_METADATA
+
+    path = os.path.join(root, ROOT_METADATA)
+    if not os.path.exists(path):
+        raise click.ClickException(f"there is no tier metadata under {os.path.abspath(root)!r} ({path} is missing)")
+    return path
+
+
+@tier.command("export")
+@_TIER_ROOT
+@click.option("--topic", help="Export this topic's segments only (default: the whole root).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the export to this file.")
+@click.option("--to-tier", is_flag=True, help="Write it to tier-2 too, as .exports/TIME.EEPOCH.export (what rebuild reads).")
+@click.pass_context
+def tier_export(ctx: click.Context, tier_root: str | None, topic: str | None, output: str | None, to_tier: bool) -> None:
+    """Export the tier-2 metadata (one consistent snapshot) and the groups' committed offsets.
+
+    \b
+      filechannel tier export --root /data/fc -o /backup/tier.export
+      filechannel tier export --root /data/fc --to-tier
+    """
+    from ..tiering.metadata import TierMetadata
+    from ..tiering.snapshot import encode_export, export_object_name, take_export, write_export_file
+    from ..tiering.storage import open_storage
+
+    if not output and not to_tier:
+        raise click.UsageError("say where to write the export: --output FILE and/or --to-tier")
+    root = tier_root or root_folder(ctx)
+    with TierMetadata(_metadata_path(root)) as metadata:
+        export = take_export(metadata, topic=topic, root=root)
+    if output:
+        write_export_file(export, output)
+        _progress_line(f"wrote {output}")
+    if to_tier:
+        storages = _root_storages(root)
+        if not storages:
+            raise click.ClickException(f"no tiered topic under {os.path.abspath(root)!r}: nowhere in tier-2 to write to")
+        name = export_object_name(export)
+        for url, options in storages.values():
+            with open_storage(url, **options) as storage:
+                storage.write(name, encode_export(export))
+            _progress_line(f"wrote {url.rstrip('/')}/{name}")
+    groups = sum(len(g) for g in export.groups.values())
+    out.print(
+        f"exported {len(export.segments)} segment(s), epoch {export.epoch}, {len(export.groups)} group(s) "
+        f"({groups} committed offset(s))",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@tier.command("import")
+@_TIER_ROOT
+@click.argument("source", required=False, type=click.Path(dir_okay=False))
+@click.option("--from-tier", is_flag=True, help="Import the newest export found in tier-2 (.exports/) instead of a file.")
+@click.option("--tier", "tier_url", metavar="URL", help="The storage to check against (default: the root's tiered topics').")
+@_TIER_OPTIONS
+@click.pass_context
+def tier_import(
+    ctx: click.Context,
+    tier_root: str | None,
+    source: str | None,
+    from_tier: bool,
+    tier_url: str | None,
+    tier_options: str | None,
+) -> None:
+    """Load an export into a root that has no tier metadata yet, after checking it against the bucket.
+
+    \b
+      filechannel tier import /backup/tier.export --root /data/fc
+      filechannel tier import --from-tier --root /data/fc --tier s3://bucket/fc
+    """
+    from ..tiering.context import ROOT_METADATA, ROOT_TIER_DIR
+    from ..tiering.daemon import exclusive
+    from ..tiering.metadata import TierMetadata
+    from ..tiering.snapshot import import_export, newest_export, read_export_file
+    from ..tiering.storage import open_storage
+
+    if bool(source) == from_tier:
+        raise click.UsageError("give either an export FILE or --from-tier")
+    root = tier_root or root_folder(ctx)
+    options = _tier_options(tier_options)
+    if tier_url is None:
+        storages = list(_root_storages(root).values())
+        if len(storages) != 1:
+            raise click.UsageError(
+                f"the root's tiered topics use {len(storages)} storages: say which one with --tier URL"
+                if storages
+                else "the root has no tiered topic: say which storage with --tier URL"
+            )
+        tier_url, stored = storages[0]
+        options = stored if options is None else options
+    export = read_export_file(source) if source else None
+    with open_storage(tier_url, **(options or {})) as storage:
+        if export is None:
+            export = newest_export(storage)
+            if export is None:
+                raise click.ClickException(f"there is no export in {tier_url} (.exports/ is empty)")
+        _progress_line(f"checking {len(export.segments)} segment(s) against {tier_url}")
+        listing = storage.list("")
+    with exclusive(os.path.join(root, ROOT_TIER_DIR), "import"), TierMetadata(os.path.join(root, ROOT_METADATA)) as metadata:
+        lines = import_export(export, metadata, listing, root)
+    for line in lines:
+        _progress_line(line)
+    out.print(f"imported {len(export.segments)} segment(s), epoch {export.epoch}", highlight=False, soft_wrap=True)
+
+
+@tier.command("rebuild")
+@click.option("--root", "new_root", required=True, type=click.Path(file_okay=False), help="The new root (absent or empty).")
+@click.option("--tier", "tier_url", required=True, metavar="URL", help="The storage holding the lost root's tier-2 copy.")
+@_TIER_OPTIONS
+def tier_rebuild(new_root: str, tier_url: str, tier_options: str | None) -> None:
+    """Rebuild a lost root from its tier-2 copy alone: topics, partitions, metadata, group offsets.
+
+    Segments come from their manifests (chunks without one are orphans); producers continue
+    at each partition's tier-2 end offset; committed group offsets come from the newest
+    export in tier-2 (`tier export --to-tier`), if any. Exit 1 if offsets are lost (holes).
+
+    \b
+      filechannel tier rebuild --root /data/fc-new --tier s3://bucket/fc \\
+          --tier-options '{"endpoint_url": "http://s3.local:8333"}'
+    """
+    from ..tiering.rebuild import rebuild_root
+
+    report = rebuild_root(new_root, tier_url, tier_options=_tier_options(tier_options), progress=_progress_line)
+    for line in report.notes:
+        _progress_line(f"note: {line}")
+    out.print(
+        f"rebuilt {len(report.topics)} topic(s), {sum(report.topics.values())} partition(s), {report.segments} "
+        f"segment(s) ({report.bytes} bytes), {len(report.groups)} group(s) in {os.path.abspath(new_root)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for line in report.problems:
+        click.echo(f"error: {line}", err=True)
+    if report.problems:
+        sys.exit(1)
+
+
+@tier.command("fsck")
+@_TIER_ROOT
+@click.option("--deep", is_flag=True, help="Also read every uploaded object: header and block-table CRC, every record's CRC.")
+@click.option("--repair", is_flag=True, help="Fix what can be fixed (stop the daemon first); mark the rest lost.")
+@click.pass_context
+def tier_fsck(ctx: click.Context, tier_root: str | None, deep: bool, repair: bool) -> None:
+    """Check the tier-2 metadata against the bucket and the manifests; one line per finding.
+
+    Finds missing objects, lengths that differ, manifests that disagree, orphans, gaps;
+    with --deep, damaged bytes. Exit 1 if anything is found. --repair deletes orphans,
+    writes missing or damaged chunks again from the local copy (or marks their offsets
+    lost: reads then raise TierDataLostError naming them), rewrites bad manifests.
+
+    \b
+      filechannel tier fsck --root /data/fc
+      filechannel tier fsck --root /data/fc --deep --repair
+    """
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ..tiering.fsck import deep_bytes_of, fsck
+
+    root = tier_root or root_folder(ctx)
+    total = deep_bytes_of(root) if deep else 0
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not deep or not err.is_terminal,
+    ) as progress:
+        task = progress.add_task("reading tier-2", total=max(total, 1))
+        report = fsck(
+            root,
+            deep=deep,
+            repair=repair,
+            say=lambda line: _progress_line(f"repaired: {line}"),
+            advance=lambda n: progress.advance(task, n),
+        )
+    for finding in report.findings:
+        click.echo(finding.line(), err=True)
+    read = f", {report.deep_bytes} bytes read and decoded" if deep else ""
+    summary = f"{report.segments} segment(s), {report.objects} object(s){read}: {len(report.findings)} finding(s)"
+    if repair:
+        summary += f", {len(report.repaired)} repair(s)"
+    out.print(summary, highlight=False, soft_wrap=True)
+    if report.findings:
+        sys.exit(1)
+
+
+@tier.command("defrag")
+@_TIER_ROOT
+@_defrag_options
+@click.pass_context
+def tier_defrag(ctx: click.Context, tier_root: str | None, merge_below: int, target: int, garbage_delay: float) -> None:
+    """Merge runs of small tier-2 objects (chunks, small segments of slow topics) into larger ones.
+
+    Uses the storage's concat (S3: UploadPartCopy for parts of 5 MiB or more), else reads and
+    writes again; the metadata is swapped in one transaction, and the replaced objects are
+    deleted --garbage-delay seconds later (by the next defrag or daemon pass). Stop the daemon
+    first (or run it with --defrag, which merges when a partition is idle).
+
+    \b
+      filechannel tier defrag --root /data/fc
+      filechannel tier defrag --root /data/fc --merge-below 8388608 --target 134217728
+    """
+    from ..tiering.daemon import defrag_root
+
+    root = tier_root or root_folder(ctx)
+    settings = _defrag_settings(merge_below, target, garbage_delay)
+    report = defrag_root(root, settings, progress=_progress_line)
+    per = (
+        f"{report.objects_before / report.segments:.2f} -> {report.objects_after / report.segments:.2f}"
+        if report.segments
+        else "-"
+    )
+    out.print(
+        f"{report.merges} merge(s), {report.bytes} bytes; objects per segment {per} "
+        f"({report.objects_before} -> {report.objects_after} objects, {report.segments} segment(s))",
+        highlight=False,
+        soft_wrap=True,
+    )

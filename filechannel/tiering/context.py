@@ -101,16 +101,23 @@ class TierContext:
         with self._lock:
             self._check_open()
             if self._reader is None:
-                cache = (
-                    BlockCache(self.cache_bytes) if self.cache_dir is None else DiskBlockCache(self.cache_bytes, self.cache_dir)
+                in_memory = self.cache_dir is None
+                cache = BlockCache(self.cache_bytes) if in_memory else DiskBlockCache(self.cache_bytes, self.cache_dir)
+                self._reader = RemoteReader(
+                    storage, self.cache_bytes, self.concurrency, self._still_uploaded, current=self._current, cache=cache
                 )
-                self._reader = RemoteReader(storage, self.cache_bytes, self.concurrency, self._still_uploaded, cache=cache)
             return self._reader
 
     def _still_uploaded(self, record: SegmentRecord) -> bool:
         """Whether the metadata still holds ``record`` as uploaded (not deleted by retention)."""
+        return self._current(record) is not None
+
+    def _current(self, record: SegmentRecord) -> SegmentRecord | None:
+        """The metadata's record of the segment ``record`` describes now (its chunks may have moved
+        into a merged object), or None if retention deleted it."""
         now = self.metadata.segment_for(record.channel, record.base_offset)
-        return now is not None and (now.base_offset, now.epoch) == (record.base_offset, record.epoch)
+        same = now is not None and (now.base_offset, now.epoch) == (record.base_offset, record.epoch)
+        return now if same else None
 
     def close(self) -> None:
         """Close what was opened (idempotent); the prefetch threads stop before the storage closes."""

@@ -8,8 +8,9 @@ partition of every topic whose settings have ``tier``:
 0. clean up: finish "deleting" rows (objects, then row), abandon "uploading" rows (of a
    dead epoch, or this epoch's failed attempt: objects, then row), and, on the
    partition's first pass of this epoch, delete objects of older epochs that no row
-   names (late writes of a fenced uploader), and copy the topic's settings to
-   ``<topic>/topic.json`` in tier-2 (the bucket describes itself);
+   names (late writes of a fenced uploader), and copy the topic's description to
+   ``<topic>/topic.json`` in tier-2, in the shape of the local one (name, partitions,
+   settings): the bucket describes itself, and ``tier rebuild`` reads it;
 1. compress sealed raw segments (under the channel's ``maintenance.lock``, as the
    channel's maintenance thread does);
 2. upload the eligible ones, oldest first (see :mod:`.uploader`): sealed, in ``.seg.z``
@@ -20,8 +21,11 @@ partition of every topic whose settings have ``tier``:
    ``local_retention_bytes`` / ``local_retention_ms``, under ``maintenance.lock`` (also
    when an upload failed: what is uploaded may still leave the local disk);
 4. total retention (``retention_bytes`` / ``retention_ms`` across both tiers): the local
-   copy first, then in tier-2 ``begin_delete`` -> objects deleted (missing is fine) ->
-   ``finish_delete``.
+   copy first, then in tier-2 ``begin_delete`` -> objects deleted (missing is fine; a
+   merged object another segment still uses stays) -> ``finish_delete``;
+5. with ``defrag`` settings, on a partition with nothing to upload in this pass (idle):
+   merge runs of small objects (see :mod:`.defrag`), a few per pass. Merges left by a
+   crash are abandoned, and objects they replaced deleted once due, at step 0.
 
 Invariants:
 
@@ -60,7 +64,8 @@ from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
 from .context import ROOT_METADATA, ROOT_TIER_DIR, STANDALONE_METADATA
-from .layout import DELETING, UPLOADED, UPLOADING, SegmentRecord, parse_object_name
+from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel, objects_per_segment
+from .layout import DELETING, LOST, STATES, UPLOADED, UPLOADING, SegmentRecord, manifest_name, parse_object_name
 from .metadata import TierMetadata
 from .storage import ChunkStorage, open_storage, redact_url
 from .uploader import RateLimiter, SegmentToUpload, abandon, delete_objects, upload_segment
@@ -84,16 +89,18 @@ class PassReport:
     uploaded_bytes: int = 0
     deleted_local: int = 0
     deleted_remote: int = 0
+    merges: int = 0
     failures: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Partition:
-    """A tiered partition of the root: its folder, its name in tier-2 and its settings."""
+    """A tiered partition of the root: its folder, its name in tier-2, its settings, and its topic's partition count."""
 
     path: str
     name: str
     config: ChannelConfig
+    partitions: int = 1
 
 
 def tiered_partitions(root: str) -> list[Partition]:
@@ -113,7 +120,7 @@ def tiered_partitions(root: str) -> list[Partition]:
         for p in range(int(meta["partitions"])):
             path = store.partition_path(topic, p)
             if os.path.isdir(path):
-                found.append(Partition(path, f"{topic}/{p}", config))
+                found.append(Partition(path, f"{topic}/{p}", config, int(meta["partitions"])))
     return found
 
 
@@ -144,6 +151,8 @@ class TieringDaemon:
 
     ``wait``: if another daemon holds the root's lock, wait for it (else raise TierError at
     :meth:`start`). ``progress`` receives one line per action (defaults to the logger).
+    ``defrag``: merge small objects of idle partitions (None: never; ``tier defrag`` does it
+    on demand); ``max_merges`` per partition and pass keeps a pass short.
     Use as a context manager, or call :meth:`start` and :meth:`close`.
     """
 
@@ -156,8 +165,12 @@ class TieringDaemon:
         wait: bool = False,
         interval: float = 1.0,
         progress: Progress | None = None,
+        defrag: DefragSettings | None = None,
+        max_merges: int = 4,
     ) -> None:
         self.root = os.path.abspath(os.fspath(root))
+        self.defrag = defrag
+        self.max_merges = max_merges
         if channel is not None and channel.tier is None:
             raise ConfigError(f"the channel {self.root} has no tier setting: nothing to tier")
         self._channel = channel
@@ -207,28 +220,35 @@ class TieringDaemon:
         return [Partition(self.root, os.path.basename(self.root), config)]
 
     def _sweep_orphans(self, part: Partition, storage: ChunkStorage) -> None:
-        """Delete objects of this channel written by an older epoch that no row names."""
-        known = {(r.base_offset, r.epoch) for r in self.metadata.segments(part.name, states=(UPLOADING, UPLOADED, DELETING))}
+        """Delete objects of this channel written by an older epoch that nothing names: no chunk or
+        manifest of a row, no merge in progress, no garbage waiting for its delay."""
+        rows = self.metadata.segments(part.name, states=STATES)
+        known = {c.name for r in rows for c in r.chunks} | {r.manifest for r in rows if r.manifest}
+        known |= {manifest_name(part.name, r.base_offset, r.epoch) for r in rows}  # an upload's, before its manifest
+        known |= set(self.metadata.garbage(part.name))
+        known |= {n for m in self.metadata.merges(part.name) for n in (m.name, *m.sources)}
         orphans = []
         for info in storage.list(part.name + "/"):
             parsed = parse_object_name(info.name)
             if parsed is None or parsed.channel != part.name or parsed.epoch >= self.epoch:
                 continue
-            if (parsed.base_offset, parsed.epoch) not in known:
+            if info.name not in known:
                 orphans.append(info.name)
         if orphans:
             delete_objects(storage, orphans)
             self._progress(f"{part.name}: deleted {len(orphans)} orphan object(s) of older epochs")
 
     def _copy_settings(self, part: Partition, storage: ChunkStorage) -> None:
-        """Write the topic's settings beside its partitions in tier-2 (``<topic>/topic.json``), so
-        the bucket describes itself; once per epoch (settings change rarely and writes are atomic)."""
+        """Write the topic's description beside its partitions in tier-2 (``<topic>/topic.json``, the
+        local file's shape: name, partitions, settings), so the bucket describes itself; once per
+        epoch (settings change rarely and writes are atomic)."""
         from ..client.topics import TOPIC_FILE, TOPIC_SETTINGS
 
         topic = part.name.rpartition("/")[0]
         if topic:
             settings = {k: v for k, v in part.config.as_dict().items() if k in TOPIC_SETTINGS}
-            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(settings, sort_keys=True).encode())
+            meta = {"name": topic, "partitions": part.partitions, "config": settings}
+            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(meta, sort_keys=True).encode())
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current partition (thread- and signal-safe)."""
@@ -317,11 +337,14 @@ class TieringDaemon:
                 mark = json.loads(raw)
                 storage = self._storage(ChannelConfig(tier=mark["tier"], tier_options=mark["tier_options"]))
                 for channel in [c for c in self.metadata.channels() if c.startswith(topic + "/")]:
-                    for record in self.metadata.segments(channel, states=(UPLOADING, UPLOADED, DELETING)):
+                    for merge in self.metadata.merges(channel):  # its objects go with the topic's, below
+                        self.metadata.abandon_merge(self.epoch, merge.name)
+                    self.metadata.forget_garbage(self.epoch, self.metadata.garbage(channel))
+                    for record in self.metadata.segments(channel, states=STATES):
                         if record.state == UPLOADING:
                             abandon(storage, self.metadata, self.epoch, record)
                             continue
-                        if record.state == UPLOADED:
+                        if record.state in (UPLOADED, LOST):
                             self.metadata.begin_delete(self.epoch, channel, record.base_offset)
                         self._delete_remote(channel, storage, record)
                 delete_objects(storage, [o.name for o in storage.list(topic + "/")])
@@ -341,6 +364,7 @@ class TieringDaemon:
 
     def _pass(self, part: Partition, report: PassReport) -> None:
         storage = self._storage(part.config)
+        uploaded_before = report.uploaded
         log_ = Log(part.path, part.config)  # no tier context: the local listing only
         try:
             with locked(log_):
@@ -350,6 +374,8 @@ class TieringDaemon:
             for record in self.metadata.segments(part.name, states=(UPLOADING,)):
                 abandon(storage, self.metadata, self.epoch, record)  # a dead epoch's, or this one's failed attempt
                 self._progress(f"{part.name}: abandoned the upload of epoch {record.epoch} at offset {record.base_offset}")
+            for line in clean_up(storage, self.metadata, self.epoch, part.name, _now_ms()):
+                self._progress(line)
             if part.name not in self._swept:
                 self._sweep_orphans(part, storage)
                 self._copy_settings(part, storage)
@@ -364,6 +390,20 @@ class TieringDaemon:
                 raise
             self._local_retention(part, log_, report)
             self._total_retention(part, log_, storage, report)
+            if self.defrag is not None and report.uploaded == uploaded_before and not self._stop.is_set():
+                merged = DefragReport()
+                defrag_channel(
+                    storage,
+                    self.metadata,
+                    self.epoch,
+                    part.name,
+                    self.defrag,
+                    merged,
+                    max_merges=self.max_merges,
+                    stop=self._stop.is_set,
+                    say=self._progress,
+                )
+                report.merges += merged.merges
         finally:
             log_.close()
 
@@ -434,7 +474,7 @@ class TieringDaemon:
             return
         with locked(log_):
             refs = log_.list_segments()
-            uploaded = {r.base_offset for r in self.metadata.segments(part.name)}
+            uploaded = {r.base_offset for r in self.metadata.segments(part.name, states=(UPLOADED,))}
             ends = [r.base_offset for r in refs[1:]]
             sizes = [log_.segment_bytes_on_disk(r) for r in refs]
             total = sum(sizes)
@@ -495,10 +535,57 @@ class TieringDaemon:
             self._delete_remote(part.name, storage, record)
 
     def _delete_remote(self, channel: str, storage: ChunkStorage, record: SegmentRecord) -> None:
-        """Objects of a "deleting" row (missing is fine), then the row."""
-        names = [c.name for c in record.chunks] + ([record.manifest] if record.manifest else [])
-        delete_objects(storage, names)
+        """Objects of a "deleting" row (missing is fine; a merged object another segment still
+        uses stays, and goes with the last of them), then the row."""
+        names = list(dict.fromkeys(c.name for c in record.chunks)) + ([record.manifest] if record.manifest else [])
+        shared = self.metadata.shared(channel, record.base_offset, names)
+        delete_objects(storage, [n for n in names if n not in shared])
         self.metadata.finish_delete(self.epoch, channel, record.base_offset)
+
+
+def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress: Progress | None = None) -> DefragReport:
+    """Defragment every tiered partition of ``root`` now (``filechannel tier defrag``): under the
+    daemon's lock (TierError if a daemon runs) and an epoch of its own; merges left by a crash are
+    abandoned and due garbage deleted first."""
+    root = os.path.abspath(os.fspath(root))
+    say = progress or (lambda line: log.info("tier: %s", line))
+    report = DefragReport()
+    tier_dir = os.path.join(root, ROOT_TIER_DIR)
+    if not os.path.exists(os.path.join(root, ROOT_METADATA)):
+        return report  # nothing was ever uploaded
+    storages: dict[tuple[str, str], ChunkStorage] = {}
+    with exclusive(tier_dir, "defragment"), TierMetadata(os.path.join(root, ROOT_METADATA)) as metadata:
+        epoch = metadata.take_epoch(f"tier defrag:{socket.gethostname()}:{os.getpid()}")
+        try:
+            for part in tiered_partitions(root):
+                assert part.config.tier is not None
+                key = (part.config.tier, json.dumps(part.config.tier_options or {}, sort_keys=True))
+                if key not in storages:
+                    storages[key] = open_storage(part.config.tier, **(part.config.tier_options or {}))
+                for line in clean_up(storages[key], metadata, epoch, part.name, _now_ms()):
+                    say(line)
+                defrag_channel(storages[key], metadata, epoch, part.name, settings, report, say=say)
+        finally:
+            for storage in storages.values():
+                storage.close()
+    return report
+
+
+@contextmanager
+def exclusive(tier_dir: str, what: str) -> Iterator[None]:
+    """Hold the daemon's lock of ``tier_dir`` (``ROOT/.tier``) for an operation that must not
+    run beside a daemon (``what``: fsck --repair, import, defrag); TierError if one runs."""
+    with os_errors("create tier folder", tier_dir):
+        os.makedirs(tier_dir, exist_ok=True)
+    lock = FileLock(os.path.join(tier_dir, LOCK_FILE))
+    try:
+        if not lock.acquire(blocking=False):
+            raise TierError(
+                f"cannot {what}: a tiering daemon holds {os.path.join(tier_dir, LOCK_FILE)}; stop it first (SIGTERM), then retry"
+            )
+        yield
+    finally:
+        lock.close()
 
 
 @contextmanager
@@ -523,6 +610,7 @@ class PartitionStatus:
     local_segments: int
     local_bytes: int
     uploaded_segments: int
+    tier_objects: int
     tier_bytes: int
     waiting_segments: int
     waiting_bytes: int
@@ -574,6 +662,7 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
                     len(refs),
                     sum(sizes),
                     len(remote),
+                    objects_per_segment(remote)[0],
                     sum(r.size for r in remote),
                     len(waiting),
                     sum(sizes[i] for i, _ in waiting),

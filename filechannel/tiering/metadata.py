@@ -12,8 +12,11 @@ Invariants, each checked inside the transaction that could break it:
   segments never overlap, and the segment holding an offset is found by one index probe.
 - A segment's chunks cover ``[0, size)`` of its ``.seg.z`` contiguously, in order, each
   named by :func:`.layout.chunk_name` of the segment and the epoch that uploads it.
-- States move only ``uploading -> uploaded -> deleting -> (row removed)`` or
-  ``uploading -> (row removed: abandoned)``, as Kafka's remote log metadata moves through
+- States move only ``uploading -> uploaded -> deleting -> (row removed)``,
+  ``uploading -> (row removed: abandoned)`` or ``uploaded -> lost -> deleting`` (``lost``:
+  ``filechannel tier fsck --repair`` found its objects missing or damaged with no local
+  copy to upload again; reads of its offsets raise :class:`~filechannel.errors.TierDataLostError`),
+  as Kafka's remote log metadata moves through
   COPY_SEGMENT_STARTED/FINISHED and DELETE_SEGMENT_STARTED/FINISHED. Each state is
   committed before and after the storage calls it covers, so a crash anywhere is
   recoverable:
@@ -30,7 +33,8 @@ Invariants, each checked inside the transaction that could break it:
   ``finish_delete`` removes the row. Objects that no row names (a fenced uploader's late
   writes) are orphans, found by listing and :func:`.layout.parse_object_name`.
 
-Schema (version 1, in ``schema_version``; a newer version is refused)::
+Schema (version 2, in ``schema_version``; a newer version is refused, an older one is
+migrated when opened: version 1 lacked the state ``lost``)::
 
     epochs   (epoch PK, owner, taken_at_ms)                      one row per epoch ever taken
     segments (channel, base_offset, end_offset, size, max_timestamp, state, epoch,
@@ -47,6 +51,7 @@ the same file; open one instance per process (never use one across ``fork``).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sqlite3
@@ -61,6 +66,8 @@ from operator import itemgetter
 from ..errors import ConfigError, FencedError, TierError
 from .layout import (
     DELETING,
+    LISTED,
+    LOST,
     MAX_EPOCH,
     MAX_OFFSET,
     MAX_TIMESTAMP,
@@ -77,42 +84,77 @@ from .layout import (
     validate_channel,
 )
 
-__all__ = ["SCHEMA_VERSION", "ChannelSummary", "ChunkRecord", "SegmentRecord", "TierMetadata"]
+__all__ = ["SCHEMA_VERSION", "ChannelSummary", "ChunkRecord", "EpochRecord", "Merge", "SegmentRecord", "TierMetadata"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-_SCHEMA = """
+_SEGMENTS_TABLE = """
+CREATE TABLE IF NOT EXISTS {name} (
+    channel TEXT NOT NULL,
+    base_offset INTEGER NOT NULL CHECK (base_offset >= 0),
+    end_offset INTEGER NOT NULL CHECK (end_offset > base_offset),
+    size INTEGER NOT NULL CHECK (size > 0),
+    max_timestamp INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('uploading', 'uploaded', 'deleting', 'lost')),
+    epoch INTEGER NOT NULL REFERENCES epochs (epoch),
+    manifest TEXT,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (channel, base_offset)
+) WITHOUT ROWID"""
+_SEGMENTS_INDEX = "CREATE INDEX IF NOT EXISTS segments_by_state ON segments (state, epoch)"
+_CHUNKS_TABLE = """
+CREATE TABLE IF NOT EXISTS {name} (
+    channel TEXT NOT NULL,
+    base_offset INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    length INTEGER NOT NULL CHECK (length > 0),
+    object_offset INTEGER NOT NULL DEFAULT 0 CHECK (object_offset >= 0),
+    PRIMARY KEY (channel, base_offset, seq),
+    FOREIGN KEY (channel, base_offset) REFERENCES segments (channel, base_offset) ON DELETE CASCADE
+) WITHOUT ROWID"""
+_CHUNKS_INDEX = "CREATE INDEX IF NOT EXISTS chunks_by_name ON chunks (name)"
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS epochs (
     epoch INTEGER PRIMARY KEY CHECK (epoch >= 1),
     owner TEXT NOT NULL,
     taken_at_ms INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS segments (
+{_SEGMENTS_TABLE.format(name="segments")};
+{_SEGMENTS_INDEX};
+{_CHUNKS_TABLE.format(name="chunks")};
+{_CHUNKS_INDEX};
+CREATE TABLE IF NOT EXISTS merges (
+    name TEXT PRIMARY KEY,
     channel TEXT NOT NULL,
-    base_offset INTEGER NOT NULL CHECK (base_offset >= 0),
-    end_offset INTEGER NOT NULL CHECK (end_offset > base_offset),
-    size INTEGER NOT NULL CHECK (size > 0),
-    max_timestamp INTEGER NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('uploading', 'uploaded', 'deleting')),
     epoch INTEGER NOT NULL REFERENCES epochs (epoch),
-    manifest TEXT,
-    created_at_ms INTEGER NOT NULL,
-    updated_at_ms INTEGER NOT NULL,
-    PRIMARY KEY (channel, base_offset)
+    layout TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS segments_by_state ON segments (state, epoch);
-CREATE TABLE IF NOT EXISTS chunks (
+CREATE TABLE IF NOT EXISTS garbage (
+    name TEXT PRIMARY KEY,
     channel TEXT NOT NULL,
-    base_offset INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    name TEXT NOT NULL UNIQUE,
-    position INTEGER NOT NULL,
-    length INTEGER NOT NULL CHECK (length > 0),
-    PRIMARY KEY (channel, base_offset, seq),
-    FOREIGN KEY (channel, base_offset) REFERENCES segments (channel, base_offset) ON DELETE CASCADE
+    due_at_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
+# Version 1 -> 2: the state "lost", chunks inside merged objects (object_offset; a name may
+# repeat), merges in progress and garbage. SQLite cannot change a CHECK or UNIQUE constraint,
+# so both tables are rebuilt (foreign keys off meanwhile, or dropping segments would cascade).
+_TO_VERSION_2 = (
+    _SEGMENTS_TABLE.format(name="segments_v2"),
+    "INSERT INTO segments_v2 SELECT {columns}, created_at_ms, updated_at_ms FROM segments",
+    "DROP TABLE segments",
+    "ALTER TABLE segments_v2 RENAME TO segments",
+    _SEGMENTS_INDEX,
+    _CHUNKS_TABLE.format(name="chunks_v2"),
+    "INSERT INTO chunks_v2 SELECT channel, base_offset, seq, name, position, length, 0 FROM chunks",
+    "DROP TABLE chunks",
+    "ALTER TABLE chunks_v2 RENAME TO chunks",
+    _CHUNKS_INDEX,
+)
 
 _SEGMENT_COLUMNS = "channel, base_offset, end_offset, size, max_timestamp, state, epoch, manifest"
 # The one segment that can hold OFFSET: segments never overlap, so it is the one with the
@@ -120,7 +162,10 @@ _SEGMENT_COLUMNS = "channel, base_offset, end_offset, size, max_timestamp, state
 SEGMENT_AT = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset <= ? ORDER BY base_offset DESC LIMIT 1"
 # The only segment that can overlap [base, end): the one with the greatest base offset < end.
 _LAST_BEFORE = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset < ? ORDER BY base_offset DESC LIMIT 1"
-_CHUNKS_OF = "SELECT name, position, length FROM chunks WHERE channel = ? AND base_offset = ? ORDER BY seq"
+_CHUNKS_OF = "SELECT name, position, length, object_offset FROM chunks WHERE channel = ? AND base_offset = ? ORDER BY seq"
+_INSERT_CHUNK = (
+    "INSERT INTO chunks (channel, base_offset, seq, name, position, length, object_offset) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 _HINTS = {
     "SQLITE_CORRUPT": "the file is damaged: move it aside and restore a backup (each uploaded segment has a manifest in tier-2)",
@@ -148,6 +193,55 @@ class ChannelSummary:
     bytes: dict[str, int]
     first_offset: int | None
     end_offset: int | None
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One epoch taken in the store: by whom (e.g. host:pid) and when."""
+
+    epoch: int
+    owner: str
+    taken_at_ms: int
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A defragmentation in progress: object ``name`` (a :func:`.layout.merged_name` of ``channel``
+    and ``epoch``) is the concatenation of the objects ``sources``, in order, and ``layout``
+    maps the base offset of each segment whose chunks move into it to its new chunk list."""
+
+    name: str
+    channel: str
+    epoch: int
+    sources: tuple[str, ...]
+    layout: dict[int, tuple[ChunkRecord, ...]]
+
+    def encode(self) -> str:
+        return json.dumps(
+            {
+                "sources": list(self.sources),
+                "segments": {
+                    str(b): [[c.name, c.position, c.length, c.object_offset] for c in cs] for b, cs in self.layout.items()
+                },
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def decode(cls, name: str, channel: str, epoch: int, text: str) -> Merge:
+        raw = json.loads(text)
+        layout = {int(b): tuple(ChunkRecord(*c) for c in cs) for b, cs in raw["segments"].items()}
+        return cls(name, channel, epoch, tuple(raw["sources"]), layout)
+
+
+def _merge_problem(record: SegmentRecord, merge: Merge) -> str | None:
+    """Why ``merge`` does not fit ``record`` as it is now (None if it does): the objects of the
+    segment that are not sources must be the ones it keeps, and only sources may move."""
+    now = {c.name for c in record.chunks}
+    new = {c.name for c in merge.layout[record.base_offset]}
+    if now - set(merge.sources) != new - {merge.name} or not now & set(merge.sources):
+        return f"segment {record.channel}@{record.base_offset} does not hold what merge {merge.name!r} planned (it changed?)"
+    return None
 
 
 def _now_ms() -> int:
@@ -203,17 +297,31 @@ class TierMetadata:
         return version
 
     def _migrate(self, db: sqlite3.Connection) -> None:
-        """Create the schema if it is missing (a read suffices when it is there: opening never waits for a writer)."""
+        """Create the schema if it is missing, or migrate an older one, in one transaction (a
+        read suffices when it is current: opening never waits for a writer)."""
         with self._transaction("open", db=db, write=False):
             if self._schema_version(db) == SCHEMA_VERSION:
                 return
-        with self._transaction("create the schema", db=db, write=True):
-            version = self._schema_version(db)  # again: another process may have created it meanwhile
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            if version is None:
-                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        with self._errors("migrate the schema"):
+            db.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before it
+        try:
+            with self._transaction("create the schema", db=db, write=True):
+                version = self._schema_version(db)  # again: another process may have done it meanwhile
+                if version == 1:
+                    for statement in _TO_VERSION_2:
+                        db.execute(statement.format(columns=_SEGMENT_COLUMNS))
+                    if db.execute("PRAGMA foreign_key_check").fetchone() is not None:
+                        raise TierError(f"cannot migrate tier metadata {self.path!r}: a chunk names no segment")
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                if version is None:
+                    db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                else:
+                    db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+        finally:
+            with self._errors("migrate the schema"):
+                db.execute("PRAGMA foreign_keys = ON")
 
     # -- transactions and errors ------------------------------------------------------------
 
@@ -277,15 +385,19 @@ class TierMetadata:
         chunks = tuple(ChunkRecord(*c) for c in db.execute(_CHUNKS_OF, (row[0], row[1])))
         return SegmentRecord(*row[:7], chunks=chunks, manifest=row[7])  # type: ignore[arg-type]
 
-    def _require(self, db: sqlite3.Connection, action: str, channel: str, base_offset: int, state: str) -> SegmentRecord:
+    def _require(
+        self, db: sqlite3.Connection, action: str, channel: str, base_offset: int, state: str | tuple[str, ...]
+    ) -> SegmentRecord:
         row = db.execute(
             f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset = ?", (channel, base_offset)
         ).fetchone()
         if row is None:
             raise TierError(f"{action} refused: no segment {channel}@{base_offset} in tier metadata {self.path!r}")
-        if row[5] != state:
+        wanted = (state,) if isinstance(state, str) else state
+        if row[5] not in wanted:
             raise TierError(
-                f"{action} refused: segment {channel}@{base_offset} is {row[5]}, not {state} (tier metadata {self.path!r})"
+                f"{action} refused: segment {channel}@{base_offset} is {row[5]}, not {' or '.join(wanted)} "
+                f"(tier metadata {self.path!r})"
             )
         return self._record(db, row)
 
@@ -359,8 +471,11 @@ class TierMetadata:
                 (channel, base_offset, end_offset, size, max_timestamp, UPLOADING, epoch, None, now, now),
             )
             db.executemany(
-                "INSERT INTO chunks (channel, base_offset, seq, name, position, length) VALUES (?, ?, ?, ?, ?, ?)",
-                [(channel, base_offset, seq, c.name, c.position, c.length) for seq, c in enumerate(record.chunks)],
+                _INSERT_CHUNK,
+                [
+                    (channel, base_offset, seq, c.name, c.position, c.length, c.object_offset)
+                    for seq, c in enumerate(record.chunks)
+                ],
             )
 
     def finish_upload(
@@ -395,16 +510,33 @@ class TierMetadata:
         return replace(record, state=UPLOADED, manifest=manifest)
 
     def begin_delete(self, epoch: int, channel: str, base_offset: int) -> SegmentRecord:
-        """Mark an uploaded segment "deleting" (readers stop using it) before its objects are deleted."""
+        """Mark an uploaded (or lost) segment "deleting" (readers stop using it) before its objects are deleted."""
         self._epoch(epoch)
         self._key(channel, base_offset)
         with self._transaction(f"begin deleting {channel}@{base_offset}", write=True, epoch=epoch) as db:
-            record = self._require(db, "begin_delete", channel, base_offset, UPLOADED)
+            record = self._require(db, "begin_delete", channel, base_offset, LISTED)
             db.execute(
                 "UPDATE segments SET state = ?, updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
                 (DELETING, _now_ms(), channel, base_offset),
             )
         return replace(record, state=DELETING)
+
+    def mark_lost(self, epoch: int, channel: str, base_offset: int) -> SegmentRecord:
+        """Mark an uploaded segment "lost": its objects are missing or damaged and no copy is left.
+
+        Its row stays (its offsets are never reused, and never silently skipped): readers
+        list it and raise :class:`~filechannel.errors.TierDataLostError` naming its offsets;
+        retention deletes it like any other segment.
+        """
+        self._epoch(epoch)
+        self._key(channel, base_offset)
+        with self._transaction(f"mark {channel}@{base_offset} lost", write=True, epoch=epoch) as db:
+            record = self._require(db, "mark_lost", channel, base_offset, UPLOADED)
+            db.execute(
+                "UPDATE segments SET state = ?, updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
+                (LOST, _now_ms(), channel, base_offset),
+            )
+        return replace(record, state=LOST)
 
     def finish_delete(self, epoch: int, channel: str, base_offset: int) -> None:
         """Remove a "deleting" segment and its chunks, once its objects are deleted."""
@@ -439,8 +571,9 @@ class TierMetadata:
 
     # -- queries ------------------------------------------------------------------------------
 
-    def segments(self, channel: str, states: Iterable[str] = (UPLOADED,)) -> list[SegmentRecord]:
-        """The segments of ``channel`` in ``states``, by base offset."""
+    def segments(self, channel: str, states: Iterable[str] = LISTED) -> list[SegmentRecord]:
+        """The segments of ``channel`` in ``states``, by base offset (by default what readers
+        list: "uploaded", and "lost" ones whose reads raise naming their offsets)."""
         validate_channel(channel)
         wanted = tuple(states)
         if not wanted or any(s not in STATES for s in wanted):
@@ -454,14 +587,184 @@ class TierMetadata:
             return [self._record(db, row) for row in rows]
 
     def segment_for(self, channel: str, offset: int) -> SegmentRecord | None:
-        """The uploaded segment of ``channel`` holding ``offset``, or None (one probe of the index)."""
+        """The uploaded (or lost) segment of ``channel`` holding ``offset``, or None (one probe of the index)."""
         validate_channel(channel)
         check_int("offset", offset, 0, MAX_OFFSET)
         with self._transaction(f"find offset {offset} of {channel}", write=False) as db:
             row = db.execute(SEGMENT_AT, (channel, offset)).fetchone()
-            if row is None or row[5] != UPLOADED or offset >= row[2]:
+            if row is None or row[5] not in LISTED or offset >= row[2]:
                 return None
             return self._record(db, row)
+
+    def snapshot(self, topic: str | None = None) -> tuple[list[EpochRecord], list[SegmentRecord]]:
+        """Every epoch, and every segment (all states, with its chunks) of the store or of one
+        ``topic`` (its channels ``topic/N``, or a standalone channel of that name), read in one
+        transaction: a consistent picture even while a daemon commits."""
+        where, args = "", ()
+        if topic is not None:
+            validate_channel(topic)
+            where, args = "WHERE channel = ? OR substr(channel, 1, ?) = ?", (topic, len(topic) + 1, topic + "/")
+        with self._transaction("read a snapshot", write=False) as db:
+            epochs = [EpochRecord(*row) for row in db.execute("SELECT epoch, owner, taken_at_ms FROM epochs ORDER BY epoch")]
+            rows = db.execute(f"SELECT {_SEGMENT_COLUMNS} FROM segments {where} ORDER BY channel, base_offset", args)
+            return epochs, [self._record(db, row) for row in rows.fetchall()]
+
+    def load(self, epochs: Sequence[EpochRecord], segments: Sequence[SegmentRecord]) -> None:
+        """Fill an empty store with ``epochs`` and ``segments`` in one transaction (an import, a rebuild).
+
+        Refused (TierError, nothing written) if the store holds any epoch or segment, if a
+        segment breaks an invariant of :class:`SegmentRecord`, names an epoch not given, or
+        overlaps another segment of its channel.
+        """
+        known = set()
+        for e in epochs:
+            check_int("epoch", e.epoch, 1, MAX_EPOCH)
+            if not isinstance(e.owner, str) or not e.owner:
+                raise TierError(f"load refused: epoch {e.epoch} has no owner")
+            known.add(e.epoch)
+        last: dict[str, SegmentRecord] = {}
+        for record in sorted(segments, key=lambda r: (r.channel, r.base_offset)):
+            problem = segment_problem(record)
+            if problem:
+                raise TierError(f"load refused: {problem}")
+            if record.epoch not in known:
+                where = f"{record.channel}@{record.base_offset}"
+                raise TierError(f"load refused: segment {where} names epoch {record.epoch}, which is not given")
+            before = last.get(record.channel)
+            if before is not None and before.end_offset > record.base_offset:
+                raise TierError(
+                    f"load refused: segment {record.channel}@[{record.base_offset}, {record.end_offset}) overlaps "
+                    f"@[{before.base_offset}, {before.end_offset})"
+                )
+            last[record.channel] = record
+        with self._transaction("load a snapshot", write=True) as db:
+            if db.execute("SELECT 1 FROM epochs UNION ALL SELECT 1 FROM segments LIMIT 1").fetchone():
+                raise TierError(
+                    f"load refused: tier metadata {self.path!r} is not empty; import into a root that has no tier metadata yet"
+                )
+            db.executemany(
+                "INSERT INTO epochs (epoch, owner, taken_at_ms) VALUES (?, ?, ?)",
+                [(e.epoch, e.owner, e.taken_at_ms) for e in epochs],
+            )
+            now = _now_ms()
+            db.executemany(
+                f"INSERT INTO segments ({_SEGMENT_COLUMNS}, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (r.channel, r.base_offset, r.end_offset, r.size, r.max_timestamp, r.state, r.epoch, r.manifest, now, now)
+                    for r in segments
+                ],
+            )
+            db.executemany(
+                _INSERT_CHUNK,
+                [
+                    (r.channel, r.base_offset, seq, c.name, c.position, c.length, c.object_offset)
+                    for r in segments
+                    for seq, c in enumerate(r.chunks)
+                ],
+            )
+
+    # -- defragmentation ---------------------------------------------------------------------
+
+    def begin_merge(self, epoch: int, merge: Merge) -> None:
+        """Record a merge before its object is written (so it is never taken for an orphan).
+
+        Refused (TierError) unless every segment of ``merge.layout`` is uploaded, its new
+        chunks are valid for it, and only its objects among ``merge.sources`` change.
+        """
+        self._epoch(epoch)
+        validate_channel(merge.channel)
+        if merge.epoch != epoch or not merge.layout:
+            raise TierError(
+                f"begin_merge refused: merge {merge.name!r} of epoch {merge.epoch} with {len(merge.layout)} segment(s)"
+            )
+        with self._transaction(f"begin merging into {merge.name}", write=True, epoch=epoch) as db:
+            for base, chunks in merge.layout.items():
+                record = self._require(db, "begin_merge", merge.channel, base, UPLOADED)
+                problem = chunks_problem(record, chunks) or _merge_problem(record, merge)
+                if problem:
+                    raise TierError(f"begin_merge refused: {problem}")
+            db.execute(
+                "INSERT INTO merges (name, channel, epoch, layout, created_at_ms) VALUES (?, ?, ?, ?, ?)",
+                (merge.name, merge.channel, epoch, merge.encode(), _now_ms()),
+            )
+
+    def finish_merge(self, epoch: int, name: str, garbage_delay_ms: int) -> list[str]:
+        """Swap the segments of merge ``name`` to their new chunks in one transaction, and record
+        the objects no chunk names any more as garbage, to delete ``garbage_delay_ms`` from now
+        (a reader that planned with the old names still reads them meanwhile). Returns those names."""
+        self._epoch(epoch)
+        with self._transaction(f"finish merging into {name}", write=True, epoch=epoch) as db:
+            merge = self._merge(db, name)
+            for base, chunks in merge.layout.items():
+                record = self._require(db, "finish_merge", merge.channel, base, UPLOADED)
+                problem = _merge_problem(record, merge)
+                if problem:
+                    raise TierError(f"finish_merge refused: {problem}")
+                db.execute("DELETE FROM chunks WHERE channel = ? AND base_offset = ?", (merge.channel, base))
+                db.executemany(
+                    _INSERT_CHUNK,
+                    [(merge.channel, base, seq, c.name, c.position, c.length, c.object_offset) for seq, c in enumerate(chunks)],
+                )
+                db.execute(
+                    "UPDATE segments SET updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
+                    (_now_ms(), merge.channel, base),
+                )
+            unused = [n for n in merge.sources if db.execute("SELECT 1 FROM chunks WHERE name = ?", (n,)).fetchone() is None]
+            due = _now_ms() + garbage_delay_ms
+            db.executemany(
+                "INSERT OR REPLACE INTO garbage (name, channel, due_at_ms) VALUES (?, ?, ?)",
+                [(n, merge.channel, due) for n in unused],
+            )
+            db.execute("DELETE FROM merges WHERE name = ?", (name,))
+        return unused
+
+    def abandon_merge(self, epoch: int, name: str) -> Merge:
+        """Drop merge ``name`` (of any epoch); the caller deletes its object and restores the manifests."""
+        self._epoch(epoch)
+        with self._transaction(f"abandon the merge into {name}", write=True, epoch=epoch) as db:
+            merge = self._merge(db, name)
+            db.execute("DELETE FROM merges WHERE name = ?", (name,))
+        return merge
+
+    def _merge(self, db: sqlite3.Connection, name: str) -> Merge:
+        row = db.execute("SELECT name, channel, epoch, layout FROM merges WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise TierError(f"no merge into {name!r} in tier metadata {self.path!r}")
+        return Merge.decode(*row)
+
+    def merges(self, channel: str | None = None) -> list[Merge]:
+        """The merges begun and neither finished nor abandoned (of ``channel``, or all)."""
+        where, args = ("WHERE channel = ?", (channel,)) if channel is not None else ("", ())
+        with self._transaction("list merges", write=False) as db:
+            rows = db.execute(f"SELECT name, channel, epoch, layout FROM merges {where} ORDER BY name", args).fetchall()
+        return [Merge.decode(*row) for row in rows]
+
+    def garbage(self, channel: str, due_by_ms: int | None = None) -> list[str]:
+        """Objects of ``channel`` replaced by a merge and not deleted yet (only those due by ``due_by_ms`` if given)."""
+        validate_channel(channel)
+        limit = MAX_OFFSET if due_by_ms is None else due_by_ms
+        with self._transaction(f"list the garbage of {channel}", write=False) as db:
+            rows = db.execute("SELECT name FROM garbage WHERE channel = ? AND due_at_ms <= ? ORDER BY name", (channel, limit))
+            return [row[0] for row in rows]
+
+    def forget_garbage(self, epoch: int, names: Sequence[str]) -> None:
+        """Drop garbage rows once their objects are deleted."""
+        self._epoch(epoch)
+        with self._transaction("forget deleted garbage", write=True, epoch=epoch) as db:
+            db.executemany("DELETE FROM garbage WHERE name = ?", [(n,) for n in names])
+
+    def shared(self, channel: str, base_offset: int, names: Sequence[str]) -> set[str]:
+        """Those of ``names`` that chunks of another segment than ``channel@base_offset`` still name
+        (a merged object shared by segments: deleting one segment must leave it)."""
+        with self._transaction("find shared objects", write=False) as db:
+            return {
+                n
+                for n in names
+                if db.execute(
+                    "SELECT 1 FROM chunks WHERE name = ? AND NOT (channel = ? AND base_offset = ?) LIMIT 1",
+                    (n, channel, base_offset),
+                ).fetchone()
+            }
 
     def channels(self) -> list[str]:
         """Every channel with a segment in the metadata, sorted."""

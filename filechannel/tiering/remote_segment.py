@@ -3,8 +3,10 @@
 A remote segment is read like a local compressed one (compressed.py): its header and block
 table first (the same decoder, :func:`~filechannel.engine.compressed.decode_table`), then the
 blocks a reader needs. Its bytes are the local ``.seg.z`` bytes unchanged, cut into the
-chunks the metadata lists, so byte ``p`` of the segment is byte ``p - chunk.position`` of
-the chunk holding it, and a block spanning two chunks takes two ranged reads.
+chunks the metadata lists, so byte ``p`` of the segment is byte
+``p - chunk.position + chunk.object_offset`` of the object holding it (``object_offset`` is 0
+unless defragmentation merged the chunk into a larger object), and a block spanning two
+chunks takes two ranged reads.
 
 Invariants:
 
@@ -17,6 +19,10 @@ Invariants:
   :class:`~filechannel.errors.CorruptRecordError` naming the object(s), the bytes and the
   offsets. (A missing object becomes CorruptRecordError, never a FileNotFoundError: a
   vanished local file means "listed again", a vanished uploaded chunk means data loss.)
+- A segment marked "lost" (``tier fsck --repair`` found its objects missing or damaged,
+  with no local copy) is listed like an uploaded one, so its offsets are never a silent
+  hole: opening it raises :class:`~filechannel.errors.TierDataLostError` naming them,
+  without asking the storage.
 - A storage that cannot be reached raises :class:`~filechannel.errors.StorageUnavailableError`
   at the read that needed it (the storage binding retried already); nothing is consumed,
   and the same read can be retried.
@@ -49,9 +55,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..engine.compressed import Z_HEADER, BlockData, CompressedInfo, block_result, decode_table, table_length
 from ..engine.readahead import decompress_fetched
-from ..errors import ChannelClosedError, CorruptRecordError, ObjectNotFoundError, OffsetOutOfRangeError
+from ..errors import ChannelClosedError, CorruptRecordError, ObjectNotFoundError, OffsetOutOfRangeError, TierDataLostError
 from .block_cache import BlockCache, DiskBlockCache
-from .layout import SegmentRecord
+from .layout import LOST, SegmentRecord
 from .storage import ChunkStorage, redact_url
 
 TABLE_CACHE_ENTRIES = 1024
@@ -68,6 +74,7 @@ class RemoteReader:
         cache_bytes: int,
         concurrency: int,
         still_uploaded: Callable[[SegmentRecord], bool] | None = None,
+        current: Callable[[SegmentRecord], SegmentRecord | None] | None = None,
         *,
         cache: BlockCache | DiskBlockCache | None = None,
     ) -> None:
@@ -75,6 +82,10 @@ class RemoteReader:
         # Asked when an object is missing: False means total retention deleted the segment
         # (OffsetOutOfRangeError, as for a local segment collected under a reader), not damage.
         self.still_uploaded = still_uploaded
+        # Asked when an object is missing too: the segment's record now, if its chunks moved
+        # (defragmentation merged them, and the old objects were deleted after the garbage
+        # delay): the same bytes are then read from where they are now.
+        self.current = current
         self.cache = cache if cache is not None else BlockCache(cache_bytes)  # of cache_bytes, in memory or files
         self._tables: OrderedDict[tuple[str, int, int], CompressedInfo] = OrderedDict()
         self._lock = threading.Lock()
@@ -87,6 +98,13 @@ class RemoteReader:
 
     def info(self, record: SegmentRecord) -> CompressedInfo:
         """The segment's header and block table: two ranged reads at most, then cached."""
+        if record.state == LOST:
+            raise TierDataLostError(
+                f"offsets {record.base_offset} to {record.end_offset - 1} of {record.channel!r} are lost: "
+                f"'filechannel tier fsck --repair' found their tier-2 objects ({self.object_url(record.chunks[0].name)}...) "
+                "missing or damaged and no local copy; restore them from a backup of the bucket, or seek past "
+                f"offset {record.end_offset - 1}"
+            )
         key = (record.channel, record.base_offset, record.epoch)
         with self._lock:
             info = self._tables.get(key)
@@ -159,8 +177,12 @@ def read_range(reader: RemoteReader, record: SegmentRecord, position: int, lengt
         c = chunks[i]
         start, stop = position - c.position, min(end, c.position + c.length) - c.position
         try:
-            data = reader.storage.read(c.name, start, stop - start)
+            data = reader.storage.read(c.name, c.object_offset + start, stop - start)
         except ObjectNotFoundError as exc:
+            now = reader.current(record) if reader.current is not None else None
+            if now is not None and now.chunks != record.chunks and now.size == record.size:
+                parts.append(read_range(reader, now, position, end - position))  # the rest, from where it is now
+                break
             if reader.still_uploaded is not None and not reader.still_uploaded(record):
                 raise OffsetOutOfRangeError(
                     f"offsets {record.base_offset} to {record.end_offset - 1} of {record.channel!r} were deleted from "
@@ -173,7 +195,8 @@ def read_range(reader: RemoteReader, record: SegmentRecord, position: int, lengt
             ) from exc
         if len(data) != stop - start:
             raise CorruptRecordError(
-                f"tier-2 object {reader.object_url(c.name)!r} is short: a read of its bytes {start} to {stop - 1} "
+                f"tier-2 object {reader.object_url(c.name)!r} is short: a read of its bytes {c.object_offset + start} to "
+                f"{c.object_offset + stop - 1} "
                 f"returned {len(data)} bytes (the metadata says it holds {c.length}); segment of offsets "
                 f"{record.base_offset} to {record.end_offset - 1} of {record.channel!r}"
             )
@@ -208,7 +231,8 @@ class RemoteSegment:
         b = self.info.blocks[i]
         first, last = b.file_position, b.file_position + b.compressed_length - 1
         names = [
-            f"{c.name} (its bytes {max(first, c.position) - c.position} to {min(last, c.position + c.length - 1) - c.position})"
+            f"{c.name} (its bytes {max(first, c.position) - c.position + c.object_offset} to "
+            f"{min(last, c.position + c.length - 1) - c.position + c.object_offset})"
             for c in self.record.chunks
             if c.position <= last and first < c.position + c.length
         ]

@@ -88,7 +88,7 @@ class SegmentToUpload:
         return cls(path, info.base_offset, info.end_offset, info.max_timestamp)
 
 
-def _checked_size(fd: int, segment: SegmentToUpload) -> int:
+def checked_size(fd: int, segment: SegmentToUpload) -> int:
     """The size of the open ``.seg.z``, once its table (CRC-checked) says the same segment and
     ends its last block exactly there: a damaged copy is never uploaded, since tier-2 may
     become the only copy."""
@@ -133,7 +133,7 @@ def upload_segment(
     with os_errors("open segment", segment.path):
         fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        size = _checked_size(fd, segment)
+        size = checked_size(fd, segment)
         chunks = plan_chunks(channel, segment.base_offset, epoch, size, chunk_bytes)
         metadata.begin_upload(epoch, channel, segment.base_offset, segment.end_offset, size, segment.max_timestamp, chunks)
         try:

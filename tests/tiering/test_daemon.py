@@ -68,8 +68,9 @@ def test_pass_uploads_then_local_retention_keeps_only_what_is_not_uploaded(
     assert [r.offset for r in got] == list(range(before[-1]))
     assert any("uploaded offsets" in line for line in lines)
     with open_storage(url, **options) as storage:
-        settings = json.loads(storage.read("t/topic.json", 0, 1 << 20))  # the topic's settings, copied
-    assert settings["tier"] == url and settings["local_retention_bytes"] == 0
+        copied = json.loads(storage.read("t/topic.json", 0, 1 << 20))  # the topic's description, copied
+    assert (copied["name"], copied["partitions"]) == ("t", 1)
+    assert copied["config"]["tier"] == url and copied["config"]["local_retention_bytes"] == 0
     [status] = tier_status(root)
     assert (status.uploaded_segments, status.waiting_segments, status.local_segments) == (len(before) - 1, 0, 1)
 

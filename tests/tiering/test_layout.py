@@ -225,7 +225,7 @@ def test_manifests_with_a_good_crc_but_a_bad_record_are_refused(change, message)
     assert segment.manifest in str(err.value)
 
 
-@pytest.mark.parametrize("version", [0, 2, "1", True, None])
+@pytest.mark.parametrize("version", [0, 3, "1", "2", True, None])
 def test_unknown_manifest_versions_are_refused(version):
     segment = small_segment()
     with pytest.raises(CorruptRecordError, match="unknown manifest version"):

@@ -318,8 +318,8 @@ def test_adjacent_segments_are_allowed_overlapping_ones_in_any_state_are_not(met
     ]
     (summary,) = meta.summary("a")
     assert (summary.channel, summary.first_offset, summary.end_offset) == ("a", 0, 30)
-    assert summary.segments == {"uploading": 1, "uploaded": 2, "deleting": 1}
-    assert summary.bytes == {"uploading": 5, "uploaded": 200, "deleting": 100}
+    assert summary.segments == {"uploading": 1, "uploaded": 2, "deleting": 1, "lost": 0}
+    assert summary.bytes == {"uploading": 5, "uploaded": 200, "deleting": 100, "lost": 0}
     assert [s.channel for s in meta.summary()] == ["a", "b"]
 
 

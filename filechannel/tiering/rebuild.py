@@ -1,0 +1,231 @@
+"""Rebuild a root from its tier-2 copy alone: topics, partitions and the whole metadata, from the manifests.
+
+For a machine whose local root is gone. Rules (why the result is lossless where a
+rebuild from a bare listing, as Pravega's, is not):
+
+- **A segment exists only through its manifest.** Every uploaded segment has one, written
+  after its chunks and before ``finish_upload``; it names the segment's offsets, size and
+  every chunk with its length. Chunks without a manifest are orphans (an upload that died,
+  a fenced uploader's late writes), never data: the next daemon's sweep deletes them.
+- **A manifest is used only if every object it names is listed, long enough for its chunks.** One that
+  is not (a segment half deleted by retention when the machine was lost, or damaged) is
+  left out and reported; if later segments of its channel are used, its offsets are a
+  hole (readers raise ``MissingSegmentError`` naming them), and the rebuild says so.
+- **Overlapping manifests** (an upload attempt that wrote its manifest, then died before
+  its commit, and a newer epoch's upload of the same segment): the newest epoch wins; the
+  others are reported and left as orphans.
+- **Topics** come from ``<topic>/topic.json`` in tier-2 (name, partitions, settings, as the
+  daemon copies them), with ``tier`` set to the URL given (and ``tier_options`` to the
+  options given, if any); a topic whose description is missing gets as many partitions as
+  its manifests show, and the tier settings only.
+- **Producers continue at the tier's end**: the partition folders are left empty, and an
+  empty folder of a tiered channel starts its active segment at the tier-2 end offset
+  (``Log.tier_end_offset``), so new records never reuse an uploaded offset. Records that
+  were only on the lost disk are gone.
+- **Epochs**: every epoch a used manifest names is recorded, and the newest epoch named
+  by any object of the bucket, so the next daemon's epoch is newer than every name
+  already written (it never overwrites an object, and its sweep deletes the orphans).
+- **Group offsets** come from the newest export in tier-2 (``.exports/``, see
+  :mod:`.snapshot`), if any, lowered to a partition's end where they are past it.
+
+The target root must not exist or be empty: a rebuild never merges into live data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError, CorruptRecordError, FileChannelError, os_errors
+from .context import ROOT_METADATA
+from .layout import SegmentRecord, decode_manifest, object_extents, parse_object_name
+from .metadata import EpochRecord, TierMetadata
+from .snapshot import newest_epoch_named, newest_export, restore_groups
+from .storage import ChunkStorage, ObjectInfo, open_storage
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RebuildReport:
+    """What a rebuild made: topics (name -> partitions), segments and bytes, per-partition end
+    offsets; ``problems`` (holes, unusable manifests: exit non-zero) and ``notes`` (the rest)."""
+
+    topics: dict[str, int] = field(default_factory=dict)
+    segments: int = 0
+    bytes: int = 0
+    ends: dict[str, int] = field(default_factory=dict)
+    groups: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _check_empty(root: str) -> None:
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise ConfigError(f"cannot rebuild into {root}: it is a file, not a folder") from None
+    if names:
+        raise ConfigError(
+            f"cannot rebuild into {root}: it is not empty ({len(names)} entries); rebuild into a new or empty folder"
+        )
+
+
+def _topic_description(storage: ChunkStorage, name: str) -> dict[str, Any]:
+    """A tier-2 ``topic.json``: the daemon's copy (name, partitions, config), or an older
+    copy holding the settings alone."""
+    raw = json.loads(storage.read(name, 0, 1 << 20))
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    if "config" in raw and "partitions" in raw:
+        partitions = raw["partitions"]
+        if type(partitions) is not int or not 1 <= partitions <= 10_000:
+            raise ValueError(f"partitions is {partitions!r}")
+        return {"partitions": partitions, "config": dict(raw["config"])}
+    return {"partitions": 0, "config": raw}
+
+
+def _usable_segments(
+    storage: ChunkStorage, listing: list[ObjectInfo], report: RebuildReport, progress: Progress
+) -> dict[str, list[SegmentRecord]]:
+    """Per channel, the segments whose manifest decodes and whose chunks are all listed, by base offset."""
+    sizes = {o.name: o.length for o in listing}
+    candidates: dict[str, list[SegmentRecord]] = defaultdict(list)
+    broken: dict[str, list[SegmentRecord]] = defaultdict(list)  # manifests whose chunks are not whole
+    manifests = [o.name for o in listing if (p := parse_object_name(o.name)) is not None and p.kind == "manifest"]
+    for i, name in enumerate(manifests):
+        if i % 100 == 0:
+            progress(f"reading manifests: {i}/{len(manifests)}")
+        try:
+            record = decode_manifest(storage.read(name, 0, 1 << 24), name)
+        except CorruptRecordError as exc:
+            report.problems.append(f"{name}: unusable manifest, its segment is left out: {exc}")
+            continue
+        missing = [name for name, extent in object_extents([record]).items() if sizes.get(name, -1) < extent]
+        if missing:
+            what = ", ".join(f"{n} ({'missing' if n not in sizes else f'{sizes[n]} bytes'})" for n in missing[:3])
+            broken[record.channel].append(record)
+            report.notes.append(f"{name}: offsets [{record.base_offset}, {record.end_offset}) left out, chunks not whole: {what}")
+            continue
+        candidates[record.channel].append(record)
+    used: dict[str, list[SegmentRecord]] = {}
+    for channel, records in candidates.items():
+        kept: list[SegmentRecord] = []
+        for record in sorted(records, key=lambda r: -r.epoch):  # the newest epoch wins an overlap
+            clash = next((k for k in kept if k.base_offset < record.end_offset and record.base_offset < k.end_offset), None)
+            if clash is not None:
+                report.notes.append(
+                    f"{record.manifest}: superseded by {clash.manifest} (an older upload attempt; an orphan for the next daemon)"
+                )
+                continue
+            kept.append(record)
+        used[channel] = sorted(kept, key=lambda r: r.base_offset)
+    for channel, records in broken.items():
+        for record in records:
+            if any(r.base_offset >= record.end_offset for r in used.get(channel, [])):
+                report.problems.append(
+                    f"{channel}: offsets [{record.base_offset}, {record.end_offset}) are lost: their chunks are not whole "
+                    "and later offsets are there (a hole readers will report)"
+                )
+    for channel, records in used.items():
+        for a, b in itertools.pairwise(records):
+            if a.end_offset != b.base_offset:
+                report.problems.append(f"{channel}: offsets [{a.end_offset}, {b.base_offset}) are in no usable manifest (a hole)")
+    return used
+
+
+def rebuild_root(
+    root: str | os.PathLike[str],
+    url: str,
+    *,
+    tier_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> RebuildReport:
+    """Rebuild ``root`` (new or empty) from the chunk storage at ``url`` alone (see the module
+    docstring for the rules). ``tier_options`` open the storage and become the topics'
+    ``tier_options`` (None: open without options, keep each topic's stored ones)."""
+    say = progress or (lambda line: None)
+    root = os.path.abspath(os.fspath(root))
+    _check_empty(root)
+    with open_storage(url, **(tier_options or {})) as storage:
+        return _rebuild(root, url, storage, tier_options, say)
+
+
+def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any] | None, say: Progress) -> RebuildReport:
+    from ..client.topics import TOPIC_FILE, TOPIC_SETTINGS, TopicStore
+
+    report = RebuildReport()
+    say(f"listing {storage.url}")
+    listing = storage.list("")
+    say(f"{len(listing)} object(s) listed")
+    used = _usable_segments(storage, listing, report, say)
+
+    # topics: their descriptions in tier-2, and the partitions the manifests show
+    topics: dict[str, dict[str, Any]] = {}
+    for info in listing:
+        topic, _, tail = info.name.partition("/")
+        if tail == TOPIC_FILE and not topic.startswith("."):
+            try:
+                topics[topic] = _topic_description(storage, info.name)
+            except (ValueError, TypeError) as exc:
+                report.problems.append(f"{info.name}: not a topic description ({exc}); the topic gets the tier settings only")
+    channels: dict[str, list[SegmentRecord]] = {}
+    for channel, records in used.items():
+        topic, _, partition = channel.rpartition("/")
+        if not topic or "/" in topic or not partition.isdigit():
+            report.notes.append(f"{channel}: not a topic's partition (a standalone channel?), not rebuilt")
+            continue
+        meta = topics.setdefault(topic, {"partitions": 0, "config": {}})
+        meta["partitions"] = max(meta["partitions"], int(partition) + 1)
+        channels[channel] = records
+    for topic, meta in sorted(topics.items()):
+        config = {k: v for k, v in meta["config"].items() if k in TOPIC_SETTINGS}
+        config["tier"] = url
+        if options is not None:
+            config["tier_options"] = options
+        dropped = sorted(set(meta["config"]) - set(TOPIC_SETTINGS))
+        if dropped:
+            report.notes.append(f"topic {topic}: settings unknown to this filechannel dropped: {', '.join(dropped)}")
+        TopicStore(root).create(topic, max(1, meta["partitions"]), config)
+        report.topics[topic] = max(1, meta["partitions"])
+        say(f"topic {topic}: {report.topics[topic]} partition(s)")
+
+    # the metadata: every used segment, the epochs they name and the newest epoch in the bucket
+    segments = [r for records in channels.values() for r in records]
+    now = time.time_ns() // 1_000_000
+    epochs = {r.epoch: EpochRecord(r.epoch, "rebuild: uploader of the segments of this epoch", now) for r in segments}
+    newest = newest_epoch_named(listing)
+    if newest and newest not in epochs:
+        epochs[newest] = EpochRecord(newest, "rebuild: the newest epoch named in the bucket", now)
+    path = os.path.join(root, ROOT_METADATA)
+    with os_errors("create tier folder", os.path.dirname(path)):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with TierMetadata(path) as metadata:
+        metadata.load(sorted(epochs.values(), key=lambda e: e.epoch), segments)
+    report.segments = len(segments)
+    report.bytes = sum(r.size for r in segments)
+    for topic, count in report.topics.items():
+        for p in range(count):
+            records = channels.get(f"{topic}/{p}", [])
+            report.ends[f"{topic}/{p}"] = records[-1].end_offset if records else 0
+    say(f"metadata: {report.segments} segment(s), {report.bytes} bytes, epochs up to {newest}")
+
+    # group offsets from the newest export, if the bucket holds one
+    try:
+        export = newest_export(storage)
+    except FileChannelError as exc:
+        report.problems.append(f"the newest export in {storage.url} is unusable, no group offsets restored: {exc}")
+        export = None
+    if export is not None:
+        report.groups = restore_groups(root, export.groups, report.ends)
+        for line in report.groups:
+            say(line)
+    return report

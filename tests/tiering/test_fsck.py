@@ -1,0 +1,196 @@
+"""``filechannel tier fsck [--deep] [--repair]``: each kind of damage injected into the bucket is found
+(one line each, exit 1), and repaired where it can be (from the local copy, or marked lost)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from filechannel import TierDataLostError
+from filechannel.client import Admin
+from filechannel.client.topics import TopicStore
+from filechannel.tiering import open_storage
+from filechannel.tiering.context import ROOT_METADATA
+from filechannel.tiering.daemon import TieringDaemon
+from filechannel.tiering.fsck import fsck
+from filechannel.tiering.layout import encode_manifest
+from filechannel.tiering.metadata import SCHEMA_VERSION, TierMetadata
+
+from .test_rebuild import kind_url, read_all
+from .test_tier_cli import fc
+from .tier_helpers import SMALL, produce
+
+
+def kinds(proc_stderr: str) -> list[str]:
+    return sorted(line.split(":")[0] for line in proc_stderr.splitlines())
+
+
+def flip(storage, name: str, at: int) -> None:
+    data = bytearray(storage.read(name, 0, 1 << 30))
+    data[at] ^= 0x40
+    storage.write(name, bytes(data))
+
+
+@pytest.mark.parametrize("kind", ["file", "fsspec", pytest.param("s3", marks=pytest.mark.s3)])
+def test_each_kind_of_damage_is_found_and_repair_marks_what_has_no_local_copy_lost(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    url, options = kind_url(kind, tmp_path, request, monkeypatch)
+    Admin(root).create_topic("t", 1, tier=url, tier_options=options, local_retention_bytes=0, **SMALL)
+    sent = [os.urandom(100) for _ in range(400)]
+    produce(root, sent)
+    fc("tier", "run", "--root", str(root), "--once")
+    clean = fc("tier", "fsck", "--root", str(root), "--deep")
+    assert clean.stderr == "" and "0 finding(s)" in clean.stdout
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        segs = metadata.segments("t/0")
+    assert len(segs) >= 6 and all(len(s.chunks) >= 2 for s in segs[:4])
+    with open_storage(url, **options) as storage:
+        storage.delete(segs[0].chunks[1].name)  # deleted
+        storage.write(segs[1].chunks[0].name, storage.read(segs[1].chunks[0].name, 0, 100))  # truncated
+        flip(storage, segs[2].chunks[1].name, 30)  # one byte flipped inside a block
+        orphan = f"t/0/{segs[-1].end_offset + 10**6:020d}.E0000000001.{0:020d}.chunk"
+        storage.write(orphan, b"left by a fenced uploader")  # an orphan
+        storage.write(segs[3].manifest, encode_manifest(replace(segs[3], max_timestamp=segs[3].max_timestamp + 1)))
+        storage.write(segs[4].manifest, b'{"not": "a manifest"}')
+
+    shallow = fc("tier", "fsck", "--root", str(root), check=False)
+    assert shallow.returncode == 1
+    assert kinds(shallow.stderr) == ["length", "manifest", "manifest", "missing", "orphan"]
+    lines = shallow.stderr.splitlines()
+    assert any(
+        segs[0].chunks[1].name in line and f"offsets {segs[0].base_offset} to {segs[0].end_offset - 1}" in line for line in lines
+    )
+    assert any(orphan in line for line in lines)
+    deep = fc("tier", "fsck", "--root", str(root), "--deep", check=False)
+    assert kinds(deep.stderr) == ["damaged", "length", "manifest", "manifest", "missing", "orphan"]
+    assert any(line.startswith("damaged") and segs[2].chunks[1].name in line for line in deep.stderr.splitlines())
+
+    repaired = fc("tier", "fsck", "--root", str(root), "--deep", "--repair", check=False)
+    assert repaired.returncode == 1 and "6 repair(s)" in repaired.stdout
+    after = fc("tier", "fsck", "--root", str(root), "--deep", check=False)
+    assert kinds(after.stderr) == ["lost", "lost", "lost"]  # no copy anywhere: known lost, never guessed
+    with open_storage(url, **options) as storage:
+        assert not storage.exists(orphan)
+    with TopicStore(root).open_partition("t", 0, read_only=True) as ch:
+        with pytest.raises(TierDataLostError, match=f"offsets {segs[0].base_offset} to {segs[0].end_offset - 1}"):
+            ch.receiver("earliest").recv(timeout=5)
+        rx = ch.receiver(segs[3].base_offset)  # past the lost ones: the rest reads
+        got = [r.value for r in rx.recv_many(10_000, timeout=0)]
+        while more := rx.recv_many(10_000, timeout=0):
+            got += [r.value for r in more]
+    assert got == sent[segs[3].base_offset :]
+    with TieringDaemon(root) as daemon:  # the daemon goes on beside lost segments
+        assert daemon.run(once=True).failures == []
+
+
+def test_repair_uploads_damaged_chunks_again_from_the_local_copy(tmp_path: Path) -> None:
+    root, url = tmp_path / "root", f"file://{tmp_path}/tier"
+    Admin(root).create_topic("t", 1, tier=url, **SMALL)  # no local retention: every local copy stays
+    sent = [os.urandom(100) for _ in range(300)]
+    produce(root, sent)
+    fc("tier", "run", "--root", str(root), "--once")
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        segs = metadata.segments("t/0")
+    with open_storage(url) as storage:
+        storage.delete(segs[0].chunks[0].name)
+        flip(storage, segs[1].chunks[-1].name, 5)
+    report = fsck(root, deep=True, repair=True)
+    assert sorted(f.kind for f in report.findings) == ["damaged", "missing"]
+    assert all("written again" in line for line in report.repaired) and len(report.repaired) == 2
+    again = fc("tier", "fsck", "--root", str(root), "--deep")
+    assert again.stderr == "" and "0 finding(s)" in again.stdout
+    os.remove(root / "t" / "0" / f"{segs[0].base_offset:020d}.seg.z")  # now tier-2 is the only copy
+    assert read_all(root, "t", 0) == list(enumerate(sent))
+
+
+def test_gaps_are_found_and_repair_refuses_beside_a_running_daemon(tmp_path: Path) -> None:
+    root, url = tmp_path / "root", f"file://{tmp_path}/tier"
+    Admin(root).create_topic("t", 1, tier=url, local_retention_bytes=0, **SMALL)
+    produce(root, [os.urandom(100) for _ in range(200)])
+    fc("tier", "run", "--root", str(root), "--once")
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        segs = metadata.segments("t/0")
+        epoch = metadata.take_epoch("test")
+        metadata.begin_delete(epoch, "t/0", segs[1].base_offset)  # a segment of the middle goes from the metadata
+        metadata.finish_delete(epoch, "t/0", segs[1].base_offset)
+    proc = fc("tier", "fsck", "--root", str(root), check=False)
+    gap = f"gap: t/0 offsets {segs[1].base_offset} to {segs[1].end_offset - 1}"
+    assert proc.returncode == 1 and any(line.startswith(gap) for line in proc.stderr.splitlines())
+    assert "orphan" in proc.stderr  # its objects are named by nothing now
+    with TieringDaemon(root):
+        busy = fc("tier", "fsck", "--root", str(root), "--repair", check=False)
+    assert busy.returncode == 1 and busy.stderr.count("\n") == 1 and "stop it first" in busy.stderr
+
+
+V1_SEGMENTS = """CREATE TABLE segments_v1 (
+    channel TEXT NOT NULL, base_offset INTEGER NOT NULL CHECK (base_offset >= 0),
+    end_offset INTEGER NOT NULL CHECK (end_offset > base_offset), size INTEGER NOT NULL CHECK (size > 0),
+    max_timestamp INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('uploading', 'uploaded', 'deleting')),
+    epoch INTEGER NOT NULL REFERENCES epochs (epoch), manifest TEXT,
+    created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (channel, base_offset)
+) WITHOUT ROWID"""
+V1_CHUNKS = """CREATE TABLE chunks_v1 (
+    channel TEXT NOT NULL, base_offset INTEGER NOT NULL, seq INTEGER NOT NULL, name TEXT NOT NULL UNIQUE,
+    position INTEGER NOT NULL, length INTEGER NOT NULL CHECK (length > 0),
+    PRIMARY KEY (channel, base_offset, seq),
+    FOREIGN KEY (channel, base_offset) REFERENCES segments (channel, base_offset) ON DELETE CASCADE
+) WITHOUT ROWID"""
+
+
+def test_a_version_1_store_is_migrated_on_open_with_its_rows(tmp_path: Path) -> None:
+    root, url = tmp_path / "root", f"file://{tmp_path}/tier"
+    Admin(root).create_topic("t", 1, tier=url, local_retention_bytes=0, **SMALL)
+    produce(root, [os.urandom(100) for _ in range(200)])
+    fc("tier", "run", "--root", str(root), "--once")
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        before = metadata.snapshot()
+    db = sqlite3.connect(root / ROOT_METADATA, isolation_level=None)  # back to the version 1 schema, by hand
+    db.execute("PRAGMA foreign_keys = OFF")
+    db.execute("BEGIN")
+    db.execute(V1_SEGMENTS)
+    db.execute("INSERT INTO segments_v1 SELECT * FROM segments")
+    db.execute("DROP TABLE segments")
+    db.execute("ALTER TABLE segments_v1 RENAME TO segments")
+    db.execute("CREATE INDEX segments_by_state ON segments (state, epoch)")
+    db.execute(V1_CHUNKS)
+    db.execute("INSERT INTO chunks_v1 SELECT channel, base_offset, seq, name, position, length FROM chunks")
+    db.execute("DROP TABLE chunks")
+    db.execute("ALTER TABLE chunks_v1 RENAME TO chunks")
+    db.execute("DROP TABLE merges")
+    db.execute("DROP TABLE garbage")
+    db.execute("UPDATE schema_version SET version = 1")
+    db.execute("COMMIT")
+    with pytest.raises(sqlite3.IntegrityError):  # version 1 cannot hold a lost segment
+        db.execute("UPDATE segments SET state = 'lost'")
+    db.close()
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        assert metadata.snapshot() == before
+        epoch = metadata.take_epoch("test")
+        metadata.mark_lost(epoch, "t/0", before[1][0].base_offset)
+    db = sqlite3.connect(root / ROOT_METADATA)
+    assert db.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    assert db.execute("SELECT count(*) FROM chunks").fetchone()[0] == sum(len(s.chunks) for s in before[1])
+    assert db.execute("PRAGMA foreign_key_check").fetchall() == []
+    db.close()
+
+
+def test_an_unreachable_storage_is_one_line(tmp_path: Path, unused_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    root = tmp_path / "root"
+    options = {"endpoint_url": f"http://127.0.0.1:{unused_port}", "max_attempts": 1, "connect_timeout": 1}
+    Admin(root).create_topic("t", 1, tier="s3://bucket/x", tier_options=options, **SMALL)
+    (root / ".tier").mkdir()
+    TierMetadata(root / ROOT_METADATA).close()
+    for command in (["fsck"], ["fsck", "--deep"], ["export", "--to-tier"]):
+        proc = fc("tier", *command, "--root", str(root), check=False)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
+        assert proc.returncode == 1 and len(errors) == 1 and "unreachable" in errors[0], (command, proc.stderr)
