@@ -112,7 +112,16 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
             committed = json.loads(offsets_path.read_text())
             return len(committed) == 6 and all(v == 300 for v in committed.values())
 
-        wait_for(all_committed, timeout=60, what="every record committed")
+        def group_picture() -> str:  # what the group looked like and what each member last did
+            state = json.loads(state_path.read_text())
+            committed = json.loads(offsets_path.read_text())
+            tails = [(p.poll(), out[-6:]) for p, out in zip(procs, outputs, strict=True)]
+            return f"state {state}; offsets {committed}; members (exit code, last lines) {tails}"
+
+        try:
+            wait_for(all_committed, timeout=60, what="every record committed")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {group_picture()}") from None
         moved_within = time.monotonic() - killed_at
         # Read the ownership before stopping: members leaving at the end hand partitions on. A partition
         # can be between two owners for a moment after a rebalance (released, not yet taken): wait for
@@ -126,10 +135,8 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
 
         try:
             wait_for(survivors_own_everything, what="the two survivors to own all six partitions")
-        except AssertionError as exc:  # say what the group looked like and what each member last did
-            state = json.loads(state_path.read_text())
-            tails = [(p.poll(), out[-6:]) for p, out in zip(procs, outputs, strict=True)]
-            raise AssertionError(f"{exc}: state {state}; members (exit code, last lines) {tails}") from None
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {group_picture()}") from None
         (root / "stop").touch()
         for proc in procs:
             proc.wait(timeout=30)
