@@ -39,6 +39,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from ..engine import failpoints
 from ..errors import ConfigError, CorruptRecordError, FencedError
 from .layout import UPLOADED, ChunkRecord, SegmentRecord, encode_manifest, merged_name, object_extents
 from .metadata import Merge, TierMetadata
@@ -189,6 +190,7 @@ def merge_run(
     name = merged_name(channel, run.records[0].base_offset, epoch, run.records[-1].end_offset, secrets.token_hex(8))
     merge = Merge(name, channel, epoch, run.sources, layout_after(run, name))
     metadata.begin_merge(epoch, merge)
+    failpoints.hit("defrag-merge-begun")
     try:
         check_fence(metadata, epoch)
         if storage.supports_concat:
@@ -200,9 +202,11 @@ def merge_run(
             raise CorruptRecordError(
                 f"merged object {name!r} in {storage.url} holds {length} bytes, not the {sum(run.sizes)} of its sources"
             )
+        failpoints.hit("defrag-object-written")
         for r in run.records:
             check_fence(metadata, epoch)
             storage.write(r.manifest or "", encode_manifest(replace(r, chunks=merge.layout[r.base_offset])))
+        failpoints.hit("defrag-manifests-written")
         return metadata.finish_merge(epoch, name, settings.garbage_delay_ms)
     except FencedError:
         raise  # the newer epoch abandons it

@@ -19,6 +19,7 @@ import pytest
 
 from filechannel.client import Admin
 from filechannel.client.topics import TopicStore
+from filechannel.engine import failpoints as failpoint
 from filechannel.errors import ConfigError
 from filechannel.tiering import open_storage
 from filechannel.tiering.context import ROOT_METADATA
@@ -203,10 +204,13 @@ def test_defrag_refuses_beside_a_running_daemon_and_reports_per_segment(tmp_path
 
 
 class Child:
-    """``python -m tests.tiering.test_defrag daemon ROOT``: a daemon that defragments when idle, printing each action."""
+    """``python -m tests.tiering.test_defrag daemon ROOT``: a daemon that defragments when idle, printing each action.
 
-    def __init__(self, root: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    With ``failpoints`` (a folder), the child dies (``os._exit``: no cleanup, as SIGKILL) at the
+    failpoint whose file the test created there."""
+
+    def __init__(self, root: Path, failpoints: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), failpoint.ENV: str(failpoints)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", __name__, "daemon", str(root)],
             stdout=subprocess.PIPE,
@@ -239,23 +243,30 @@ def test_sigkill_in_the_middle_of_merges_leaves_data_readable_and_fsck_clean(tmp
     Admin(root).create_topic("t", 1, tier=url, local_retention_bytes=0, **SMALL)
     sent: list[bytes] = []
     mid_merge = 0
+    failpoints = tmp_path / "failpoints"
+    failpoints.mkdir()
+    windows = ("defrag-merge-begun", "defrag-object-written", "defrag-manifests-written")
     for k in range(KILLS):
         batch = [os.urandom(100) for _ in range(1200 if k == 0 else 40)]
         with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch, ch.sender() as tx:
             for value in batch:
                 tx.send(value)
         sent += batch
-        child = Child(root)
+        if k % 3 == 0:  # one kill in three inside a chosen window of the merge, in turn
+            (failpoints / windows[(k // 3) % len(windows)]).touch()
+        child = Child(root, failpoints)
         child.wait_line("merging")
-        time.sleep(rng.uniform(0.0, 0.01))  # the random moment of the kill (not a synchronisation)
-        child.proc.send_signal(signal.SIGKILL)
+        if k % 3:
+            time.sleep(rng.uniform(0.0, 0.01))  # the random moment of the kill (not a synchronisation)
+            child.proc.send_signal(signal.SIGKILL)
         _, err = child.proc.communicate(timeout=60)
-        assert child.proc.returncode == -signal.SIGKILL, f"kill {k}: the daemon had exited: {err[-2000:]}"
+        died = failpoint.EXIT_CODE if k % 3 == 0 else -signal.SIGKILL
+        assert child.proc.returncode == died, f"kill {k}: the daemon had exited: {err[-2000:]}"
         with TierMetadata(root / ROOT_METADATA) as metadata:
             mid_merge += bool(metadata.merges("t/0"))
         records = read_all(root, "t", 0)  # readable after every kill: in order, identical, no hole
         assert records == list(enumerate(sent)), k
-    assert mid_merge >= KILLS // 3, mid_merge  # kills that landed between begin_merge and its swap
+    assert mid_merge >= KILLS // 3, mid_merge  # at least the failpoint kills are between begin_merge and its swap
     with TieringDaemon(root, defrag=KILL_SETTINGS, max_merges=10_000) as daemon:  # the next pass cleans up
         assert daemon.run(once=True).failures == []
         assert daemon.run(once=True).failures == []  # and deletes what the last merges replaced
