@@ -499,7 +499,7 @@ scan_frames(PyObject *self, PyObject *args)
  * is Appender.append's common case in C: a key-less, header-less bytes value while the
  * writer lock is held, the buffer already non-empty and nothing due (no roll, no drain,
  * no hold-limit check). It takes the appender's mutex like the Python code does; in any
- * other case it calls Appender._append, the whole path in Python, which stays the
+ * other case it calls Appender._append_stamped, the whole path in Python, which stays the
  * reference (tests/channel/test_append_core.py checks the two write the same bytes).
  */
 
@@ -556,7 +556,7 @@ static PyMemberDef core_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyObject *str_acquire, *str_release, *str_append, *str_key, *str_headers, *str_timestamp;
+static PyObject *str_acquire, *str_release, *str_append_stamped, *str_key, *str_headers, *str_timestamp;
 
 static int
 core_traverse(AppendCore *self, visitproc visit, void *arg)
@@ -686,7 +686,41 @@ core_append_locked(AppendCore *self, PyObject *value, long long ts, double now, 
 
 PyDoc_STRVAR(core_append_doc,
              "append(value, *, key=None, headers=None, timestamp=None) -> offset\n\n"
-             "Appender.append: the common case in C, anything else through Appender._append.");
+             "Appender.append: the common case in C, anything else through Appender._append_stamped.");
+
+/* The fast path: 1 done (*offset, *ts set), 0 not taken (the caller goes to Python), -1 error.
+ * have_ts: use *ts as the timestamp; else the timestamp is now, stored in *ts. */
+static int
+core_try_append(AppendCore *self, PyObject *value, int have_ts, long long *ts, long long *offset)
+{
+    if (self->mutex == NULL) {
+        return 0;
+    }
+    /* One clock read: deadlines (check_at, flush_due) are on Python's time.monotonic(),
+     * CLOCK_MONOTONIC, and the timestamp is that plus the wall clock's lead, which
+     * Appender takes whenever it takes the writer lock, so at most the hold limit ago
+     * (Appender._append computes it the same way). A step of the wall clock once kept
+     * writer.lock held past the hold limit; a second clock read cost 40-58 ns here. */
+    struct timespec tp;
+    clock_gettime(CLOCK_MONOTONIC, &tp);
+    long long mono_ns = (long long)tp.tv_sec * 1000000000LL + tp.tv_nsec;
+    double now = (double)mono_ns / 1e9;
+    if (!have_ts) {
+        *ts = (mono_ns + self->wall_offset_ns) / 1000000;
+    }
+    PyObject *mutex = self->mutex;
+    Py_INCREF(mutex);
+    PyObject *r = PyObject_CallMethodNoArgs(mutex, str_acquire);
+    if (r == NULL) {
+        Py_DECREF(mutex);
+        return -1;
+    }
+    Py_DECREF(r);
+    int done = core_append_locked(self, value, *ts, now, offset);
+    int released = release_mutex(mutex);
+    Py_DECREF(mutex);
+    return released < 0 ? -1 : done;
+}
 
 static PyObject *
 core_append(AppendCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -707,49 +741,62 @@ core_append(AppendCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
             plain = 0; /* keys and headers, and argument errors, are the Python path's */
         }
     }
-    if (plain && self->mutex != NULL) {
-        /* One clock read: deadlines (check_at, flush_due) are on Python's time.monotonic(),
-         * CLOCK_MONOTONIC, and the timestamp is that plus the wall clock's lead, which
-         * Appender takes whenever it takes the writer lock, so at most the hold limit ago
-         * (Appender._append computes it the same way). A step of the wall clock once kept
-         * writer.lock held past the hold limit; a second clock read cost 40-58 ns here. */
-        struct timespec tp;
-        clock_gettime(CLOCK_MONOTONIC, &tp);
-        long long mono_ns = (long long)tp.tv_sec * 1000000000LL + tp.tv_nsec;
-        double now = (double)mono_ns / 1e9;
-        if (!have_ts) {
-            ts = (mono_ns + self->wall_offset_ns) / 1000000;
-        }
-        PyObject *mutex = self->mutex;
-        Py_INCREF(mutex);
-        PyObject *r = PyObject_CallMethodNoArgs(mutex, str_acquire);
-        if (r == NULL) {
-            Py_DECREF(mutex);
-            return NULL;
-        }
-        Py_DECREF(r);
+    if (plain) {
         long long offset = 0;
-        int done = core_append_locked(self, args[0], ts, now, &offset);
-        int released = release_mutex(mutex);
-        Py_DECREF(mutex);
-        if (done < 0 || released < 0) {
+        int done = core_try_append(self, args[0], have_ts, &ts, &offset);
+        if (done < 0) {
             return NULL;
         }
         if (done) {
             return PyLong_FromLongLong(offset);
         }
     }
-    PyObject *full = PyObject_GetAttr((PyObject *)self, str_append);
+    /* Appender._append_stamped, not _append: one Python frame less on the keyed path. */
+    PyObject *full = PyObject_GetAttr((PyObject *)self, str_append_stamped);
     if (full == NULL) {
         return NULL;
     }
-    PyObject *result = PyObject_Vectorcall(full, args, nargs, kwnames);
+    PyObject *pair = PyObject_Vectorcall(full, args, nargs, kwnames);
     Py_DECREF(full);
-    return result;
+    if (pair == NULL) {
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        Py_DECREF(pair);
+        PyErr_SetString(PyExc_TypeError, "Appender._append_stamped must return (offset, timestamp)");
+        return NULL;
+    }
+    PyObject *offset = PyTuple_GET_ITEM(pair, 0);
+    Py_INCREF(offset);
+    Py_DECREF(pair);
+    return offset;
+}
+
+PyDoc_STRVAR(core_append_stamped_doc,
+             "append_stamped(value) -> (offset, timestamp)\n\n"
+             "Append one key-less, header-less record stamped now; return its offset and the timestamp\n"
+             "it got (the Producer's metadata needs both, and a second clock read in Python cost more\n"
+             "than the append). The common case in C, anything else through Appender._append_stamped.");
+
+static PyObject *
+core_append_stamped(AppendCore *self, PyObject *value)
+{
+    if (PyBytes_CheckExact(value)) {
+        long long ts = 0, offset = 0;
+        int done = core_try_append(self, value, 0, &ts, &offset);
+        if (done < 0) {
+            return NULL;
+        }
+        if (done) {
+            return Py_BuildValue("(LL)", offset, ts);
+        }
+    }
+    return PyObject_CallMethodOneArg((PyObject *)self, str_append_stamped, value);
 }
 
 static PyMethodDef core_methods[] = {
     {"append", (PyCFunction)(void (*)(void))core_append, METH_FASTCALL | METH_KEYWORDS, core_append_doc},
+    {"append_stamped", (PyCFunction)core_append_stamped, METH_O, core_append_stamped_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -791,11 +838,11 @@ PyInit__codec(void)
         }
         str_acquire = PyUnicode_InternFromString("acquire");
         str_release = PyUnicode_InternFromString("release");
-        str_append = PyUnicode_InternFromString("_append");
+            str_append_stamped = PyUnicode_InternFromString("_append_stamped");
         str_key = PyUnicode_InternFromString("key");
         str_headers = PyUnicode_InternFromString("headers");
         str_timestamp = PyUnicode_InternFromString("timestamp");
-        if (!str_acquire || !str_release || !str_append || !str_key || !str_headers || !str_timestamp) {
+        if (!str_acquire || !str_release || !str_append_stamped || !str_key || !str_headers || !str_timestamp) {
             return NULL;
         }
         PyObject *m = PyModule_Create(&codec_module);
