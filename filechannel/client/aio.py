@@ -251,11 +251,12 @@ class AsyncConsumer:
     async def start(self) -> None:
         """Nothing to start (no server); kept for aiokafka compatibility."""
 
-    def _fill(self, only: Collection[TopicPartition] | None, timeout: float) -> None:
-        """Worker thread: fetch into the pending records, waiting up to ``timeout`` s."""
+    def _fill(self, only: Collection[TopicPartition] | None, timeout: float, max_records: int | None = None) -> None:
+        """Worker thread: fetch up to ``max_records`` (default ``max_poll_records``) into the
+        pending records, waiting up to ``timeout`` s."""
         with self._io:
             if not self._consumer._closed:
-                self._consumer._fill(timeout * 1000, only)
+                self._consumer._fill(timeout * 1000, only, max_records)
 
     def _take(self, only: Collection[TopicPartition] | None, budget: int | None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Event loop: pending records, if no worker holds the lock (never blocks)."""
@@ -286,7 +287,9 @@ class AsyncConsumer:
             if batch or (fetched and remaining <= 0):
                 return batch
             step = max(0.0, min(remaining, _STEP))
-            await anyio.to_thread.run_sync(self._fill, only, step, abandon_on_cancel=True)
+            # As many as this call may return: with max_poll_records (500) a getmany of 2,000
+            # took four trips to a worker thread, which cost more than reading the records.
+            await anyio.to_thread.run_sync(self._fill, only, step, max_records, abandon_on_cancel=True)
             fetched = True
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:

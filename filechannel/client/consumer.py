@@ -516,9 +516,10 @@ class Consumer:
             if part is not None:
                 part.pending.extendleft(reversed(recs))
 
-    def _fill(self, timeout_ms: float, only: Collection[TopicPartition] | None) -> bool:
-        """Fetch a batch (waiting up to ``timeout_ms``) into the pending records; True if any."""
-        batch = self._poll(timeout_ms, None, only)
+    def _fill(self, timeout_ms: float, only: Collection[TopicPartition] | None, max_records: int | None = None) -> bool:
+        """Fetch a batch of up to ``max_records`` (default ``max_poll_records``), waiting up to
+        ``timeout_ms``, into the pending records; True if any."""
+        batch = self._poll(timeout_ms, max_records, only)
         self._unread(batch)
         return bool(batch)
 
