@@ -377,6 +377,23 @@ class AsyncKafkaLike(KafkaLike):
     def finish(self) -> None:
         self.portal.call(self.producer.flush)
 
+
+class AsyncGather(AsyncKafkaLike):
+    """The async producer with a chunk's sends gathered (``asyncio.gather``), then each delivery
+    awaited: batched async use without ``send_and_wait``. Consumed as AsyncKafkaLike."""
+
+    name = "filechannel AsyncProducer, asyncio.gather of sends"
+
+    def produce(self, values: list[bytes]) -> None:
+        async def run() -> None:
+            import asyncio
+
+            send = self.producer.send
+            for delivery in await asyncio.gather(*[send("t", v) for v in values]):
+                await delivery
+
+        self.portal.call(run)
+
     def consume(self, n: int) -> int:
         from filechannel.client import AsyncConsumer
 
@@ -619,5 +636,6 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "fc-send-many-defaults": lambda: Channel(batched=True, defaults=True),
     "fc-producer": KafkaLike,
     "fc-async": AsyncKafkaLike,
+    "fc-async-gather": AsyncGather,
 }
 """Everything in the produce/consume table by key: the floor first, ours last."""
