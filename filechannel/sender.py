@@ -26,7 +26,6 @@ class Sender:
         self._closed = False
         # The per-message hot path: calls go straight to the appender, one Python frame.
         self.send = appender.append  # type: ignore[method-assign]
-        self.send_stamped = appender.append_stamped  # type: ignore[method-assign]
 
     def send(
         self,
@@ -40,14 +39,6 @@ class Sender:
 
         (Each sender binds ``send`` to its channel's appender; this method is what a closed
         sender falls back to.)
-        """
-        raise ChannelClosedError("this sender is closed")
-
-    def send_stamped(self, value: bytes) -> tuple[int, int]:
-        """Append one key-less, header-less record stamped now; return its offset and timestamp.
-
-        (``Producer.send``'s common case: its metadata needs the timestamp. Bound to the
-        appender like ``send``; this method is what a closed sender falls back to.)
         """
         raise ChannelClosedError("this sender is closed")
 
@@ -87,7 +78,7 @@ class Sender:
                     self.flush()
             finally:
                 self._closed = True
-                del self.send, self.send_stamped  # fall back to the class methods, which refuse
+                del self.send  # falls back to the class method, which refuses
 
     def __enter__(self) -> Sender:
         return self

@@ -163,6 +163,8 @@ class AsyncProducer:
         An error about the arguments (not bytes, no such partition) raises here; one about
         the record once written (too large) is raised by the future.
         """
+        if key is None and partition is None and timestamp_ms is None and headers is None:
+            return RecordDelivery(self._producer.send(topic, value))  # the producer's short path takes this form
         return RecordDelivery(self._producer.send(topic, value, key, headers, partition, timestamp_ms))
 
     async def send_and_wait(

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..channel import FileChannel
 from ..config import ChannelConfig
+from ..engine.appender import Appender
 from ..engine.record import Headers, checked_timestamp, serialized_sizes
 from ..errors import ChannelClosedError, ConfigError, MessageTooLargeError, RecordTypeError, Timeout, UnknownTopicError
 from .durable import GroupSync
@@ -23,6 +24,11 @@ from .topics import TopicStore
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _new_metadata = tuple.__new__
+
+try:  # Producer.send's short path in C (filechannel/engine/_codec.c), when it was built and loads
+    from ..engine._codec import ProducerSend as _CSend
+except ImportError:
+    _CSend = None
 _new_future = object.__new__
 
 
@@ -158,8 +164,11 @@ class Producer:
         self._senders: dict[tuple[str, int], Any] = {}
         self._syncs: dict[tuple[str, int], GroupSync] = {}
         self._tps: dict[tuple[str, int], TopicPartition] = {}
-        # topic -> (the sender's send_stamped, (topic, 0, TopicPartition)): see _fast_route
-        self._routes: dict[str, tuple[Callable[[bytes], tuple[int, int]], tuple[str, int, TopicPartition]]] = {}
+        # topic -> (its partition's Appender, (topic, 0, TopicPartition)): see _fast_route
+        self._routes: dict[str, tuple[Appender, tuple[str, int, TopicPartition]]] = {}
+        self._c_send = None
+        if _CSend is not None:  # send's short path in C, the Python one as its fallback (see _codec.c)
+            self._c_send = self.send = _CSend(self._routes, self._py_send, SentFuture)  # type: ignore[method-assign]
         self._sent = 0
         self._closed = False
 
@@ -204,7 +213,7 @@ class Producer:
         """kafka-python's ``metrics()``, small: records sent and partitions open, under ``producer-metrics``."""
         return {
             "producer-metrics": {
-                "record-send-total": float(self._sent),
+                "record-send-total": float(self._sent + (self._c_send.sent if self._c_send is not None else 0)),
                 "partitions-open": float(len(self._senders)),
             }
         }
@@ -254,7 +263,7 @@ class Producer:
             # The common case (see _fast_route): one call into the appender's C path, which
             # stamps the record, and a future that builds its metadata only if asked.
             try:
-                at = route[0](value)
+                at = route[0].append_stamped(value)
             except MessageTooLargeError as exc:
                 return RecordFuture.rejected(exc)
             future = _new_future(SentFuture)
@@ -262,6 +271,8 @@ class Producer:
             self._sent += 1
             return future
         return self._send(topic, value, key, headers, partition, timestamp_ms)
+
+    _py_send = send  # ProducerSend's fallback when send is the C one
 
     def _fast_route(self, topic: str, sender: Any) -> None:
         """Let ``send`` take its short path for ``topic`` from now on, if that path means the
@@ -277,7 +288,7 @@ class Producer:
         ):
             with self._lock:
                 if not self._closed:
-                    self._routes[topic] = (sender.send_stamped, (topic, 0, self._tp(topic, 0)))
+                    self._routes[topic] = (sender._appender, (topic, 0, self._tp(topic, 0)))
 
     def _send(
         self,
@@ -369,7 +380,7 @@ class Producer:
             if self._closed:
                 return
             self._closed = True
-            self._routes = {}  # sends take the whole path again, which refuses
+            self._routes.clear()  # sends take the whole path again, which refuses
             channels = list(self._channels.values())
             syncs = list(self._syncs.values())
         for sync in syncs:

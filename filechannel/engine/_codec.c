@@ -813,6 +813,202 @@ static PyTypeObject AppendCore_Type = {
     .tp_new = PyType_GenericNew,
 };
 
+/* -- Producer.send's common case ------------------------------------------------------------
+ *
+ * A ProducerSend is bound as a Producer's ``send`` (client/producer.py): for a call
+ * send(topic, value) with a bytes value and nothing else, and a topic in ``routes``
+ * (topic -> (AppendCore, where)), it appends through core_try_append and returns a new
+ * ``future_type`` (client/futures.SentFuture) with its ``_route``, ``_at`` and ``_size``
+ * slots set: the same objects the Python short path makes. Anything else, and a record
+ * the C append does not take, goes to ``fallback`` (Producer._send, or Python's short
+ * path for a record the appender's Python path must handle) with the same arguments.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *routes, *fallback, *future_type;
+    Py_ssize_t off_route, off_at, off_size;
+    long long sent;
+} ProducerSend;
+
+static PyMemberDef psend_members[] = {
+    {"sent", T_LONGLONG, offsetof(ProducerSend, sent), READONLY, "records sent through the C path"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyObject *str_timestamp_ms, *str_partition, *empty_tuple;
+
+static int
+psend_traverse(ProducerSend *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->routes);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->future_type);
+    return 0;
+}
+
+static int
+psend_clear(ProducerSend *self)
+{
+    Py_CLEAR(self->routes);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->future_type);
+    return 0;
+}
+
+static void
+psend_dealloc(ProducerSend *self)
+{
+    PyObject_GC_UnTrack(self);
+    psend_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The offset of the object slot ``name`` of ``type`` (a __slots__ member), or -1 with an error set. */
+static Py_ssize_t
+slot_offset(PyObject *type, const char *name)
+{
+    PyObject *d = PyObject_GetAttrString(type, name);
+    if (d == NULL) {
+        return -1;
+    }
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
+        off = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    else {
+        PyErr_Format(PyExc_TypeError, "%s must be a __slots__ member", name);
+    }
+    Py_DECREF(d);
+    return off;
+}
+
+static PyObject *
+psend_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *routes, *fallback, *future_type;
+    if (!PyArg_ParseTuple(args, "O!OO!", &PyDict_Type, &routes, &fallback, &PyType_Type, &future_type)) {
+        return NULL;
+    }
+    ProducerSend *self = (ProducerSend *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->off_route = slot_offset(future_type, "_route");
+    self->off_at = self->off_route < 0 ? -1 : slot_offset(future_type, "_at");
+    self->off_size = self->off_at < 0 ? -1 : slot_offset(future_type, "_size");
+    if (self->off_size < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(routes);
+    Py_INCREF(fallback);
+    Py_INCREF(future_type);
+    self->routes = routes;
+    self->fallback = fallback;
+    self->future_type = future_type;
+    return (PyObject *)self;
+}
+
+static void
+set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value)
+{
+    PyObject **slot = (PyObject **)((char *)obj + offset);
+    PyObject *old = *slot;
+    *slot = value; /* steals the reference */
+    Py_XDECREF(old);
+}
+
+static PyObject *
+psend_call(ProducerSend *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int plain = nargs == 2 && PyUnicode_CheckExact(args[0]) && PyBytes_CheckExact(args[1]);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; plain && i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        plain = args[nargs + i] == Py_None && (name == str_key || name == str_headers || name == str_partition ||
+                                               name == str_timestamp_ms);
+    }
+    PyObject *route = plain ? PyDict_GetItemWithError(self->routes, args[0]) : NULL; /* borrowed */
+    if (route == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (route != NULL && PyTuple_CheckExact(route) && PyTuple_GET_SIZE(route) == 2 &&
+        PyObject_TypeCheck(PyTuple_GET_ITEM(route, 0), &AppendCore_Type)) {
+        Py_INCREF(route); /* close() may empty the routes while the mutex is awaited */
+        AppendCore *core = (AppendCore *)PyTuple_GET_ITEM(route, 0);
+        long long ts = 0, offset = 0;
+        int done = core_try_append(core, args[1], 0, &ts, &offset);
+        if (done > 0) {
+            PyTypeObject *ft = (PyTypeObject *)self->future_type;
+            PyObject *future = ft->tp_new(ft, empty_tuple, NULL);
+            PyObject *at = future == NULL ? NULL : Py_BuildValue("(LL)", offset, ts);
+            PyObject *size = at == NULL ? NULL : PyLong_FromSsize_t(PyBytes_GET_SIZE(args[1]));
+            if (size == NULL) {
+                Py_XDECREF(at);
+                Py_XDECREF(future);
+                Py_DECREF(route);
+                return NULL;
+            }
+            PyObject *where = PyTuple_GET_ITEM(route, 1);
+            Py_INCREF(where);
+            set_slot(future, self->off_route, where);
+            set_slot(future, self->off_at, at);
+            set_slot(future, self->off_size, size);
+            Py_DECREF(route);
+            self->sent++;
+            return future;
+        }
+        Py_DECREF(route);
+        if (done < 0) {
+            return NULL;
+        }
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+psend_vectorcall_entry(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return psend_call((ProducerSend *)callable, args, nargsf, kwnames);
+}
+
+static PyObject *
+psend_tp_call(PyObject *callable, PyObject *args, PyObject *kwargs)
+{
+    return PyVectorcall_Call(callable, args, kwargs);
+}
+
+static PyObject *
+psend_new_vc(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *self = psend_new(type, args, kwds);
+    if (self != NULL) {
+        *(vectorcallfunc *)((char *)self + type->tp_vectorcall_offset) = psend_vectorcall_entry;
+    }
+    return self;
+}
+
+typedef struct {
+    ProducerSend base;
+    vectorcallfunc vectorcall;
+} ProducerSendVC;
+
+static PyTypeObject ProducerSend_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel.engine._codec.ProducerSend",
+    .tp_basicsize = sizeof(ProducerSendVC),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "ProducerSend(routes, fallback, future_type): Producer.send's common case in C (see client/producer.py).",
+    .tp_traverse = (traverseproc)psend_traverse,
+    .tp_clear = (inquiry)psend_clear,
+    .tp_dealloc = (destructor)psend_dealloc,
+    .tp_members = psend_members,
+    .tp_new = psend_new_vc,
+    .tp_call = psend_tp_call,
+    .tp_vectorcall_offset = offsetof(ProducerSendVC, vectorcall),
+};
+
 static PyMethodDef codec_methods[] = {
     {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
     {"prefixed", prefixed, METH_VARARGS, prefixed_doc},
@@ -833,7 +1029,8 @@ PyInit__codec(void)
     if (__builtin_cpu_supports("sse4.2")) {
         init_shift(shift1, STRIDE);
         init_shift(shift2, 2 * STRIDE);
-        if (PyType_Ready(&StateCore_Type) < 0 || PyType_Ready(&AppendCore_Type) < 0) {
+        if (PyType_Ready(&StateCore_Type) < 0 || PyType_Ready(&AppendCore_Type) < 0 ||
+            PyType_Ready(&ProducerSend_Type) < 0) {
             return NULL;
         }
         str_acquire = PyUnicode_InternFromString("acquire");
@@ -842,7 +1039,11 @@ PyInit__codec(void)
         str_key = PyUnicode_InternFromString("key");
         str_headers = PyUnicode_InternFromString("headers");
         str_timestamp = PyUnicode_InternFromString("timestamp");
-        if (!str_acquire || !str_release || !str_append_stamped || !str_key || !str_headers || !str_timestamp) {
+        str_timestamp_ms = PyUnicode_InternFromString("timestamp_ms");
+        str_partition = PyUnicode_InternFromString("partition");
+        empty_tuple = PyTuple_New(0);
+        if (!str_acquire || !str_release || !str_append_stamped || !str_key || !str_headers || !str_timestamp ||
+            !str_timestamp_ms || !str_partition || !empty_tuple) {
             return NULL;
         }
         PyObject *m = PyModule_Create(&codec_module);
@@ -851,8 +1052,10 @@ PyInit__codec(void)
         }
         Py_INCREF(&StateCore_Type);
         Py_INCREF(&AppendCore_Type);
+        Py_INCREF(&ProducerSend_Type);
         if (PyModule_AddObject(m, "StateCore", (PyObject *)&StateCore_Type) < 0 ||
-            PyModule_AddObject(m, "AppendCore", (PyObject *)&AppendCore_Type) < 0) {
+            PyModule_AddObject(m, "AppendCore", (PyObject *)&AppendCore_Type) < 0 ||
+            PyModule_AddObject(m, "ProducerSend", (PyObject *)&ProducerSend_Type) < 0) {
             Py_DECREF(m);
             return NULL;
         }

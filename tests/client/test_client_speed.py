@@ -10,13 +10,22 @@ import threading
 
 import pytest
 
+import filechannel.client.producer as producer_module
 from filechannel.client import Admin, Consumer, Producer, RecordMetadata, TopicPartition
 from filechannel.client.futures import SentFuture
 from filechannel.errors import ChannelClosedError, MessageTooLargeError
 
 
+@pytest.fixture(params=["c", "python"])
+def short_path(request, monkeypatch):
+    """Each test runs with send's short path in C (ProducerSend) and in Python (as without the C build)."""
+    if request.param == "python":
+        monkeypatch.setattr(producer_module, "_CSend", None)
+    return request.param
+
+
 @pytest.fixture
-def root(tmp_path):
+def root(tmp_path, short_path):
     Admin(tmp_path).create_topic("t", partitions=1, fsync="never", max_record_bytes=1024)
     Admin(tmp_path).create_topic("three", partitions=3, fsync="never")
     return tmp_path
@@ -50,6 +59,7 @@ def test_short_path_metadata_is_what_the_consumer_reads(root):
         assert (meta.checksum, meta.serialized_key_size, meta.serialized_header_size) == (None, -1, -1)
         assert (meta.timestamp_type, meta.log_start_offset) == (0, -1)
     assert keyed.get().serialized_key_size == 3
+    assert p.metrics()["producer-metrics"]["record-send-total"] == 52.0
 
 
 def test_short_path_futures_work_with_callbacks_wait_and_asyncio(root):
