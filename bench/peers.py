@@ -377,23 +377,6 @@ class AsyncKafkaLike(KafkaLike):
     def finish(self) -> None:
         self.portal.call(self.producer.flush)
 
-
-class AsyncGather(AsyncKafkaLike):
-    """The async producer with a chunk's sends gathered (``asyncio.gather``), then each delivery
-    awaited: batched async use without ``send_and_wait``. Consumed as AsyncKafkaLike."""
-
-    name = "filechannel AsyncProducer, asyncio.gather of sends"
-
-    def produce(self, values: list[bytes]) -> None:
-        async def run() -> None:
-            import asyncio
-
-            send = self.producer.send
-            for delivery in await asyncio.gather(*[send("t", v) for v in values]):
-                await delivery
-
-        self.portal.call(run)
-
     def consume(self, n: int) -> int:
         from filechannel.client import AsyncConsumer
 
@@ -414,6 +397,23 @@ class AsyncGather(AsyncKafkaLike):
             self.portal.call(self.producer.stop)
         finally:
             self.portal_cm.__exit__(None, None, None)
+
+
+class AsyncGather(AsyncKafkaLike):
+    """The async producer with a chunk's sends gathered (``asyncio.gather``), then each delivery
+    awaited: batched async use without ``send_and_wait``. Consumed as AsyncKafkaLike."""
+
+    name = "filechannel AsyncProducer, asyncio.gather of sends"
+
+    def produce(self, values: list[bytes]) -> None:
+        async def run() -> None:
+            import asyncio
+
+            send = self.producer.send
+            for delivery in await asyncio.gather(*[send("t", v) for v in values]):
+                await delivery
+
+        self.portal.call(run)
 
 
 # -- servers users run instead: Redis Streams and NATS JetStream -------------------------------------
