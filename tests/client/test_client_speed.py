@@ -136,3 +136,25 @@ def test_short_path_from_many_threads_keeps_every_record_once(root):
         assert mine == sorted(mine)  # a thread's records land in the order it sent them
     values = [r.value for r in _read(root)[1:]]
     assert sorted(values) == sorted(b"%d-%d" % (i, j) for i in range(8) for j in range(per))
+
+
+def test_poll_reads_about_a_mebibyte_per_partition_and_loses_nothing(tmp_path):
+    """Once a partition's record sizes are seen, a fetch reads about 1 MiB of it (Kafka's
+    max_partition_fetch_bytes default, at least one record); the rest comes next, in order."""
+    Admin(tmp_path).create_topic("big", fsync="never")
+    big = [bytes([i]) * (600 << 10) for i in range(8)]
+    with Producer(tmp_path) as p, Consumer("big", root=tmp_path, auto_offset_reset="earliest") as c:
+        for v in big[:2]:
+            p.send("big", v)
+        p.flush()
+        first = c.poll(timeout_ms=1000, max_records=100)[TopicPartition("big", 0)]
+        assert [r.value for r in first] == big[:2]  # sizes not seen yet: the whole budget
+        for v in big[2:]:
+            p.send("big", v)
+        p.flush()
+        sizes, got = [], []
+        while len(got) < 6:
+            recs = c.poll(timeout_ms=1000, max_records=100)[TopicPartition("big", 0)]
+            sizes.append(len(recs))
+            got += recs
+        assert max(sizes) <= 2 and [r.value for r in got] == big[2:] and [r.offset for r in got] == list(range(2, 8))
