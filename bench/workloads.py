@@ -242,7 +242,7 @@ def _threads(size: int, threads: int, seconds: float, api: str) -> list[dict[str
         elif api == "producer":
             from filechannel.client import Admin, Producer
 
-            Admin(folder).create_topic("t", fsync=BENCH_CONFIG["fsync"])
+            Admin(folder).create_topic("t", fsync=BENCH_CONFIG["fsync"], compression="none")  # as peers._topic_root
             producer = stack.enter_context(Producer(folder))
             make_send = lambda: functools.partial(producer.send, "t")  # noqa: E731
         else:
