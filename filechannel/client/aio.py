@@ -84,6 +84,9 @@ class RecordDelivery:
         return self.future.exception(timeout=0)
 
 
+_new_delivery = object.__new__
+
+
 class BatchRecord(NamedTuple):
     """What ``BatchBuilder.append`` returns (aiokafka's): the record's place in its batch."""
 
@@ -163,9 +166,12 @@ class AsyncProducer:
         An error about the arguments (not bytes, no such partition) raises here; one about
         the record once written (too large) is raised by the future.
         """
+        delivery = _new_delivery(RecordDelivery)  # RecordDelivery(future) without a Python __init__ call
         if key is None and partition is None and timestamp_ms is None and headers is None:
-            return RecordDelivery(self._producer.send(topic, value))  # the producer's short path takes this form
-        return RecordDelivery(self._producer.send(topic, value, key, headers, partition, timestamp_ms))
+            delivery.future = self._producer.send(topic, value)  # the form the producer's short path takes
+        else:
+            delivery.future = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
+        return delivery
 
     async def send_and_wait(
         self,
