@@ -357,6 +357,8 @@ prefixed(PyObject *self, PyObject *args)
     }
     Py_ssize_t np = PyTuple_GET_SIZE(prefix), n = PyList_GET_SIZE(records);
     Py_ssize_t ns = suffix == NULL ? 0 : PyTuple_GET_SIZE(suffix);
+    PyObject *last_size[3] = {NULL, NULL, NULL};
+    Py_ssize_t last_measured[3] = {0, 0, 0};
     PyObject *out = PyList_New(n);
     if (out == NULL) {
         return NULL;
@@ -366,7 +368,8 @@ prefixed(PyObject *self, PyObject *args)
         if (!PyTuple_Check(r)) {
             PyErr_Format(PyExc_TypeError, "records must be tuples, not %.100s", Py_TYPE(r)->tp_name);
             Py_DECREF(out);
-            return NULL;
+            out = NULL;
+            goto done;
         }
         Py_ssize_t nr = PyTuple_GET_SIZE(r);
         Py_ssize_t measured[3];
@@ -374,20 +377,23 @@ prefixed(PyObject *self, PyObject *args)
             if (nr != 5) {
                 PyErr_SetString(PyExc_TypeError, "sizes needs (offset, timestamp, key, value, headers) records");
                 Py_DECREF(out);
-                return NULL;
+                out = NULL;
+                goto done;
             }
             measured[0] = size_of(PyTuple_GET_ITEM(r, 2));
             measured[1] = measured[0] == -2 ? -2 : size_of(PyTuple_GET_ITEM(r, 3));
             measured[2] = measured[1] == -2 ? -2 : headers_size(PyTuple_GET_ITEM(r, 4));
             if (measured[2] == -2) {
                 Py_DECREF(out);
-                return NULL;
+                out = NULL;
+                goto done;
             }
         }
         PyObject *t = record_type->tp_alloc(record_type, np + nr + ns + (sizes ? 3 : 0));
         if (t == NULL) {
             Py_DECREF(out);
-            return NULL;
+            out = NULL;
+            goto done;
         }
         for (Py_ssize_t k = 0; k < np; k++) {
             PyObject *item = PyTuple_GET_ITEM(prefix, k);
@@ -408,13 +414,21 @@ prefixed(PyObject *self, PyObject *args)
         }
         if (sizes) {
             for (int k = 0; k < 3; k++) {
-                PyObject *size = PyLong_FromSsize_t(measured[k]);
-                if (size == NULL) {
-                    Py_DECREF(t);
-                    Py_DECREF(out);
-                    return NULL;
+                /* Records of a batch mostly share their sizes: one int object each, not one per
+                 * record (sizes above 256 are not among CPython's cached small ints). */
+                if (last_size[k] == NULL || last_measured[k] != measured[k]) {
+                    PyObject *size = PyLong_FromSsize_t(measured[k]);
+                    if (size == NULL) {
+                        Py_DECREF(t);
+                        Py_DECREF(out);
+                        out = NULL;
+                        goto done;
+                    }
+                    Py_XSETREF(last_size[k], size);
+                    last_measured[k] = measured[k];
                 }
-                PyTuple_SET_ITEM(t, np + nr + ns + k, size);
+                Py_INCREF(last_size[k]);
+                PyTuple_SET_ITEM(t, np + nr + ns + k, last_size[k]);
             }
         }
         for (Py_ssize_t k = 0; k < np && !may_cycle; k++) {
@@ -429,6 +443,10 @@ prefixed(PyObject *self, PyObject *args)
             PyObject_GC_UnTrack(t); /* the rule the collector applies to plain tuples */
         }
         PyList_SET_ITEM(out, i, t);
+    }
+done:
+    for (int k = 0; k < 3; k++) {
+        Py_XDECREF(last_size[k]);
     }
     return out;
 }

@@ -158,3 +158,19 @@ def test_poll_reads_about_a_mebibyte_per_partition_and_loses_nothing(tmp_path):
             sizes.append(len(recs))
             got += recs
         assert max(sizes) <= 2 and [r.value for r in got] == big[2:] and [r.offset for r in got] == list(range(2, 8))
+
+
+def test_c_prefixed_sizes_agree_with_python_when_records_share_sizes():
+    """The C conversion reuses one int per repeated size; every record still gets its own sizes."""
+    from filechannel.client.records import CONSUMER_RECORD_SUFFIX, ConsumerRecord
+    from filechannel.engine import record
+
+    values = [b"x" * 1024] * 3 + [b"y" * 300, None, b"z" * 1024, b"", b"w" * 5000, b"w" * 5000]
+    keys = [None, b"k" * 400, b"k" * 400, None, b"kk", None, None, b"k" * 400, None]
+    headers = [(), (("h", b"v" * 700),), (), (), (("a", None),), (), (), (), (("h", b"v" * 700),)]
+    recs = [record.Record(i, 1000 + i, k, v, h) for i, (k, v, h) in enumerate(zip(keys, values, headers, strict=True))]
+    c = record._codec.prefixed(ConsumerRecord, ("t", 0), recs, CONSUMER_RECORD_SUFFIX, True)
+    assert c == record.prefixed_py(ConsumerRecord, ("t", 0), recs, CONSUMER_RECORD_SUFFIX, True)
+    assert [r.serialized_value_size for r in c] == [1024, 1024, 1024, 300, -1, 1024, 0, 5000, 5000]
+    with pytest.raises(TypeError):  # an error after sizes were cached releases them and raises
+        record._codec.prefixed(ConsumerRecord, ("t", 0), [*recs, [1, 2]], CONSUMER_RECORD_SUFFIX, True)
