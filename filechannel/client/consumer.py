@@ -530,10 +530,26 @@ class Consumer:
                 part.pending.extendleft(reversed(recs))
 
     def _fill(self, timeout_ms: float, only: Collection[TopicPartition] | None, max_records: int | None = None) -> bool:
-        """Fetch a batch of up to ``max_records`` (default ``max_poll_records``), waiting up to
-        ``timeout_ms``, into the pending records; True if any."""
-        batch = self._poll(timeout_ms, max_records, only)
-        self._unread(batch)
+        """Fetch up to ``max_records`` (default ``max_poll_records``), waiting up to ``timeout_ms``
+        for the first, into the pending records; True if any.
+
+        After the first fetch, fetches again without waiting while records come and the budget
+        is not met: a fetch reads about ``_FETCH_BYTES`` of a partition, and the async consumer
+        makes one trip to a worker thread per fill. What was fetched goes to the pending
+        records even if a later fetch raises.
+        """
+        budget = self._max_poll_records if max_records is None else max_records
+        batch = self._poll(timeout_ms, budget, only)
+        try:
+            got = sum(map(len, batch.values()))
+            more = batch
+            while more and got < budget:
+                more = self._fetch(budget - got, only)
+                for tp, recs in more.items():
+                    batch.setdefault(tp, []).extend(recs)
+                    got += len(recs)
+        finally:
+            self._unread(batch)
         return bool(batch)
 
     def _take(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[ConsumerRecord]]:

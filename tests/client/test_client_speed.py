@@ -174,3 +174,22 @@ def test_c_prefixed_sizes_agree_with_python_when_records_share_sizes():
     assert [r.serialized_value_size for r in c] == [1024, 1024, 1024, 300, -1, 1024, 0, 5000, 5000]
     with pytest.raises(TypeError):  # an error after sizes were cached releases them and raises
         record._codec.prefixed(ConsumerRecord, ("t", 0), [*recs, [1, 2]], CONSUMER_RECORD_SUFFIX, True)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_getmany_fills_its_budget_in_one_call_past_the_fetch_size(tmp_path, anyio_backend):
+    """A getmany fetches again without waiting until max_records (fetches read about 1 MiB of a
+    partition each), one worker trip; records come in order, none lost."""
+    from filechannel.client import AsyncConsumer
+
+    Admin(tmp_path).create_topic("big", fsync="never")
+    big = [bytes([i]) * (600 << 10) for i in range(8)]
+    with Producer(tmp_path) as p:
+        for v in big:
+            p.send("big", v)
+    async with AsyncConsumer("big", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        first = await c.getmany(timeout_ms=1000, max_records=1)  # sizes seen: fetches of 1 record
+        rest = await c.getmany(timeout_ms=1000, max_records=100)
+    assert [r.value for r in first[TopicPartition("big", 0)]] == big[:1]
+    assert [r.value for r in rest[TopicPartition("big", 0)]] == big[1:]
