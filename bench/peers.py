@@ -433,8 +433,9 @@ def _free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """In the server's process, before exec: be killed when the bench process that started it
-    dies (a run killed at its time cap must not leave a server behind)."""
+    """In the server's process, before exec: be killed when the thread that started it exits
+    (the bench process's main thread: a run killed at its time cap leaves no server behind).
+    The same as bench/seaweed.py's, which peers cannot import: it needs boto3 at import."""
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
