@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <structmember.h>
+#include <sched.h>
 #include <time.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -552,7 +553,7 @@ typedef struct {
     long long pending_bytes, roll_bytes, max_payload, index_interval, buffer_bytes, prefix_ts, wall_offset_ns;
     double check_at, flush_due;
     unsigned int prefix_crc;
-    char always;
+    char always, flushing;
 } AppendCore;
 
 static PyMemberDef core_members[] = {
@@ -571,6 +572,7 @@ static PyMemberDef core_members[] = {
     {"_check_at", T_DOUBLE, offsetof(AppendCore, check_at), 0, NULL},
     {"_flush_due", T_DOUBLE, offsetof(AppendCore, flush_due), 0, NULL},
     {"_always", T_BOOL, offsetof(AppendCore, always), 0, NULL},
+    {"_flushing", T_BOOL, offsetof(AppendCore, flushing), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -641,7 +643,8 @@ core_append_locked(AppendCore *self, PyObject *value, long long ts, double now, 
     long long len = (long long)PyBytes_GET_SIZE(value);
     long long size = len + HEAD;
     long long pos = st->segment_size + self->pending_bytes;
-    if (PyList_GET_SIZE(pending) == 0 || now >= self->check_at || now >= self->flush_due || self->always ||
+    /* Due but a drain in flight: the next drain writes it (see Appender._append_stamped). */
+    if (PyList_GET_SIZE(pending) == 0 || now >= self->check_at || (now >= self->flush_due && !self->flushing) || self->always ||
         pos >= self->roll_bytes || len + PREFIX > self->max_payload || self->pending_bytes + size >= self->buffer_bytes) {
         return 0;
     }
@@ -706,6 +709,42 @@ PyDoc_STRVAR(core_append_doc,
              "append(value, *, key=None, headers=None, timestamp=None) -> offset\n\n"
              "Appender.append: the common case in C, anything else through Appender._append_stamped.");
 
+/* Take the appender's mutex (a threading.Lock) holding the GIL when it is granted.
+ *
+ * A blocking acquire() waits without the GIL and is granted the lock without it: the
+ * thread that released the lock, still holding the GIL, then finds it taken on its next
+ * send and blocks in turn, and every send hands the lock and the GIL from thread to
+ * thread (8 sender threads: 0.03-0.4x one thread's rate). So first try without blocking,
+ * letting the other threads run (the GIL released, sched_yield) between tries: the holder
+ * is a thread inside Python code that lost the GIL, and finishes once it gets it back.
+ * After ACQUIRE_TRIES, block (the holder may be waiting for writer.lock, held by another
+ * process). 0 taken, -1 error. */
+#define ACQUIRE_TRIES 64
+
+static int
+acquire_mutex(PyObject *mutex)
+{
+    for (int i = 0; i < ACQUIRE_TRIES; i++) {
+        PyObject *r = PyObject_CallMethodOneArg(mutex, str_acquire, Py_False);
+        if (r == NULL) {
+            return -1;
+        }
+        int got = r == Py_True;
+        Py_DECREF(r);
+        if (got) {
+            return 0;
+        }
+        Py_BEGIN_ALLOW_THREADS sched_yield();
+        Py_END_ALLOW_THREADS
+    }
+    PyObject *r = PyObject_CallMethodNoArgs(mutex, str_acquire);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
 /* The fast path: 1 done (*offset, *ts set), 0 not taken (the caller goes to Python), -1 error.
  * have_ts: use *ts as the timestamp; else the timestamp is now, stored in *ts. */
 static int
@@ -728,12 +767,10 @@ core_try_append(AppendCore *self, PyObject *value, int have_ts, long long *ts, l
     }
     PyObject *mutex = self->mutex;
     Py_INCREF(mutex);
-    PyObject *r = PyObject_CallMethodNoArgs(mutex, str_acquire);
-    if (r == NULL) {
+    if (acquire_mutex(mutex) < 0) {
         Py_DECREF(mutex);
         return -1;
     }
-    Py_DECREF(r);
     int done = core_append_locked(self, value, *ts, now, offset);
     int released = release_mutex(mutex);
     Py_DECREF(mutex);

@@ -193,3 +193,31 @@ async def test_getmany_fills_its_budget_in_one_call_past_the_fetch_size(tmp_path
         rest = await c.getmany(timeout_ms=1000, max_records=100)
     assert [r.value for r in first[TopicPartition("big", 0)]] == big[:1]
     assert [r.value for r in rest[TopicPartition("big", 0)]] == big[1:]
+
+
+def test_records_sent_from_threads_are_written_without_flush(tmp_path):
+    """Records found due while a drain is in flight are left to the next drain, not waited for:
+    every one still reaches the file without flush() (the flusher or a later send writes it)."""
+    from filechannel import FileChannel
+
+    per, threads = 3000, 8
+    with FileChannel(tmp_path / "ch", fsync="never", flush_interval=0.0001, maintenance_interval=0) as ch:
+        rx = ch.receiver("earliest")
+
+        def loop(i):
+            send = ch.sender().send
+            for j in range(per):
+                send(b"%d-%d" % (i, j))
+
+        workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        got = []
+        while len(got) < per * threads:  # no flush: the background flusher writes the rest
+            batch = rx.recv_many(10_000, timeout=10)
+            assert batch, f"only {len(got)} of {per * threads} records written"
+            got += batch
+    assert [r.offset for r in got] == list(range(per * threads))
+    assert sorted(r.value for r in got) == sorted(b"%d-%d" % (i, j) for i in range(threads) for j in range(per))
