@@ -442,35 +442,52 @@ def _die_with_parent() -> None:
 class Server:
     """A server process started in ``folder`` on 127.0.0.1 and a free port; ``stop()`` ends it.
 
-    ``start`` raises with the install command when the binary is not on PATH, and stops the
-    process again if it does not accept connections within ``ready_s``.
+    Raises with the install command when the binary is not on PATH. A server that exits
+    before it listens (another process took the free port first) is started again on
+    another port, up to ``START_TRIES`` times; one that does not listen within ``ready_s``
+    is stopped and the error names its log.
     """
+
+    START_TRIES = 3
 
     def __init__(self, binary: str, folder: str, args: Callable[[int], list[str]], ready_s: float = 10.0) -> None:
         exe = shutil.which(binary)
         if exe is None:
             raise RuntimeError(f"{binary} is not installed: {INSTALL_SERVERS}")
-        self.port = _free_port()
-        self.log = open(os.path.join(folder, f"{binary}.log"), "wb")  # noqa: SIM115 (closed in stop())
-        self.proc = subprocess.Popen(
-            [exe, *args(self.port)], cwd=folder, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
-        )
-        try:
-            deadline = time.monotonic() + ready_s
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"{binary} exited with code {self.proc.returncode}; see its log in {folder}")
-                try:
-                    socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+        self.log_path = os.path.join(folder, f"{binary}.log")
+        for attempt in range(1, self.START_TRIES + 1):
+            self.port = _free_port()
+            self.log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop())
+            self.proc = subprocess.Popen(
+                [exe, *args(self.port)], cwd=folder, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            )
+            try:
+                if self._listening(ready_s):
                     return
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{binary} did not listen on 127.0.0.1:{self.port} within {ready_s} s") from None
-                with contextlib.suppress(subprocess.TimeoutExpired):  # returns at once if the server exits
-                    self.proc.wait(0.02)
-        except BaseException:
+            except BaseException:
+                self.stop()
+                raise
             self.stop()
-            raise
+            if attempt == self.START_TRIES:
+                with open(self.log_path, "rb") as f:
+                    tail = f.read()[-500:].decode(errors="replace").strip()
+                raise RuntimeError(f"{binary} exited with code {self.proc.returncode} before listening; its log: {tail}")
+
+    def _listening(self, ready_s: float) -> bool:
+        """True once the server accepts connections; False if it exited first; raises after ``ready_s``."""
+        deadline = time.monotonic() + ready_s
+        while True:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return True
+            except OSError:
+                if time.monotonic() > deadline:
+                    what = f"{os.path.basename(self.proc.args[0])} did not listen on 127.0.0.1:{self.port}"
+                    raise RuntimeError(f"{what} within {ready_s} s") from None
+            with contextlib.suppress(subprocess.TimeoutExpired):  # returns at once if the server exits
+                self.proc.wait(0.02)
 
     def stop(self) -> None:
         """End the server (SIGTERM, then SIGKILL after 10 s) and close its log. Idempotent."""

@@ -26,25 +26,34 @@ SERVER_ROWS |= {"nats-publish": "nats-server", "nats-publish-async": "nats-serve
 
 
 def _gone(pid: int, within: float = 15.0) -> bool:
-    """True once process ``pid`` no longer exists (or is a zombie), waiting up to ``within`` s."""
+    """True once redis-server ``pid`` no longer runs (gone, a zombie, or the pid reused by
+    another program), waiting up to ``within`` s."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
             with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ", 1)[1].startswith("Z"):
+                state = f.read().split(") ", 1)[1][0]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if state == "Z" or b"redis-server" not in f.read():
                     return True
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             return True
         time.sleep(0.05)
     return False
 
 
-def _refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return True
-    return False
+def _refused(port: int, within: float = 0.0) -> bool:
+    """True once a connection to ``port`` is refused, trying for up to ``within`` s (a child
+    redis forked for its AOF rewrite keeps the listening socket until it finishes)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 @pytest.mark.bench
@@ -83,7 +92,7 @@ def test_server_row_produces_consumes_and_stops_its_server(key, tmp_path):
     finally:
         backend.close()
     assert backend.server.proc.returncode is not None
-    assert _refused(backend.server.port)
+    assert _refused(backend.server.port, within=15)
 
 
 @pytest.mark.bench
@@ -116,12 +125,13 @@ def test_server_stops_when_the_bench_process_is_interrupted_or_killed(how, tmp_p
         if shutil.which("redis-server") is None:  # not installed: the process fails, naming the install command
             assert proc.wait(30) != 0 and INSTALL_SERVERS in proc.stderr.read()
             return
+        assert line, proc.stderr.read()[-2000:]  # the script failed before the server listened: why
         pid, port = map(int, line.split())
         assert not _refused(port)
         proc.send_signal(how)
         proc.wait(30)
         assert _gone(pid), f"redis-server {pid} still running after the bench process got {how!r}"
-        assert _refused(port)
+        assert _refused(port, within=15)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -129,3 +139,16 @@ def test_server_stops_when_the_bench_process_is_interrupted_or_killed(how, tmp_p
         proc.stdin.close()
         proc.stdout.close()
         proc.stderr.close()
+
+
+@pytest.mark.bench
+def test_a_server_that_exits_before_listening_is_retried_then_reported_with_its_log(tmp_path):
+    from bench.peers import Server
+
+    if shutil.which("redis-server") is None:  # not installed: the install command instead
+        with pytest.raises(RuntimeError, match=INSTALL_SERVERS):
+            Server("redis-server", str(tmp_path), lambda port: [])
+        return
+    with pytest.raises(RuntimeError, match=r"(?s)redis-server exited with code \d+ before listening; its log: .*not-a-port"):
+        Server("redis-server", str(tmp_path), lambda port: ["--port", "not-a-port"])
+    assert Server.START_TRIES == 3
