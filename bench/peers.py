@@ -8,9 +8,15 @@ backend promises, in the table next to its figures.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import shutil
+import signal
+import socket
 import sqlite3
 import struct
+import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -38,6 +44,7 @@ class Backend(ABC):
         """Make everything produced readable (flush buffers)."""
 
     deadline = float("inf")  # a time.perf_counter() past which a slow consume may stop early
+    sizes: tuple[int, ...] | None = None  # the message sizes it runs at (None: every size)
     size = 0  # the payload size of this run, set before open()
 
     @abstractmethod
@@ -301,12 +308,16 @@ def _poll_records(size: int) -> int:
 
 
 def _topic_root(folder: str) -> str:
-    """A root folder in ``folder`` with topic "t" of one partition, fsync as in BENCH_CONFIG
-    (topics have no maintenance setting: the clients run it in the background)."""
+    """A root folder in ``folder`` with topic "t" of one partition, fsync as in BENCH_CONFIG.
+
+    Topics have no maintenance setting (the clients run it in the background), so the topic
+    is uncompressed instead: like the channel rows' maintenance off, a run measures the API,
+    not zstd compressing the segments sealed meanwhile (at 64 KiB that took the Producer
+    row from about the Sender row's rate to 0.63-0.77x of it, A/B on this machine)."""
     from filechannel.client import Admin
 
     root = os.path.join(folder, "root")
-    Admin(root).create_topic("t", partitions=1, fsync=BENCH_CONFIG["fsync"])
+    Admin(root).create_topic("t", partitions=1, fsync=BENCH_CONFIG["fsync"], compression="none")
     return root
 
 
@@ -392,6 +403,243 @@ class AsyncKafkaLike(KafkaLike):
             self.portal_cm.__exit__(None, None, None)
 
 
+class AsyncGather(AsyncKafkaLike):
+    """The async producer with a chunk's sends gathered (``asyncio.gather``), then each delivery
+    awaited: batched async use without ``send_and_wait``. Consumed as AsyncKafkaLike."""
+
+    name = "filechannel AsyncProducer, asyncio.gather of sends"
+
+    def produce(self, values: list[bytes]) -> None:
+        async def run() -> None:
+            import asyncio
+
+            send = self.producer.send
+            for delivery in await asyncio.gather(*[send("t", v) for v in values]):
+                await delivery
+
+        self.portal.call(run)
+
+
+# -- servers users run instead: Redis Streams and NATS JetStream -------------------------------------
+
+INSTALL_SERVERS = "apt-get install redis-server nats-server"
+
+
+def _free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before exec: be killed when the thread that started it exits
+    (the bench process's main thread: a run killed at its time cap leaves no server behind).
+    The same as bench/seaweed.py's, which peers cannot import: it needs boto3 at import."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class Server:
+    """A server process started in ``folder`` on 127.0.0.1 and a free port; ``stop()`` ends it.
+
+    Raises with the install command when the binary is not on PATH. A server that exits
+    before it listens (another process took the free port first) is started again on
+    another port, up to ``START_TRIES`` times; one that does not listen within ``ready_s``
+    is stopped and the error names its log.
+    """
+
+    START_TRIES = 3
+
+    def __init__(self, binary: str, folder: str, args: Callable[[int], list[str]], ready_s: float = 10.0) -> None:
+        exe = shutil.which(binary)
+        if exe is None:
+            raise RuntimeError(f"{binary} is not installed: {INSTALL_SERVERS}")
+        self.log_path = os.path.join(folder, f"{binary}.log")
+        for attempt in range(1, self.START_TRIES + 1):
+            self.port = _free_port()
+            self.log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop())
+            self.proc = subprocess.Popen(
+                [exe, *args(self.port)], cwd=folder, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            )
+            try:
+                if self._listening(ready_s):
+                    return
+            except BaseException:
+                self.stop()
+                raise
+            self.stop()
+            if attempt == self.START_TRIES:
+                with open(self.log_path, "rb") as f:
+                    tail = f.read()[-500:].decode(errors="replace").strip()
+                raise RuntimeError(f"{binary} exited with code {self.proc.returncode} before listening; its log: {tail}")
+
+    def _listening(self, ready_s: float) -> bool:
+        """True once the server accepts connections; False if it exited first; raises after ``ready_s``."""
+        deadline = time.monotonic() + ready_s
+        while True:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return True
+            except OSError:
+                if time.monotonic() > deadline:
+                    what = f"{os.path.basename(self.proc.args[0])} did not listen on 127.0.0.1:{self.port}"
+                    raise RuntimeError(f"{what} within {ready_s} s") from None
+            with contextlib.suppress(subprocess.TimeoutExpired):  # returns at once if the server exits
+                self.proc.wait(0.02)
+
+    def stop(self) -> None:
+        """End the server (SIGTERM, then SIGKILL after 10 s) and close its log. Idempotent."""
+        try:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        finally:
+            self.log.close()
+
+
+REDIS_DURABILITY = "AOF, appendfsync everysec: acked in memory, fsync once a second (up to 1 s lost)"
+NATS_DURABILITY = "file store: acked once written to the OS, fsync every 2 min (server default sync_interval)"
+
+
+class RedisStreams(Backend):
+    """Redis Streams: XADD one per call (a round trip each) or pipelined (CHUNK per round
+    trip); consumed with XREADGROUP by one member of a consumer group, XACK per batch."""
+
+    durability = REDIS_DURABILITY
+    sizes = (100, 1024)  # the issue's sizes; 64 KiB runs would hold 655 MB in the server's memory
+
+    def __init__(self, pipelined: bool) -> None:
+        self.pipelined = pipelined
+        self.name = "Redis Streams XADD, pipelined" if pipelined else "Redis Streams XADD, one per call"
+
+    def open(self, folder: str) -> None:
+        import redis
+
+        self.server = Server(
+            "redis-server",
+            folder,
+            lambda port: [
+                "--bind", "127.0.0.1", "--port", str(port), "--dir", folder, "--save", "",
+                "--appendonly", "yes", "--appendfsync", "everysec", "--daemonize", "no",
+            ],
+        )  # fmt: skip
+        try:
+            self.r = redis.Redis(host="127.0.0.1", port=self.server.port)
+            self.r.xgroup_create("s", "g", id="0", mkstream=True)
+        except BaseException:
+            self.server.stop()
+            raise
+
+    def produce(self, values: list[bytes]) -> None:
+        if self.pipelined:
+            pipe = self.r.pipeline(transaction=False)
+            for v in values:
+                pipe.xadd("s", {"v": v})
+            pipe.execute()
+            return
+        xadd = self.r.xadd
+        for v in values:
+            xadd("s", {"v": v})
+
+    def consume(self, n: int) -> int:
+        total = 0
+        while n > 0 and time.perf_counter() < self.deadline:
+            got = self.r.xreadgroup("g", "c", {"s": ">"}, count=min(n, 1000))
+            if not got:
+                raise RuntimeError(f"{n} records missing")
+            entries = got[0][1]
+            self.r.xack("s", "g", *[e[0] for e in entries])
+            n -= len(entries)
+            total += sum(len(e[1][b"v"]) for e in entries)
+        return total
+
+    def close(self) -> None:
+        try:
+            self.r.close()
+        finally:
+            self.server.stop()
+
+
+class NatsJetStream(Backend):
+    """NATS JetStream, file store: publish awaiting each ack, or with up to CHUNK acks in flight
+    (publish_async); consumed by a durable pull consumer (fetch batches, ack the last of
+    each: AckAll)."""
+
+    durability = NATS_DURABILITY
+    sizes = (100, 1024)
+
+    def __init__(self, in_flight: bool) -> None:
+        self.in_flight = in_flight
+        self.name = "NATS JetStream publish, many in flight" if in_flight else "NATS JetStream publish, one at a time"
+
+    def open(self, folder: str) -> None:
+        import asyncio
+
+        self.loop = asyncio.new_event_loop()
+        self.server = Server(
+            "nats-server", folder, lambda port: ["-a", "127.0.0.1", "-p", str(port), "-js", "-sd", os.path.join(folder, "js")]
+        )
+        try:
+            self.loop.run_until_complete(self._connect())
+        except BaseException:
+            self.server.stop()
+            self.loop.close()
+            raise
+
+    async def _connect(self) -> None:
+        import nats
+        from nats.js.api import StorageType
+
+        self.nc = await nats.connect(f"nats://127.0.0.1:{self.server.port}", max_reconnect_attempts=0)
+        self.js = self.nc.jetstream(publish_async_max_pending=CHUNK_IN_FLIGHT)
+        # 8 MiB messages at most (64 KiB rows), as many as the run produces
+        await self.js.add_stream(name="s", subjects=["s"], storage=StorageType.FILE, max_msg_size=8 << 20)
+
+    def produce(self, values: list[bytes]) -> None:
+        self.loop.run_until_complete(self._produce(values))
+
+    async def _produce(self, values: list[bytes]) -> None:
+        js = self.js
+        if self.in_flight:
+            for v in values:
+                await js.publish_async("s", v)
+            await js.publish_async_completed()
+            return
+        for v in values:
+            await js.publish("s", v)
+
+    def consume(self, n: int) -> int:
+        return self.loop.run_until_complete(self._consume(n))
+
+    async def _consume(self, n: int) -> int:
+        from nats.js.api import AckPolicy, ConsumerConfig
+
+        sub = await self.js.pull_subscribe("s", durable="c", config=ConsumerConfig(ack_policy=AckPolicy.ALL))
+        total = 0
+        while n > 0 and time.perf_counter() < self.deadline:
+            msgs = await sub.fetch(min(n, 1000), timeout=5)
+            await msgs[-1].ack()
+            n -= len(msgs)
+            total += sum(len(m.data) for m in msgs)
+        return total
+
+    def close(self) -> None:
+        try:
+            self.loop.run_until_complete(self.nc.close())
+        finally:
+            self.server.stop()
+            self.loop.close()
+
+
+CHUNK_IN_FLIGHT = 1000  # publishes awaiting their ack at most (the throughput runs' chunk)
+
+
 BACKENDS: dict[str, Callable[[], Backend]] = {
     "floor": Floor,
     "floor-per-call": FloorPerCall,
@@ -401,10 +649,15 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "diskcache": DiskcacheDeque,
     "litequeue": LiteQueue,
     "sqlite3": SQLiteTable,
+    "redis-xadd": lambda: RedisStreams(pipelined=False),
+    "redis-xadd-pipelined": lambda: RedisStreams(pipelined=True),
+    "nats-publish": lambda: NatsJetStream(in_flight=False),
+    "nats-publish-async": lambda: NatsJetStream(in_flight=True),
     "fc-send": lambda: Channel(batched=False),
     "fc-send-many": lambda: Channel(batched=True),
     "fc-send-many-defaults": lambda: Channel(batched=True, defaults=True),
     "fc-producer": KafkaLike,
     "fc-async": AsyncKafkaLike,
+    "fc-async-gather": AsyncGather,
 }
 """Everything in the produce/consume table by key: the floor first, ours last."""

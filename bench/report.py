@@ -193,6 +193,71 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
         }
     )
     out += _tier_targets(rows)
+    out += client_targets(rows)
+    return out
+
+
+PRODUCER = "filechannel Producer/Consumer"
+ASYNC = "filechannel AsyncProducer/AsyncConsumer"
+GATHER = "filechannel AsyncProducer, asyncio.gather of sends"
+SEND = "filechannel send/recv"
+SEND_MANY = "filechannel send_many/recv_many"
+REDIS = ("Redis Streams XADD, one per call", "Redis Streams XADD, pipelined")
+NATS = ("NATS JetStream publish, one at a time", "NATS JetStream publish, many in flight")
+
+
+def client_targets(rows: list[Row]) -> list[dict[str, Any]]:
+    """The Kafka-like client's targets (issue 22): against the channel's own API, queuelib,
+    itself from 8 threads, and the servers users would run instead (their best mode)."""
+    out: list[dict[str, Any]] = []
+
+    def target(name: str, a: Row | None, b: Row | None, goal: float, note: str = "") -> None:
+        measured = a.msgs_per_s / b.msgs_per_s if a and b else None
+        out.append(
+            {
+                "target": name,
+                "goal": f">= {goal}x",
+                "measured": None if measured is None else round(measured, 3),
+                "met": None if measured is None else measured >= goal,
+                "note": note,
+            }
+        )
+
+    for size in (100, 1024):
+
+        def row(workload: str, backend: str, size: int = size) -> Row | None:
+            return _find(rows, workload, backend, size)
+
+        producer = row("produce", PRODUCER)
+        target(f"Producer.send vs Sender.send, {size} B", producer, row("produce", SEND), 0.5)
+        target(f"Producer.send vs queuelib, {size} B", producer, row("produce", QUEUELIB), 2.0)
+        target(f"AsyncProducer.send vs Producer.send, {size} B", row("produce", ASYNC), producer, 0.5)
+        target(f"AsyncProducer, asyncio.gather of sends vs Producer.send, {size} B", row("produce", GATHER), producer, 0.5)
+        for api, backend in (("Consumer.poll", PRODUCER), ("AsyncConsumer.getmany", ASYNC)):
+            target(f"{api} vs recv_many, {size} B", row("consume", backend), row("consume", SEND_MANY), 0.8)
+    threads = {r.workload: r for r in rows if r.backend == "filechannel Producer.send" and not r.error}
+    target(
+        "Producer.send from 8 threads vs 1 thread, 100 B",
+        threads.get("send from 8 thread(s)"),
+        threads.get("send from 1 thread(s)"),
+        0.7,
+    )
+    for w in ("produce", "consume"):
+        for backend in (SEND, SEND_MANY, PRODUCER, ASYNC):
+            target(f"64 KiB {w}: {backend} vs queuelib", _find(rows, w, backend, 65536), _find(rows, w, QUEUELIB, 65536), 1.0)
+    for server, modes in (("Redis Streams", REDIS), ("NATS JetStream", NATS)):
+        for size in (100, 1024):
+            for w in ("produce", "consume"):
+                peers = [r for r in (_find(rows, w, m, size) for m in modes) if r]
+                best = max(peers, key=lambda r: r.msgs_per_s, default=None)
+                missing = next((r.error for r in rows if r.backend in modes and r.error), "")
+                target(
+                    f"Producer/Consumer {w} vs {server} (best mode), {size} B",
+                    _find(rows, w, PRODUCER, size),
+                    best,
+                    10.0,
+                    note=f"best mode: {best.backend}; {best.durability}" if best else missing,
+                )
     return out
 
 

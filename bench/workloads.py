@@ -6,6 +6,7 @@ Each runs in a fresh process (:func:`bench.measure.in_child`) and returns rows.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import json
 import multiprocessing as mp
@@ -227,16 +228,23 @@ def _fsync_per_message(size: int, seconds: float) -> list[dict[str, Any]]:
 
 
 def _threads(size: int, threads: int, seconds: float, api: str) -> list[dict[str, Any]]:
-    """Messages per second from ``threads`` threads calling ``Sender.send`` or a bare locked call.
+    """Messages per second from ``threads`` threads calling ``Sender.send``, ``Producer.send``
+    (one topic of one partition) or a bare locked call.
 
     The bare call (pack, crc32c, list append under a ``threading.Lock``) is the least any
     thread-safe per-message API does; how much it loses from 1 to 8 threads is CPython's.
     """
     payload = os.urandom(size)
     counts = [0] * threads
-    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder, _channel(folder) as ch:
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder, contextlib.ExitStack() as stack, _channel(folder) as ch:
         if api == "sender":
             make_send = lambda: ch.sender().send  # noqa: E731
+        elif api == "producer":
+            from filechannel.client import Admin, Producer
+
+            Admin(folder).create_topic("t", fsync=BENCH_CONFIG["fsync"], compression="none")  # as peers._topic_root
+            producer = stack.enter_context(Producer(folder))
+            make_send = lambda: functools.partial(producer.send, "t")  # noqa: E731
         else:
             lock, out, pack = threading.Lock(), [], struct.Struct("<IIBq").pack
 
@@ -261,17 +269,21 @@ def _threads(size: int, threads: int, seconds: float, api: str) -> list[dict[str
         _in_threads(loop, threads)
         secs = time.perf_counter() - t0
     n = sum(counts)
-    backend = "filechannel Sender.send" if api == "sender" else "bare locked call per message (reference)"
+    backend = {
+        "sender": "filechannel Sender.send",
+        "producer": "filechannel Producer.send",
+        "bare": "bare locked call per message (reference)",
+    }[api]
     return [
         Row(
             f"send from {threads} thread(s)",
             backend,
-            NEVER if api == "sender" else "none",
+            "none" if api == "bare" else NEVER,
             size,
             n,
             n / secs,
             n * size / secs / 1e6,
-            ours=api == "sender",
+            ours=api != "bare",
         ).to_json()
     ]
 
@@ -581,6 +593,8 @@ def special(quick: bool) -> list[tuple[str, Any, tuple]]:
         ("threads, bare locked call", _threads, (100, 8, secs, "bare")),
         ("threads, Sender.send", _threads, (100, 1, secs, "sender")),
         ("threads, Sender.send", _threads, (100, 8, secs, "sender")),
+        ("threads, Producer.send", _threads, (100, 1, secs, "producer")),
+        ("threads, Producer.send", _threads, (100, 8, secs, "producer")),
     ]
     for size in SIZES:
         out.append(("2 producer processes", _two_producers, (size, count(size, 400_000, 10_000))))

@@ -84,6 +84,9 @@ class RecordDelivery:
         return self.future.exception(timeout=0)
 
 
+_new_delivery = object.__new__
+
+
 class BatchRecord(NamedTuple):
     """What ``BatchBuilder.append`` returns (aiokafka's): the record's place in its batch."""
 
@@ -163,7 +166,12 @@ class AsyncProducer:
         An error about the arguments (not bytes, no such partition) raises here; one about
         the record once written (too large) is raised by the future.
         """
-        return RecordDelivery(self._producer.send(topic, value, key, headers, partition, timestamp_ms))
+        delivery = _new_delivery(RecordDelivery)  # RecordDelivery(future) without a Python __init__ call
+        if key is None and partition is None and timestamp_ms is None and headers is None:
+            delivery.future = self._producer.send(topic, value)  # the form the producer's short path takes
+        else:
+            delivery.future = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
+        return delivery
 
     async def send_and_wait(
         self,
@@ -252,11 +260,12 @@ class AsyncConsumer:
     async def start(self) -> None:
         """Nothing to start (no server); kept for aiokafka compatibility."""
 
-    def _fill(self, only: Collection[TopicPartition] | None, timeout: float) -> None:
-        """Worker thread: fetch into the pending records, waiting up to ``timeout`` s."""
+    def _fill(self, only: Collection[TopicPartition] | None, timeout: float, max_records: int | None = None) -> None:
+        """Worker thread: fetch up to ``max_records`` (default ``max_poll_records``) into the
+        pending records, waiting up to ``timeout`` s."""
         with self._io:
             if not self._consumer._closed:
-                self._consumer._fill(timeout * 1000, only)
+                self._consumer._fill(timeout * 1000, only, max_records)
 
     def _take(
         self, only: Collection[TopicPartition] | None, budget: int | None
@@ -289,7 +298,9 @@ class AsyncConsumer:
             if batch or (fetched and remaining <= 0):
                 return batch
             step = max(0.0, min(remaining, _STEP))
-            await anyio.to_thread.run_sync(self._fill, only, step, abandon_on_cancel=True)
+            # As many as this call may return: with max_poll_records (500) a getmany of 2,000
+            # took four trips to a worker thread, which cost more than reading the records.
+            await anyio.to_thread.run_sync(self._fill, only, step, max_records, abandon_on_cancel=True)
             fetched = True
 
     async def getone(self, *partitions: TopicPartition) -> AsyncConsumerRecord:

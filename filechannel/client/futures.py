@@ -32,6 +32,7 @@ from concurrent.futures._base import FINISHED, PENDING  # the states Future's ow
 from typing import Any
 
 from ..errors import Timeout
+from .records import RecordMetadata
 
 
 class RecordFuture(Future):
@@ -131,6 +132,33 @@ class RecordFuture(Future):
 
 
 _DONE = threading.Condition()  # of futures created done: nobody ever waits on it
+
+
+class SentFuture(RecordFuture):
+    """The done future of a record buffered by ``Producer.send``'s common case: it keeps
+    where the record went and builds the :class:`RecordMetadata` only when asked.
+
+    Most producers never look at the future of every record; building the 11-field
+    metadata and a full future per send cost more than the append itself (100 B
+    ``Producer.send``: 0.18x ``Sender.send`` with them). ``_route`` is the partition's
+    ``(topic, partition, TopicPartition)``, ``_at`` the append's ``(offset, timestamp)``,
+    ``_size`` the value's length. Everything else is the class's: done, no exception.
+    """
+
+    __slots__ = ("_at", "_route", "_size")
+    _condition = _DONE
+    _state = FINISHED
+    _exception = None
+
+    @property
+    def _result(self) -> Any:  # read by result(), value and Future's own methods
+        topic, partition, tp = self._route
+        offset, timestamp = self._at
+        # tuple.__new__: the namedtuple's Python-level __new__ with 11 arguments costs more
+        return _new_tuple(RecordMetadata, (topic, partition, tp, offset, timestamp, None, -1, self._size, -1, 0, -1))
+
+
+_new_tuple = tuple.__new__
 
 
 def complete(condition: threading.Condition, done: Iterable[tuple[RecordFuture, Any]], error: BaseException | None) -> None:

@@ -12,10 +12,11 @@ from typing import Any
 
 from ..channel import FileChannel
 from ..config import ChannelConfig
+from ..engine.appender import Appender
 from ..engine.record import Headers, checked_timestamp, serialized_sizes
 from ..errors import ChannelClosedError, ConfigError, MessageTooLargeError, RecordTypeError, Timeout, UnknownTopicError
 from .durable import GroupSync
-from .futures import RecordFuture
+from .futures import RecordFuture, SentFuture
 from .kafka_names import PRODUCER_IGNORED, check_names
 from .partitioner import DefaultPartitioner, as_partitioner
 from .records import RecordMetadata, TopicPartition
@@ -23,6 +24,12 @@ from .topics import TopicStore
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _new_metadata = tuple.__new__
+
+try:  # Producer.send's short path in C (filechannel/engine/_codec.c), when it was built and loads
+    from ..engine._codec import ProducerSend as _CSend
+except ImportError:
+    _CSend = None
+_new_future = object.__new__
 
 
 def _not_bytes(what: str, obj: Any, serializer: Callable[[Any], bytes] | None) -> RecordTypeError:
@@ -157,6 +164,11 @@ class Producer:
         self._senders: dict[tuple[str, int], Any] = {}
         self._syncs: dict[tuple[str, int], GroupSync] = {}
         self._tps: dict[tuple[str, int], TopicPartition] = {}
+        # topic -> (its partition's Appender, (topic, 0, TopicPartition)): see _fast_route
+        self._routes: dict[str, tuple[Appender, tuple[str, int, TopicPartition]]] = {}
+        self._c_send = None
+        if _CSend is not None:  # send's short path in C, the Python one as its fallback (see _codec.c)
+            self._c_send = self.send = _CSend(self._routes, self._py_send, SentFuture)  # type: ignore[method-assign]
         self._sent = 0
         self._closed = False
 
@@ -201,7 +213,7 @@ class Producer:
         """kafka-python's ``metrics()``, small: records sent and partitions open, under ``producer-metrics``."""
         return {
             "producer-metrics": {
-                "record-send-total": float(self._sent),
+                "record-send-total": float(self._sent + (self._c_send.sent if self._c_send is not None else 0)),
                 "partitions-open": float(len(self._senders)),
             }
         }
@@ -239,6 +251,55 @@ class Producer:
         fails its future with :class:`MessageTooLargeError` (kafka-python returns a future
         failed with ``MessageSizeTooLargeError``), the same with every fsync policy.
         """
+        route = self._routes.get(topic)
+        if (
+            route is not None
+            and value.__class__ is bytes
+            and key is None
+            and headers is None
+            and partition is None
+            and timestamp_ms is None
+        ):
+            # The common case (see _fast_route): one call into the appender's C path, which
+            # stamps the record, and a future that builds its metadata only if asked.
+            try:
+                at = route[0].append_stamped(value)
+            except MessageTooLargeError as exc:
+                return RecordFuture.rejected(exc)
+            future = _new_future(SentFuture)
+            future._route, future._at, future._size = route[1], at, len(value)
+            self._sent += 1
+            return future
+        return self._send(topic, value, key, headers, partition, timestamp_ms)
+
+    _py_send = send  # ProducerSend's fallback when send is the C one
+
+    def _fast_route(self, topic: str, sender: Any) -> None:
+        """Let ``send`` take its short path for ``topic`` from now on, if that path means the
+        same as the whole one: a topic of one partition (its partition count is cached for
+        the producer's life either way), no serializers, the default partitioner (a user's
+        would be called per record), no GroupSync (``fsync="always"`` queues records)."""
+        if (
+            self._key_serializer is None
+            and self._value_serializer is None
+            and type(self._partitioner) is DefaultPartitioner
+            and self._topics.partitions(topic) == 1
+            and (topic, 0) not in self._syncs
+        ):
+            with self._lock:
+                if not self._closed:
+                    self._routes[topic] = (sender._appender, (topic, 0, self._tp(topic, 0)))
+
+    def _send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        headers: Headers | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+    ) -> RecordFuture:
+        """``send``'s whole path: serializers, checks, partitioner, keys, headers, GroupSync."""
         if self._closed:
             raise ChannelClosedError("this producer is closed")
         kbytes = self._key_serializer(key) if (self._key_serializer and key is not None) else key
@@ -267,6 +328,8 @@ class Producer:
             offset = sender.send(vbytes, key=kbytes, headers=headers, timestamp=timestamp_ms)
         except MessageTooLargeError as exc:  # kafka-python: a failed future, as with fsync="always"
             return RecordFuture.rejected(exc)
+        if topic not in self._routes:
+            self._fast_route(topic, sender)
         tp = self._tps.get((topic, partition)) or self._tp(topic, partition)
         # tuple.__new__: the namedtuple's Python-level __new__ with 11 arguments cost more than the rest
         return RecordFuture.resolved(
@@ -317,6 +380,7 @@ class Producer:
             if self._closed:
                 return
             self._closed = True
+            self._routes.clear()  # sends take the whole path again, which refuses
             channels = list(self._channels.values())
             syncs = list(self._syncs.values())
         for sync in syncs:

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <structmember.h>
+#include <sched.h>
 #include <time.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -401,12 +402,16 @@ shaped(PyObject *self, PyObject *args)
     if (out == NULL) {
         return NULL;
     }
+    /* Records of a batch mostly share their sizes: one int object each, not one per record
+       (sizes above 256 are not among CPython's cached small ints). */
+    PyObject *last_size[3] = {NULL, NULL, NULL};
+    Py_ssize_t last_measured[3] = {0, 0, 0};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyList_GET_ITEM(records, i);
         if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != nslots) {
             PyErr_Format(PyExc_TypeError, "records must be tuples of %zd fields, not %.100s", nslots, Py_TYPE(r)->tp_name);
-            Py_DECREF(out);
-            return NULL;
+            Py_CLEAR(out);
+            goto done;
         }
         Py_ssize_t measured[3] = {-1, -1, -1};
         if (nsizes) {
@@ -414,14 +419,14 @@ shaped(PyObject *self, PyObject *args)
             measured[1] = measured[0] == -2 ? -2 : size_of(PyTuple_GET_ITEM(r, 3));
             measured[2] = measured[1] == -2 ? -2 : headers_size(PyTuple_GET_ITEM(r, 4));
             if (measured[2] == -2) {
-                Py_DECREF(out);
-                return NULL;
+                Py_CLEAR(out);
+                goto done;
             }
         }
         PyObject *t = record_type->tp_alloc(record_type, nt);
         if (t == NULL) {
-            Py_DECREF(out);
-            return NULL;
+            Py_CLEAR(out);
+            goto done;
         }
         PyList_SET_ITEM(out, i, t); /* from here, an error frees t with out */
         for (Py_ssize_t k = 0; k < nt; k++) {
@@ -436,7 +441,12 @@ shaped(PyObject *self, PyObject *args)
             }
             PyObject *item;
             if (k >= nslots) {
-                item = PyLong_FromSsize_t(measured[k - nslots]);
+                Py_ssize_t j = k - nslots;
+                if (last_size[j] == NULL || last_measured[j] != measured[j]) {
+                    Py_XSETREF(last_size[j], PyLong_FromSsize_t(measured[j]));
+                    last_measured[j] = measured[j];
+                }
+                item = Py_XNewRef(last_size[j]);
             } else if (k == 4 && headers_list) {
                 PyObject *headers = PyTuple_GET_ITEM(r, 4);
                 int none = PyTuple_CheckExact(headers) && PyTuple_GET_SIZE(headers) == 0;
@@ -453,8 +463,8 @@ shaped(PyObject *self, PyObject *args)
                 Py_INCREF(item);
             }
             if (item == NULL) {
-                Py_DECREF(out);
-                return NULL;
+                Py_CLEAR(out);
+                goto done;
             }
             Py_SETREF(((PyTupleObject *)t)->ob_item[pos], item);
         }
@@ -466,6 +476,10 @@ shaped(PyObject *self, PyObject *args)
         if (!may_cycle) {
             PyObject_GC_UnTrack(t); /* the rule the collector applies to plain tuples */
         }
+    }
+done:
+    for (int j = 0; j < 3; j++) {
+        Py_XDECREF(last_size[j]);
     }
     return out;
 }
@@ -536,7 +550,7 @@ scan_frames(PyObject *self, PyObject *args)
  * is Appender.append's common case in C: a key-less, header-less bytes value while the
  * writer lock is held, the buffer already non-empty and nothing due (no roll, no drain,
  * no hold-limit check). It takes the appender's mutex like the Python code does; in any
- * other case it calls Appender._append, the whole path in Python, which stays the
+ * other case it calls Appender._append_stamped, the whole path in Python, which stays the
  * reference (tests/channel/test_append_core.py checks the two write the same bytes).
  */
 
@@ -571,7 +585,7 @@ typedef struct {
     long long pending_bytes, roll_bytes, max_payload, index_interval, buffer_bytes, prefix_ts, wall_offset_ns;
     double check_at, flush_due;
     unsigned int prefix_crc;
-    char always;
+    char always, flushing;
 } AppendCore;
 
 static PyMemberDef core_members[] = {
@@ -590,10 +604,11 @@ static PyMemberDef core_members[] = {
     {"_check_at", T_DOUBLE, offsetof(AppendCore, check_at), 0, NULL},
     {"_flush_due", T_DOUBLE, offsetof(AppendCore, flush_due), 0, NULL},
     {"_always", T_BOOL, offsetof(AppendCore, always), 0, NULL},
+    {"_flushing", T_BOOL, offsetof(AppendCore, flushing), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyObject *str_acquire, *str_release, *str_append, *str_key, *str_headers, *str_timestamp;
+static PyObject *str_acquire, *str_release, *str_append_stamped, *str_key, *str_headers, *str_timestamp;
 
 static int
 core_traverse(AppendCore *self, visitproc visit, void *arg)
@@ -660,7 +675,8 @@ core_append_locked(AppendCore *self, PyObject *value, long long ts, double now, 
     long long len = (long long)PyBytes_GET_SIZE(value);
     long long size = len + HEAD;
     long long pos = st->segment_size + self->pending_bytes;
-    if (PyList_GET_SIZE(pending) == 0 || now >= self->check_at || now >= self->flush_due || self->always ||
+    /* Due but a drain in flight: the next drain writes it (see Appender._append_stamped). */
+    if (PyList_GET_SIZE(pending) == 0 || now >= self->check_at || (now >= self->flush_due && !self->flushing) || self->always ||
         pos >= self->roll_bytes || len + PREFIX > self->max_payload || self->pending_bytes + size >= self->buffer_bytes) {
         return 0;
     }
@@ -723,7 +739,75 @@ core_append_locked(AppendCore *self, PyObject *value, long long ts, double now, 
 
 PyDoc_STRVAR(core_append_doc,
              "append(value, *, key=None, headers=None, timestamp=None) -> offset\n\n"
-             "Appender.append: the common case in C, anything else through Appender._append.");
+             "Appender.append: the common case in C, anything else through Appender._append_stamped.");
+
+/* Take the appender's mutex (a threading.Lock) holding the GIL when it is granted.
+ *
+ * A blocking acquire() waits without the GIL and is granted the lock without it: the
+ * thread that released the lock, still holding the GIL, then finds it taken on its next
+ * send and blocks in turn, and every send hands the lock and the GIL from thread to
+ * thread (8 sender threads: 0.03-0.4x one thread's rate). So first try without blocking,
+ * letting the other threads run (the GIL released, sched_yield) between tries: the holder
+ * is a thread inside Python code that lost the GIL, and finishes once it gets it back.
+ * After ACQUIRE_TRIES, block (the holder may be waiting for writer.lock, held by another
+ * process). 0 taken, -1 error. */
+#define ACQUIRE_TRIES 64
+
+static int
+acquire_mutex(PyObject *mutex)
+{
+    for (int i = 0; i < ACQUIRE_TRIES; i++) {
+        PyObject *r = PyObject_CallMethodOneArg(mutex, str_acquire, Py_False);
+        if (r == NULL) {
+            return -1;
+        }
+        int got = r == Py_True;
+        Py_DECREF(r);
+        if (got) {
+            return 0;
+        }
+        Py_BEGIN_ALLOW_THREADS sched_yield();
+        Py_END_ALLOW_THREADS
+    }
+    PyObject *r = PyObject_CallMethodNoArgs(mutex, str_acquire);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The fast path: 1 done (*offset, *ts set), 0 not taken (the caller goes to Python), -1 error.
+ * have_ts: use *ts as the timestamp; else the timestamp is now, stored in *ts. */
+static int
+core_try_append(AppendCore *self, PyObject *value, int have_ts, long long *ts, long long *offset)
+{
+    if (self->mutex == NULL) {
+        return 0;
+    }
+    /* One clock read: deadlines (check_at, flush_due) are on Python's time.monotonic(),
+     * CLOCK_MONOTONIC, and the timestamp is that plus the wall clock's lead, which
+     * Appender takes whenever it takes the writer lock, so at most the hold limit ago
+     * (Appender._append computes it the same way). A step of the wall clock once kept
+     * writer.lock held past the hold limit; a second clock read cost 40-58 ns here. */
+    struct timespec tp;
+    clock_gettime(CLOCK_MONOTONIC, &tp);
+    long long mono_ns = (long long)tp.tv_sec * 1000000000LL + tp.tv_nsec;
+    double now = (double)mono_ns / 1e9;
+    if (!have_ts) {
+        *ts = (mono_ns + self->wall_offset_ns) / 1000000;
+    }
+    PyObject *mutex = self->mutex;
+    Py_INCREF(mutex);
+    if (acquire_mutex(mutex) < 0) {
+        Py_DECREF(mutex);
+        return -1;
+    }
+    int done = core_append_locked(self, value, *ts, now, offset);
+    int released = release_mutex(mutex);
+    Py_DECREF(mutex);
+    return released < 0 ? -1 : done;
+}
 
 static PyObject *
 core_append(AppendCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -744,49 +828,62 @@ core_append(AppendCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
             plain = 0; /* keys and headers, and argument errors, are the Python path's */
         }
     }
-    if (plain && self->mutex != NULL) {
-        /* One clock read: deadlines (check_at, flush_due) are on Python's time.monotonic(),
-         * CLOCK_MONOTONIC, and the timestamp is that plus the wall clock's lead, which
-         * Appender takes whenever it takes the writer lock, so at most the hold limit ago
-         * (Appender._append computes it the same way). A step of the wall clock once kept
-         * writer.lock held past the hold limit; a second clock read cost 40-58 ns here. */
-        struct timespec tp;
-        clock_gettime(CLOCK_MONOTONIC, &tp);
-        long long mono_ns = (long long)tp.tv_sec * 1000000000LL + tp.tv_nsec;
-        double now = (double)mono_ns / 1e9;
-        if (!have_ts) {
-            ts = (mono_ns + self->wall_offset_ns) / 1000000;
-        }
-        PyObject *mutex = self->mutex;
-        Py_INCREF(mutex);
-        PyObject *r = PyObject_CallMethodNoArgs(mutex, str_acquire);
-        if (r == NULL) {
-            Py_DECREF(mutex);
-            return NULL;
-        }
-        Py_DECREF(r);
+    if (plain) {
         long long offset = 0;
-        int done = core_append_locked(self, args[0], ts, now, &offset);
-        int released = release_mutex(mutex);
-        Py_DECREF(mutex);
-        if (done < 0 || released < 0) {
+        int done = core_try_append(self, args[0], have_ts, &ts, &offset);
+        if (done < 0) {
             return NULL;
         }
         if (done) {
             return PyLong_FromLongLong(offset);
         }
     }
-    PyObject *full = PyObject_GetAttr((PyObject *)self, str_append);
+    /* Appender._append_stamped, not _append: one Python frame less on the keyed path. */
+    PyObject *full = PyObject_GetAttr((PyObject *)self, str_append_stamped);
     if (full == NULL) {
         return NULL;
     }
-    PyObject *result = PyObject_Vectorcall(full, args, nargs, kwnames);
+    PyObject *pair = PyObject_Vectorcall(full, args, nargs, kwnames);
     Py_DECREF(full);
-    return result;
+    if (pair == NULL) {
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        Py_DECREF(pair);
+        PyErr_SetString(PyExc_TypeError, "Appender._append_stamped must return (offset, timestamp)");
+        return NULL;
+    }
+    PyObject *offset = PyTuple_GET_ITEM(pair, 0);
+    Py_INCREF(offset);
+    Py_DECREF(pair);
+    return offset;
+}
+
+PyDoc_STRVAR(core_append_stamped_doc,
+             "append_stamped(value) -> (offset, timestamp)\n\n"
+             "Append one key-less, header-less record stamped now; return its offset and the timestamp\n"
+             "it got (the Producer's metadata needs both, and a second clock read in Python cost more\n"
+             "than the append). The common case in C, anything else through Appender._append_stamped.");
+
+static PyObject *
+core_append_stamped(AppendCore *self, PyObject *value)
+{
+    if (PyBytes_CheckExact(value)) {
+        long long ts = 0, offset = 0;
+        int done = core_try_append(self, value, 0, &ts, &offset);
+        if (done < 0) {
+            return NULL;
+        }
+        if (done) {
+            return Py_BuildValue("(LL)", offset, ts);
+        }
+    }
+    return PyObject_CallMethodOneArg((PyObject *)self, str_append_stamped, value);
 }
 
 static PyMethodDef core_methods[] = {
     {"append", (PyCFunction)(void (*)(void))core_append, METH_FASTCALL | METH_KEYWORDS, core_append_doc},
+    {"append_stamped", (PyCFunction)core_append_stamped, METH_O, core_append_stamped_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -801,6 +898,202 @@ static PyTypeObject AppendCore_Type = {
     .tp_members = core_members,
     .tp_methods = core_methods,
     .tp_new = PyType_GenericNew,
+};
+
+/* -- Producer.send's common case ------------------------------------------------------------
+ *
+ * A ProducerSend is bound as a Producer's ``send`` (client/producer.py): for a call
+ * send(topic, value) with a bytes value and nothing else, and a topic in ``routes``
+ * (topic -> (AppendCore, where)), it appends through core_try_append and returns a new
+ * ``future_type`` (client/futures.SentFuture) with its ``_route``, ``_at`` and ``_size``
+ * slots set: the same objects the Python short path makes. Anything else, and a record
+ * the C append does not take, goes to ``fallback`` (Producer._send, or Python's short
+ * path for a record the appender's Python path must handle) with the same arguments.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *routes, *fallback, *future_type;
+    Py_ssize_t off_route, off_at, off_size;
+    long long sent;
+} ProducerSend;
+
+static PyMemberDef psend_members[] = {
+    {"sent", T_LONGLONG, offsetof(ProducerSend, sent), READONLY, "records sent through the C path"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyObject *str_timestamp_ms, *str_partition, *empty_tuple;
+
+static int
+psend_traverse(ProducerSend *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->routes);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->future_type);
+    return 0;
+}
+
+static int
+psend_clear(ProducerSend *self)
+{
+    Py_CLEAR(self->routes);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->future_type);
+    return 0;
+}
+
+static void
+psend_dealloc(ProducerSend *self)
+{
+    PyObject_GC_UnTrack(self);
+    psend_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The offset of the object slot ``name`` of ``type`` (a __slots__ member), or -1 with an error set. */
+static Py_ssize_t
+slot_offset(PyObject *type, const char *name)
+{
+    PyObject *d = PyObject_GetAttrString(type, name);
+    if (d == NULL) {
+        return -1;
+    }
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
+        off = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    else {
+        PyErr_Format(PyExc_TypeError, "%s must be a __slots__ member", name);
+    }
+    Py_DECREF(d);
+    return off;
+}
+
+static PyObject *
+psend_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *routes, *fallback, *future_type;
+    if (!PyArg_ParseTuple(args, "O!OO!", &PyDict_Type, &routes, &fallback, &PyType_Type, &future_type)) {
+        return NULL;
+    }
+    ProducerSend *self = (ProducerSend *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->off_route = slot_offset(future_type, "_route");
+    self->off_at = self->off_route < 0 ? -1 : slot_offset(future_type, "_at");
+    self->off_size = self->off_at < 0 ? -1 : slot_offset(future_type, "_size");
+    if (self->off_size < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(routes);
+    Py_INCREF(fallback);
+    Py_INCREF(future_type);
+    self->routes = routes;
+    self->fallback = fallback;
+    self->future_type = future_type;
+    return (PyObject *)self;
+}
+
+static void
+set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value)
+{
+    PyObject **slot = (PyObject **)((char *)obj + offset);
+    PyObject *old = *slot;
+    *slot = value; /* steals the reference */
+    Py_XDECREF(old);
+}
+
+static PyObject *
+psend_call(ProducerSend *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int plain = nargs == 2 && PyUnicode_CheckExact(args[0]) && PyBytes_CheckExact(args[1]);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; plain && i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        plain = args[nargs + i] == Py_None && (name == str_key || name == str_headers || name == str_partition ||
+                                               name == str_timestamp_ms);
+    }
+    PyObject *route = plain ? PyDict_GetItemWithError(self->routes, args[0]) : NULL; /* borrowed */
+    if (route == NULL && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (route != NULL && PyTuple_CheckExact(route) && PyTuple_GET_SIZE(route) == 2 &&
+        PyObject_TypeCheck(PyTuple_GET_ITEM(route, 0), &AppendCore_Type)) {
+        Py_INCREF(route); /* close() may empty the routes while the mutex is awaited */
+        AppendCore *core = (AppendCore *)PyTuple_GET_ITEM(route, 0);
+        long long ts = 0, offset = 0;
+        int done = core_try_append(core, args[1], 0, &ts, &offset);
+        if (done > 0) {
+            PyTypeObject *ft = (PyTypeObject *)self->future_type;
+            PyObject *future = ft->tp_new(ft, empty_tuple, NULL);
+            PyObject *at = future == NULL ? NULL : Py_BuildValue("(LL)", offset, ts);
+            PyObject *size = at == NULL ? NULL : PyLong_FromSsize_t(PyBytes_GET_SIZE(args[1]));
+            if (size == NULL) {
+                Py_XDECREF(at);
+                Py_XDECREF(future);
+                Py_DECREF(route);
+                return NULL;
+            }
+            PyObject *where = PyTuple_GET_ITEM(route, 1);
+            Py_INCREF(where);
+            set_slot(future, self->off_route, where);
+            set_slot(future, self->off_at, at);
+            set_slot(future, self->off_size, size);
+            Py_DECREF(route);
+            self->sent++;
+            return future;
+        }
+        Py_DECREF(route);
+        if (done < 0) {
+            return NULL;
+        }
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+psend_vectorcall_entry(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return psend_call((ProducerSend *)callable, args, nargsf, kwnames);
+}
+
+static PyObject *
+psend_tp_call(PyObject *callable, PyObject *args, PyObject *kwargs)
+{
+    return PyVectorcall_Call(callable, args, kwargs);
+}
+
+static PyObject *
+psend_new_vc(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *self = psend_new(type, args, kwds);
+    if (self != NULL) {
+        *(vectorcallfunc *)((char *)self + type->tp_vectorcall_offset) = psend_vectorcall_entry;
+    }
+    return self;
+}
+
+typedef struct {
+    ProducerSend base;
+    vectorcallfunc vectorcall;
+} ProducerSendVC;
+
+static PyTypeObject ProducerSend_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel.engine._codec.ProducerSend",
+    .tp_basicsize = sizeof(ProducerSendVC),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "ProducerSend(routes, fallback, future_type): Producer.send's common case in C (see client/producer.py).",
+    .tp_traverse = (traverseproc)psend_traverse,
+    .tp_clear = (inquiry)psend_clear,
+    .tp_dealloc = (destructor)psend_dealloc,
+    .tp_members = psend_members,
+    .tp_new = psend_new_vc,
+    .tp_call = psend_tp_call,
+    .tp_vectorcall_offset = offsetof(ProducerSendVC, vectorcall),
 };
 
 static PyMethodDef codec_methods[] = {
@@ -823,16 +1116,21 @@ PyInit__codec(void)
     if (__builtin_cpu_supports("sse4.2")) {
         init_shift(shift1, STRIDE);
         init_shift(shift2, 2 * STRIDE);
-        if (PyType_Ready(&StateCore_Type) < 0 || PyType_Ready(&AppendCore_Type) < 0) {
+        if (PyType_Ready(&StateCore_Type) < 0 || PyType_Ready(&AppendCore_Type) < 0 ||
+            PyType_Ready(&ProducerSend_Type) < 0) {
             return NULL;
         }
         str_acquire = PyUnicode_InternFromString("acquire");
         str_release = PyUnicode_InternFromString("release");
-        str_append = PyUnicode_InternFromString("_append");
+            str_append_stamped = PyUnicode_InternFromString("_append_stamped");
         str_key = PyUnicode_InternFromString("key");
         str_headers = PyUnicode_InternFromString("headers");
         str_timestamp = PyUnicode_InternFromString("timestamp");
-        if (!str_acquire || !str_release || !str_append || !str_key || !str_headers || !str_timestamp) {
+        str_timestamp_ms = PyUnicode_InternFromString("timestamp_ms");
+        str_partition = PyUnicode_InternFromString("partition");
+        empty_tuple = PyTuple_New(0);
+        if (!str_acquire || !str_release || !str_append_stamped || !str_key || !str_headers || !str_timestamp ||
+            !str_timestamp_ms || !str_partition || !empty_tuple) {
             return NULL;
         }
         PyObject *m = PyModule_Create(&codec_module);
@@ -841,8 +1139,10 @@ PyInit__codec(void)
         }
         Py_INCREF(&StateCore_Type);
         Py_INCREF(&AppendCore_Type);
+        Py_INCREF(&ProducerSend_Type);
         if (PyModule_AddObject(m, "StateCore", (PyObject *)&StateCore_Type) < 0 ||
-            PyModule_AddObject(m, "AppendCore", (PyObject *)&AppendCore_Type) < 0) {
+            PyModule_AddObject(m, "AppendCore", (PyObject *)&AppendCore_Type) < 0 ||
+            PyModule_AddObject(m, "ProducerSend", (PyObject *)&ProducerSend_Type) < 0) {
             Py_DECREF(m);
             return NULL;
         }

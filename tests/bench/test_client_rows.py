@@ -1,0 +1,39 @@
+"""The Kafka-like client's bench rows run end to end with tiny counts: each backend reads back
+every record it produced, and the 1- and 8-thread Producer.send rows count sends.
+No time or ratio is asserted."""
+
+import pytest
+
+from bench.measure import throughput
+from bench.peers import BACKENDS
+from bench.report import client_targets
+from bench.workloads import _threads
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("key", ["fc-producer", "fc-async", "fc-async-gather"])
+def test_client_rows_produce_and_consume_everything(key):
+    rows = throughput(key, 100, 2500, 2.0)
+    assert [r.workload for r in rows] == ["produce", "consume"]
+    for r in rows:
+        assert r.error is None and r.backend == BACKENDS[key]().name and r.ours
+        assert r.n == 2500 and r.msgs_per_s > 0
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("threads", [1, 8])
+def test_producer_thread_rows_count_sends(threads):
+    (row,) = _threads(100, threads, 0.2, "producer")
+    assert row["backend"] == "filechannel Producer.send" and row["workload"] == f"send from {threads} thread(s)"
+    assert row["n"] > 0 and row["ours"]
+
+
+@pytest.mark.bench
+def test_client_targets_are_measured_from_the_rows():
+    rows = []
+    for key in ("fc-send", "fc-send-many", "fc-producer", "queuelib"):
+        rows += throughput(key, 100, 2000, 1.0)
+    goals = {t["target"]: t for t in client_targets(rows)}
+    for name in ("Producer.send vs Sender.send, 100 B", "Producer.send vs queuelib, 100 B", "Consumer.poll vs recv_many, 100 B"):
+        assert goals[name]["measured"] is not None and goals[name]["met"] in (True, False), goals[name]
+    assert goals["AsyncProducer.send vs Producer.send, 100 B"]["measured"] is None  # its row was not run

@@ -1,0 +1,226 @@
+"""Producer.send's short path (one-partition topic, plain bytes, no key/headers/partition/timestamp)
+means exactly what the whole path means: the futures, the metadata, the errors, the order.
+
+No speed is asserted here (bench/ measures it); these pin the guarantees the short path must keep.
+"""
+
+import asyncio
+import concurrent.futures
+import threading
+
+import pytest
+
+import filechannel.client.producer as producer_module
+from filechannel.client import Admin, Consumer, Producer, RecordMetadata, TopicPartition
+from filechannel.client.futures import SentFuture
+from filechannel.errors import ChannelClosedError, MessageTooLargeError
+
+
+@pytest.fixture(params=["c", "python"])
+def short_path(request, monkeypatch):
+    """Each test runs with send's short path in C (ProducerSend) and in Python (as without the C build)."""
+    if request.param == "python":
+        monkeypatch.setattr(producer_module, "_CSend", None)
+    return request.param
+
+
+@pytest.fixture
+def root(tmp_path, short_path):
+    Admin(tmp_path).create_topic("t", partitions=1, fsync="never", max_record_bytes=1024)
+    Admin(tmp_path).create_topic("three", partitions=3, fsync="never")
+    return tmp_path
+
+
+def _read(root, topic="t"):
+    with Consumer(topic, root=root, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        out = []
+        while batch := c.poll(timeout_ms=200):
+            for recs in batch.values():
+                out += recs
+        return out
+
+
+def test_short_path_metadata_is_what_the_consumer_reads(root):
+    with Producer(root) as p:
+        futures = [p.send("t", bytes([i]) * (i + 1)) for i in range(50)]
+        keyed = p.send("t", b"k", key=b"key")  # the whole path, between short ones
+        futures += [p.send("t", b"after")]
+    assert type(futures[-1]) is SentFuture  # the short path was taken
+    records = _read(root)
+    assert [r.offset for r in records] == list(range(52))  # one order: short and whole paths interleave
+    by_offset = {r.offset: r for r in records}
+    for f in futures:
+        meta = f.get(timeout=0)
+        assert type(meta) is RecordMetadata and f.value == meta and f.succeeded() and not f.failed()
+        assert f.done() and f.is_done and f.exception() is None and not f.cancel()
+        rec = by_offset[meta.offset]
+        assert (meta.topic, meta.partition, meta.topic_partition) == ("t", 0, TopicPartition("t", 0))
+        assert meta.timestamp == rec.timestamp and meta.serialized_value_size == len(rec.value)
+        assert (meta.checksum, meta.serialized_key_size, meta.serialized_header_size) == (None, -1, -1)
+        assert (meta.timestamp_type, meta.log_start_offset) == (0, -1)
+    assert keyed.get().serialized_key_size == 3
+    assert p.metrics()["producer-metrics"]["record-send-total"] == 52.0
+
+
+def test_short_path_futures_work_with_callbacks_wait_and_asyncio(root):
+    with Producer(root) as p:
+        p.send("t", b"warm")  # the first send takes the whole path and opens the route
+        f = p.send("t", b"x")
+        assert type(f) is SentFuture
+        seen = []
+        f.add_callback(seen.append).add_errback(lambda e: seen.append(("err", e)))
+        f.add_done_callback(lambda fut: seen.append(fut.result().offset))
+        done, not_done = concurrent.futures.wait([f], timeout=0)
+        assert done == {f} and not not_done
+        assert list(concurrent.futures.as_completed([f], timeout=0)) == [f]
+
+        async def wrapped():
+            return await asyncio.wrap_future(f)
+
+        assert asyncio.run(wrapped()).offset == 1
+    assert seen == [f.value, 1]
+
+
+def test_short_path_too_large_fails_the_future_not_the_call(root):
+    with Producer(root) as p:
+        p.send("t", b"warm")
+        big = p.send("t", b"x" * 2000)  # over the topic's max_record_bytes
+        assert big.failed() and isinstance(big.exception(), MessageTooLargeError)
+        with pytest.raises(MessageTooLargeError):
+            big.get()
+        assert p.send("t", b"ok").get().offset == 1  # the refusal wrote nothing
+    assert [r.value for r in _read(root)] == [b"warm", b"ok"]
+
+
+def test_short_path_refuses_after_close(root):
+    p = Producer(root)
+    p.send("t", b"warm")
+    p.close()
+    with pytest.raises(ChannelClosedError, match="producer is closed"):
+        p.send("t", b"late")
+
+
+def test_short_path_not_taken_where_it_would_differ(root):
+    """Several partitions (the partitioner spreads records), serializers, explicit partition,
+    timestamp, headers: the whole path, with its own results."""
+    with Producer(root) as p:
+        spread = [p.send("three", b"v").get().partition for _ in range(6)]
+        assert sorted(spread) == [0, 0, 1, 1, 2, 2]
+        stamped = p.send("t", b"v", timestamp_ms=1234)
+        assert stamped.get().timestamp == 1234
+        assert p.send("t", b"v", headers=[("h", b"1")]).get().serialized_header_size == 2
+    with Producer(root, value_serializer=str.encode) as p:
+        assert p.send("t", "text").get().serialized_value_size == 4
+    assert [r.value for r in _read(root)][-1] == b"text"
+
+
+def test_short_path_from_many_threads_keeps_every_record_once(root):
+    """8 threads sending at once: dense offsets, each thread's records in its own order."""
+    per = 2000
+    results: dict[int, list] = {}
+    with Producer(root) as p:
+        p.send("t", b"warm")
+
+        def loop(i):
+            results[i] = [p.send("t", b"%d-%d" % (i, j)) for j in range(per)]
+
+        threads = [threading.Thread(target=loop, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    offsets = sorted(f.get().offset for fs in results.values() for f in fs)
+    assert offsets == list(range(1, 8 * per + 1))
+    for fs in results.values():
+        mine = [f.get().offset for f in fs]
+        assert mine == sorted(mine)  # a thread's records land in the order it sent them
+    values = [r.value for r in _read(root)[1:]]
+    assert sorted(values) == sorted(b"%d-%d" % (i, j) for i in range(8) for j in range(per))
+
+
+def test_poll_reads_about_a_mebibyte_per_partition_and_loses_nothing(tmp_path):
+    """Once a partition's record sizes are seen, a fetch reads about 1 MiB of it (Kafka's
+    max_partition_fetch_bytes default, at least one record); the rest comes next, in order."""
+    Admin(tmp_path).create_topic("big", fsync="never")
+    big = [bytes([i]) * (600 << 10) for i in range(8)]
+    with Producer(tmp_path) as p, Consumer("big", root=tmp_path, auto_offset_reset="earliest") as c:
+        for v in big[:2]:
+            p.send("big", v)
+        p.flush()
+        first = c.poll(timeout_ms=1000, max_records=100)[TopicPartition("big", 0)]
+        assert [r.value for r in first] == big[:2]  # sizes not seen yet: the whole budget
+        for v in big[2:]:
+            p.send("big", v)
+        p.flush()
+        sizes, got = [], []
+        while len(got) < 6:
+            recs = c.poll(timeout_ms=1000, max_records=100)[TopicPartition("big", 0)]
+            sizes.append(len(recs))
+            got += recs
+        assert max(sizes) <= 2 and [r.value for r in got] == big[2:] and [r.offset for r in got] == list(range(2, 8))
+
+
+def test_c_shaped_sizes_agree_with_python_when_records_share_sizes():
+    """The C conversion reuses one int per repeated size; every record still gets its own sizes."""
+    from filechannel.client.records import KAFKA_PYTHON_RECORDS as shape
+    from filechannel.engine import record
+
+    values = [b"x" * 1024] * 3 + [b"y" * 300, None, b"z" * 1024, b"", b"w" * 5000, b"w" * 5000]
+    keys = [None, b"k" * 400, b"k" * 400, None, b"kk", None, None, b"k" * 400, None]
+    headers = [(), (("h", b"v" * 700),), (), (), (("a", None),), (), (), (), (("h", b"v" * 700),)]
+    recs = [record.Record(i, 1000 + i, k, v, h) for i, (k, v, h) in enumerate(zip(keys, values, headers, strict=True))]
+    args = (shape.record_type, ("t", 0, *shape.template[2:]))
+    rest = (shape.slots, shape.size_slots, shape.headers_type)
+    c = record._codec.shaped(*args, recs, *rest)
+    assert c == record.shaped_py(*args, recs, *rest)
+    assert [r.serialized_value_size for r in c] == [1024, 1024, 1024, 300, -1, 1024, 0, 5000, 5000]
+    assert [r.serialized_key_size for r in c] == [-1, 400, 400, -1, 2, -1, -1, 400, -1]
+    with pytest.raises(TypeError):  # an error after sizes were cached releases them and raises
+        record._codec.shaped(*args, [*recs, [1, 2]], *rest)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_getmany_fills_its_budget_in_one_call_past_the_fetch_size(tmp_path, anyio_backend):
+    """A getmany fetches again without waiting until max_records (fetches read about 1 MiB of a
+    partition each), one worker trip; records come in order, none lost."""
+    from filechannel.client import AsyncConsumer
+
+    Admin(tmp_path).create_topic("big", fsync="never")
+    big = [bytes([i]) * (600 << 10) for i in range(8)]
+    with Producer(tmp_path) as p:
+        for v in big:
+            p.send("big", v)
+    async with AsyncConsumer("big", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        first = await c.getmany(timeout_ms=1000, max_records=1)  # sizes seen: fetches of 1 record
+        rest = await c.getmany(timeout_ms=1000, max_records=100)
+    assert [r.value for r in first[TopicPartition("big", 0)]] == big[:1]
+    assert [r.value for r in rest[TopicPartition("big", 0)]] == big[1:]
+
+
+def test_records_sent_from_threads_are_written_without_flush(tmp_path):
+    """Records found due while a drain is in flight are left to the next drain, not waited for:
+    every one still reaches the file without flush() (the flusher or a later send writes it)."""
+    from filechannel import FileChannel
+
+    per, threads = 3000, 8
+    with FileChannel(tmp_path / "ch", fsync="never", flush_interval=0.0001, maintenance_interval=0) as ch:
+        rx = ch.receiver("earliest")
+
+        def loop(i):
+            send = ch.sender().send
+            for j in range(per):
+                send(b"%d-%d" % (i, j))
+
+        workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        got = []
+        while len(got) < per * threads:  # no flush: the background flusher writes the rest
+            batch = rx.recv_many(10_000, timeout=10)
+            assert batch, f"only {len(got)} of {per * threads} records written"
+            got += batch
+    assert [r.offset for r in got] == list(range(per * threads))
+    assert sorted(r.value for r in got) == sorted(b"%d-%d" % (i, j) for i in range(threads) for j in range(per))
