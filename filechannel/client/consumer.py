@@ -357,7 +357,7 @@ class Consumer:
         if not self._joined or topics_changed:
             group.join(list(counts), counts)
             self._joined = True
-        assigned, owned = group.sync(counts, release=set())
+        assigned, owned = group.sync(counts, held=set(self._parts))
         revoked = set(self._parts) - owned
         if revoked:
             if self._auto_commit:
@@ -367,8 +367,8 @@ class Consumer:
                 self._listener.on_partitions_revoked(revoked)
             for tp in revoked:
                 self._close_partition(tp)
-            # Give them up only now: from here on another member may read them.
-            assigned, owned = group.sync(counts, release=revoked)
+            # Give them up only now (no longer held): from here on another member may read them.
+            assigned, owned = group.sync(counts, held=set(self._parts))
         added = owned - set(self._parts)
         for tp in sorted(added):
             self._open_partition(tp)

@@ -266,8 +266,15 @@ class GroupMember:
     def heartbeat_due(self) -> bool:
         return time.monotonic() >= self._next_heartbeat
 
-    def sync(self, partitions: dict[str, int], release: set[TopicPartition]) -> tuple[set[TopicPartition], set[TopicPartition]]:
-        """Heartbeat, evict the dead, give up ``release``, take free assigned partitions.
+    def sync(self, partitions: dict[str, int], held: set[TopicPartition]) -> tuple[set[TopicPartition], set[TopicPartition]]:
+        """Heartbeat, evict the dead, give up what is neither assigned nor ``held``, take free assigned partitions.
+
+        ``held`` are the partitions the caller reads now: it keeps owning those until it
+        has closed them (after its revocation callback), and gives up every other partition
+        it owns that the assignment no longer gives it. Deciding that here, from the state
+        read under the lock, and not from an earlier call's answer, is what keeps a
+        partition from staying owned by a member that does not read it (taken in one call,
+        reassigned before the next: the other member would wait on it forever).
 
         Returns ``(assigned, owned)``: the partitions the assignment gives this member, and
         those of them it now owns (it may read them). state.json is rewritten only when
@@ -288,11 +295,11 @@ class GroupMember:
             if self._evict(state) or grown:
                 self._reassign(state)
                 dirty = True
-            for tp in release:
-                if state.owners.get(tp_key(tp)) == self.member_id:
-                    del state.owners[tp_key(tp)]
-                    dirty = True
             assigned = {TopicPartition(t, p) for t, p in state.assignment.get(self.member_id, [])}
+            for key, owner in list(state.owners.items()):
+                if owner == self.member_id and tp_from_key(key) not in assigned and tp_from_key(key) not in held:
+                    del state.owners[key]
+                    dirty = True
             owned = set()
             for tp in sorted(assigned):
                 key = tp_key(tp)

@@ -116,7 +116,12 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
             state = json.loads(state_path.read_text())
             committed = json.loads(offsets_path.read_text())
             tails = [(p.poll(), out[-6:]) for p, out in zip(procs, outputs, strict=True)]
-            return f"state {state}; offsets {committed}; members (exit code, last lines) {tails}"
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGUSR1)  # each live member writes its stacks
+            time.sleep(1)
+            stacks = {p.pid: (root / f"stack.{p.pid}").read_text()[-3000:] for p in procs if p.poll() is None}
+            return f"state {state}; offsets {committed}; members (exit code, last lines) {tails}; stacks {stacks}"
 
         try:
             wait_for(all_committed, timeout=60, what="every record committed")
@@ -176,3 +181,32 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
     assert last_assignment(outputs[0]), ("the killed member owned nothing when it died", outputs[0][:5], owners)
     assert len(owners) == 6 and len(set(owners.values())) == 2, owners
     assert moved_within < 30
+
+
+def test_a_partition_taken_then_reassigned_before_it_is_read_is_given_up(tmp_path):
+    """A member can take a partition in one sync and lose it to a rebalance before its next
+    (between the two syncs of a revocation). Not reading it, it must still give it up:
+    otherwise the member it is now assigned to waits for it forever (the three-process test
+    above found one such, owned by a live member that never read it)."""
+    from filechannel.client.group import GroupMember
+    from filechannel.client.records import TopicPartition
+
+    def member() -> GroupMember:
+        return GroupMember(str(tmp_path), "g", session_timeout_ms=10_000, heartbeat_interval_ms=100)
+
+    a, b = member(), member()
+    a.join(["t"], {"t": 4})
+    _, owned = a.sync({"t": 4}, held=set())
+    assert owned == {TopicPartition("t", p) for p in range(4)}  # alone: it takes all four
+    b.join(["t"], {"t": 4})  # the rebalance, before `a` opened anything
+    assigned_b, owned_b = b.sync({"t": 4}, held=set())
+    assert assigned_b and not owned_b  # still owned by `a`, which is alive
+    held = {TopicPartition("t", 0)}  # `a` reads one of them: it keeps it until it has closed it
+    assigned_a, owned_a = a.sync({"t": 4}, held=held)
+    assert owned_a == assigned_a  # the rest of its assignment
+    assigned_b, owned_b = b.sync({"t": 4}, held=set())
+    assert owned_b == assigned_b - held and assigned_a.isdisjoint(assigned_b)
+    a.sync({"t": 4}, held=set())  # it closed the one it read: given up
+    assert b.sync({"t": 4}, held=set())[1] == assigned_b
+    a.leave()
+    b.leave()

@@ -4,10 +4,13 @@
 
 Prints "A p,p,..." on each assignment change, "R partition offset" per record,
 "C partition offset" after each successful commit, "F" after a rejected one. Stops
-when the file ROOT/stop exists.
+when the file ROOT/stop exists. SIGUSR1 writes its threads' stacks to ROOT/stack.PID
+(what a test reports about a member that stopped making progress).
 """
 
+import faulthandler
 import os
+import signal
 import sys
 import time
 
@@ -15,6 +18,8 @@ from filechannel.client import Consumer
 from filechannel.errors import CommitFailedError
 
 root, group, topic = sys.argv[1:4]
+stacks = open(os.path.join(root, f"stack.{os.getpid()}"), "w")  # noqa: SIM115 (open for the process's life)
+faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
 consumer = Consumer(
     topic,
     root=root,
