@@ -40,6 +40,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from filechannel import TopicSettings
 from filechannel.client import Admin, Producer
 from filechannel.tiering.daemon import TieringDaemon, tier_status
 
@@ -56,7 +57,7 @@ def progress() -> Progress:
 
 # Small segments and a small local retention, so that a run of the default size leaves most
 # of each partition in tier-2 only and the newest segments on local disk.
-TIERED = {"segment_bytes": 1 << 20, "local_retention_bytes": 256 << 10}
+TIERED: TopicSettings = {"segment_bytes": 1 << 20, "local_retention_bytes": 256 << 10}
 # The JVM's own log lines: errors only (Spark's WARN lines at start-up would interleave with
 # our progress). pyspark still prints its two "default log level" lines and the JVM its
 # "incubator modules" line before any configuration applies.
@@ -72,7 +73,8 @@ appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 
 def produce(root: str, n: int, start_ms: int, tier: str, tier_options: dict[str, str]) -> None:
     admin = Admin(root)
-    admin.create_topic("pageviews", partitions=4, exist_ok=True, tier=tier, tier_options=tier_options or None, **TIERED)
+    settings: TopicSettings = {**TIERED, "tier": tier, "tier_options": tier_options or None}
+    admin.create_topic("pageviews", partitions=4, exist_ok=True, **settings)
     admin.create_topic("pageview-counts", partitions=2, exist_ok=True)
     rng = random.Random(42)
     weights = [1 / (i + 1) for i in range(len(PAGES))]  # a few pages get most views

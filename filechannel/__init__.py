@@ -4,7 +4,7 @@ The public surface is re-exported here; the modules behind it may move.
 """
 
 from .channel import FileChannel
-from .config import ChannelConfig
+from .config import ChannelConfig, ChannelSettings, TopicSettings
 from .engine.record import Record
 from .errors import (
     AccessDeniedError,
@@ -60,6 +60,7 @@ __all__ = [
     "AckReceiver",
     "ChannelClosedError",
     "ChannelConfig",
+    "ChannelSettings",
     "CommitFailedError",
     "ConfigError",
     "CorruptRecordError",
@@ -89,6 +90,7 @@ __all__ = [
     "TierError",
     "Timeout",
     "TopicExistsError",
+    "TopicSettings",
     "UnknownTopicError",
     "native_extensions",
 ]

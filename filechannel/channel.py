@@ -18,9 +18,9 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
-from .config import ChannelConfig
+from .config import ChannelConfig, ChannelSettings
 from .engine.appender import Appender
 from .engine.cursor import Cursor
 from .engine.files import folder_bytes
@@ -56,7 +56,8 @@ class FileChannel:
 
     ``path`` is the channel's folder (created if missing, with the user's umask); its last
     component is the channel's name and must match ``[A-Za-z0-9._-]+``. Keyword
-    arguments are the settings of :class:`~filechannel.config.ChannelConfig`. Use it as a
+    arguments are the settings of :class:`~filechannel.config.ChannelConfig`, typed as
+    :class:`~filechannel.config.ChannelSettings` (a type checker reports a misspelt one). Use it as a
     context manager, or call :meth:`close`, which flushes what senders have buffered.
 
     ``wakeup`` lets several channels share one :class:`~filechannel.engine.wakeup.Wakeup`, so a
@@ -84,7 +85,7 @@ class FileChannel:
         read_only: bool = False,
         tier_metadata: str | None = None,
         tier_name: str | None = None,
-        **config: object,
+        **config: Unpack[ChannelSettings],
     ) -> None:
         raw = os.fspath(path).rstrip(os.sep)
         validate_name(os.path.basename(raw), "channel name (the folder's last component)")

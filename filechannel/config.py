@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal, TypedDict, get_args
 
 from .errors import ConfigError
 
-FSYNC_POLICIES = ("never", "interval", "always")
-COMPRESSIONS = ("zstd", "none")
+FsyncPolicy = Literal["never", "interval", "always"]
+Compression = Literal["zstd", "none"]
+FSYNC_POLICIES: tuple[FsyncPolicy, ...] = get_args(FsyncPolicy)
+COMPRESSIONS: tuple[Compression, ...] = get_args(Compression)
 # Index entries hold a byte position as a u32, and a segment may pass segment_bytes by one
 # batch (itself at most MAX_BATCH_BYTES, record.py): 2 GiB each keeps every position below 4 GiB.
 MAX_SEGMENT_BYTES = 2**31
@@ -18,9 +20,52 @@ _MAX_I64 = 2**63 - 1  # the appender keeps sizes as C long longs
 _SECRET = re.compile(r"secret|password|passwd|token|credential|(^|_)key$|^key|access_key|session", re.IGNORECASE)
 
 
+class TopicSettings(TypedDict, total=False):
+    """The settings a topic stores (``Admin.create_topic(name, partitions, **settings)``, ``topic.json``).
+
+    Every key is optional; a type checker reports a misspelt name or a value of the wrong type.
+    The meaning, default and bounds of each are :class:`ChannelConfig`'s, which checks the
+    values at run time (a test keeps these keys and its fields the same).
+    """
+
+    segment_bytes: int  # roll the active segment at this size (4096 to 2 GiB)
+    segment_ms: int | None  # ...or at this age in ms (None: never by age)
+    retention_bytes: int | None  # delete the oldest sealed segments past this total size (None: keep)
+    retention_ms: int | None  # ...or once their newest record is older than this (None: keep)
+    fsync: FsyncPolicy  # "never", "interval" (every fsync_interval s) or "always"
+    fsync_interval: float  # seconds between fsyncs under fsync="interval" (0 to 86400)
+    compression: Compression  # "zstd": compress sealed segments in the background; "none": keep them raw
+    compression_level: int  # zstd level, 1 to 22
+    compression_block_bytes: int  # uncompressed size of one independently readable block
+    max_record_bytes: int  # largest record payload; larger ones raise MessageTooLargeError
+    index_interval_bytes: int  # one sparse index entry per this many bytes of frames
+    tier: str | None  # tier-2 storage URL (file:///path, s3://bucket/prefix, ...); None: no tiering
+    tier_options: dict[str, Any] | None  # non-secret storage options (endpoint_url, region_name, ...)
+    local_retention_bytes: int | None  # uploaded data kept on local disk, by size (None: all)
+    local_retention_ms: int | None  # ...by age in ms (None: all)
+    tier_after_ms: int | None  # upload a sealed segment once its newest record is this old (None: at once)
+    tier_chunk_bytes: int  # largest chunk object of an uploaded segment
+    tier_cache_bytes: int  # bound of the cache of remote blocks
+    tier_cache_dir: str | None  # folder for that cache (None: in memory)
+    tier_upload_bytes_per_s: int | None  # upload rate limit (None: unlimited)
+    tier_concurrency: int  # chunk uploads and remote reads in flight, 1 to 256
+
+
+class ChannelSettings(TopicSettings, total=False):
+    """The settings of a channel: ``FileChannel(path, **settings)``, ``ChannelConfig.from_kwargs``.
+
+    The topic's settings and those that belong to each writer (not stored in ``topic.json``).
+    """
+
+    flush_interval: float  # the background flusher writes at most once per this many seconds (0 to 3600)
+    buffer_bytes: int  # the buffer is written at once when it reaches this size
+    maintenance_interval: float  # seconds between background compress/collect passes; 0: no thread
+
+
 @dataclass(frozen=True)
 class ChannelConfig:
     """Settings of a channel. Sizes are in bytes, ``*_ms`` in milliseconds, other times in seconds.
+    Callers' type checkers see them as :class:`ChannelSettings` (:class:`TopicSettings`: a topic's).
 
     segment_bytes: roll the active segment once it holds this many bytes (a single batch is
         never split, so a segment may exceed it by one batch).
@@ -71,9 +116,9 @@ class ChannelConfig:
     index_interval_bytes: int = 4096
     flush_interval: float = 0.0005
     buffer_bytes: int = 1024 * 1024
-    fsync: str = "interval"
+    fsync: FsyncPolicy = "interval"
     fsync_interval: float = 1.0
-    compression: str = "zstd"
+    compression: Compression = "zstd"
     compression_level: int = 3
     compression_block_bytes: int = 256 * 1024
     retention_bytes: int | None = None

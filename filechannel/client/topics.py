@@ -30,11 +30,12 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from ..channel import FileChannel
-from ..config import ChannelConfig
+from ..config import ChannelConfig, TopicSettings
 from ..engine.files import fsync_dir, read_if_exists, write_atomically
 from ..engine.lock import FileLock
 from ..engine.names import validate_name
@@ -51,30 +52,9 @@ SETTINGS_FILE = ".settings.json"
 # whether a send to a missing topic creates it (one partition, default settings), as Kafka's
 # broker setting of that name, whose default is true too.
 ROOT_SETTINGS: dict[str, bool] = {"auto.create.topics.enable": True}
-# Settings a topic stores; the rest (flush_interval, buffer_bytes, ...) belong to each writer.
-TOPIC_SETTINGS = (
-    "segment_bytes",
-    "segment_ms",
-    "retention_bytes",
-    "retention_ms",
-    "fsync",
-    "fsync_interval",
-    "compression",
-    "compression_level",
-    "compression_block_bytes",
-    "max_record_bytes",
-    "index_interval_bytes",
-    "tier",
-    "tier_options",
-    "local_retention_bytes",
-    "local_retention_ms",
-    "tier_after_ms",
-    "tier_chunk_bytes",
-    "tier_cache_bytes",
-    "tier_cache_dir",
-    "tier_upload_bytes_per_s",
-    "tier_concurrency",
-)
+# Settings a topic stores (the keys of TopicSettings, in its order); the rest (flush_interval,
+# buffer_bytes, maintenance_interval: ChannelSettings) belong to each writer.
+TOPIC_SETTINGS: tuple[str, ...] = tuple(TopicSettings.__annotations__)
 
 
 @dataclass(frozen=True)
@@ -92,7 +72,7 @@ class TopicDescription:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def validate_topic_config(config: dict[str, Any]) -> dict[str, Any]:
+def validate_topic_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Check topic settings (names and values); return them."""
     unknown = sorted(set(config) - set(TOPIC_SETTINGS))
     if unknown:
@@ -181,7 +161,7 @@ class TopicStore:
     def partitions(self, topic: str) -> int:
         return int(self.meta(topic)["partitions"])
 
-    def create(self, topic: str, partitions: int, config: dict[str, Any], exist_ok: bool = False) -> dict[str, Any]:
+    def create(self, topic: str, partitions: int, config: Mapping[str, Any], exist_ok: bool = False) -> dict[str, Any]:
         """Create a topic with ``partitions`` partitions and ``config`` (validated)."""
         validate_name(topic, "topic name")
         if topic.startswith("."):
@@ -327,7 +307,7 @@ class TopicStore:
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
             raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {n - 1}")
         config = {**self.meta(topic).get("config", {}), **overrides}
-        tier = {}
+        tier: dict[str, Any] = {}
         if config.get("tier") is not None:  # one metadata store per root; the partition is TOPIC/PARTITION in it
             from ..tiering.context import ROOT_METADATA
 
@@ -346,8 +326,9 @@ class Admin:
         self._store = TopicStore(root)
         self.root = self._store.root
 
-    def create_topic(self, name: str, partitions: int = 1, *, exist_ok: bool = False, **config: Any) -> None:
-        """Create topic ``name``. ``config``: segment_bytes, retention_ms, fsync, compression, ...
+    def create_topic(self, name: str, partitions: int = 1, *, exist_ok: bool = False, **config: Unpack[TopicSettings]) -> None:
+        """Create topic ``name``. ``config``: the settings a topic stores, typed as
+        :class:`~filechannel.config.TopicSettings` (segment_bytes, retention_ms, fsync, compression, ...).
 
         Raises :class:`TopicExistsError` if it exists (unless ``exist_ok``), :class:`ConfigError`
         for a bad setting.
