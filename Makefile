@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench --out bench/results --spark
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import importlib
-import os
 import sys
+import tempfile
 import time
 
 from . import machine, report, workloads
@@ -35,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks; print the table and targets; write results.md, results.json, throughput.png."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="CI-sized run (well under 2 minutes)")
-    parser.add_argument("--out", default=os.path.join("bench", "results"), help="output folder (default bench/results)")
+    parser.add_argument(
+        "--out",
+        help="output folder (default: a new temp folder, named at the end; the run of record: --out bench/results)",
+    )
     parser.add_argument("--only", metavar="PATTERN", help="run only workloads/backends whose name matches")
     parser.add_argument("--spark", action="store_true", help="also run bench/spark_source.py if importable")
     args = parser.parse_args(argv)
@@ -61,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     report.add_ratios(rows)
     goals = report.targets(rows, info)
     info["wall_s"] = time.perf_counter() - t0
-    print(report.write(args.out, rows, info, goals))
+    out = args.out or tempfile.mkdtemp(prefix="fc-bench-results-")  # never the committed bench/results by surprise
+    print(report.write(out, rows, info, goals))
+    print(f"results written to {out}", file=sys.stderr)
     return 0
 
 

@@ -106,3 +106,25 @@ def test_quick_tiering_run_has_its_rows_and_targets(tmp_path):
     # the server's folder (in the bench process's scratch folder) and that scratch folder are gone
     assert set(ROOT.glob("fc-bench-*")) <= scratch_before
     assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+@pytest.mark.bench
+def test_without_out_a_run_writes_to_a_new_temp_folder_and_names_it(tmp_path):
+    """A run in a checkout never overwrites the committed bench/results unless told to (--out)."""
+    work = tmp_path / "checkout"
+    (work / "bench" / "results").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "python floor (frames in one file)"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list((work / "bench" / "results").iterdir()) == []  # the checkout's results untouched
+    out = Path(proc.stderr.strip().splitlines()[-1].removeprefix("results written to "))
+    assert out.parent == tmp_path and out.name.startswith("fc-bench-results-")
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert {r["backend"] for r in rows} == {"python floor (frames in one file)"}
