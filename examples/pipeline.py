@@ -28,6 +28,7 @@ endpoint_url=http://...`` the same runs against S3; credentials come from the en
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -35,6 +36,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -126,6 +128,28 @@ def read_split(root: str) -> tuple[int, int, int, int]:
     return sum(t.end - t.start for t in tier), len(tier), sum(t.end - t.start for t in local), len(local)
 
 
+@contextlib.contextmanager
+def jvm_stderr_to(path: str) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while the JVM starts, so the JVM (which inherits it)
+    writes its own console lines there, not between our output: "Using incubator modules"
+    and pyspark's "Setting default log level" come before any log configuration applies.
+    This process's stderr is restored after; if the start fails, the log's tail is shown."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    except BaseException:
+        os.dup2(saved, 2)
+        with open(path, errors="replace") as log:
+            print(f"Spark failed to start; the end of its log ({path}):\n{log.read()[-4000:]}", file=sys.stderr)
+        raise
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def spark_session(root: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must import filechannel
     from pyspark.sql import SparkSession
@@ -135,18 +159,19 @@ def spark_session(root: str):
     log4j2 = os.path.join(root, ".spark-log4j2.properties")
     with open(log4j2, "w") as f:
         f.write(LOG4J2)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("filechannel-pipeline")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j2}")
-        .config("spark.ui.showConsoleProgress", "false")  # our progress bars, not Spark's stage bars
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.local.dir", os.path.join(root, ".spark-local"))
-        .config("spark.sql.warehouse.dir", os.path.join(root, ".spark-warehouse"))
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    with jvm_stderr_to(os.path.join(root, ".spark.log")):
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("filechannel-pipeline")
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j2}")
+            .config("spark.ui.showConsoleProgress", "false")  # our progress bars, not Spark's stage bars
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.local.dir", os.path.join(root, ".spark-local"))
+            .config("spark.sql.warehouse.dir", os.path.join(root, ".spark-warehouse"))
+            .config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate()
+        )
     spark.sparkContext.setLogLevel("ERROR")
     filechannel.spark.register(spark)
     return spark

@@ -143,6 +143,11 @@ class GroupMember:
 
     def __init__(self, root: str, group_id: str, *, session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
         self.group_id = validate_name(group_id, "group_id")
+        if not os.path.isdir(root):  # a typo in the root must not become a new, empty root
+            raise ConfigError(
+                f"the root folder {os.path.abspath(root)!r} does not exist, so group {group_id!r} cannot keep its "
+                "state there: check the root, or create it with a topic first (filechannel topics create)"
+            )
         self.folder = os.path.join(root, GROUPS_DIR, group_id)
         self.members_folder = os.path.join(self.folder, "members")
         with os_errors("create group folder", self.members_folder):

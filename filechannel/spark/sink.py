@@ -204,6 +204,11 @@ class Router:
             try:
                 n = self.store.partitions(topic)
             except UnknownTopicError:
+                if not self.store.auto_create_allowed():  # the root's setting, as the Producer follows it
+                    raise SinkError(
+                        f"topic {topic!r} does not exist under {self.store.root!r} and the root's "
+                        "auto.create.topics.enable is false: create it first (filechannel topics create)"
+                    ) from None
                 self.store.create(topic, 1, {}, exist_ok=True)
                 n = self.store.partitions(topic)
             self._counts[topic] = n

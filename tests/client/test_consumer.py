@@ -249,3 +249,14 @@ def test_durable_producer_fails_only_the_bad_record_and_keeps_order(tmp_path):
             bad.result()
         offsets = [f.result().offset for f in futures]
     assert offsets == list(range(100))  # one thread's records land in the order it sent them
+
+
+def test_a_group_consumer_on_a_root_that_does_not_exist_says_so_and_creates_nothing(tmp_path):
+    """A typo in the root is not a new, empty root: the group's state has nowhere to go."""
+    root = tmp_path / "typo"
+    with pytest.raises(ConfigError, match=rf"the root folder '{root}' does not exist, so group 'g' cannot"):
+        Consumer("t", root=root, group_id="g")
+    assert not root.exists()
+    with Consumer("t", root=root) as c:  # without a group nothing is created: it waits for the topic
+        assert c.poll(timeout_ms=10) == {}
+    assert not root.exists()

@@ -42,6 +42,11 @@ def test_topic_column_routes_rows_and_missing_topics_are_created(spark, tmp_path
     df.write.mode("append").format("filechannel").option("root", str(tmp_path)).save()
     assert sorted(Admin(tmp_path).list_topics()) == ["a", "b"]
     assert _values(spark, tmp_path, "a") == [1, 3] and _values(spark, tmp_path, "b") == [2]
+    Admin(tmp_path).set_root_setting("auto.create.topics.enable", False)  # as Kafka's broker setting
+    df = spark.createDataFrame([("a", "4"), ("c", "5")], "topic string, value string")
+    with pytest.raises(Exception, match=r"topic 'c' does not exist .* auto\.create\.topics\.enable is false"):
+        df.write.mode("append").format("filechannel").option("root", str(tmp_path)).save()
+    assert sorted(Admin(tmp_path).list_topics()) == ["a", "b"]
 
 
 @pytest.mark.parametrize(
