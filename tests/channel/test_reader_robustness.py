@@ -251,6 +251,7 @@ def test_close_racing_reads_raises_only_channel_closed(tmp_path, monkeypatch, co
     ch.close()
     fds = open_fds()
     seen: list[BaseException] = []
+    context: list[str] = []  # what each reader was doing when it stopped, for a failure's message
     deadline = time.monotonic() + 15
     for iteration in range(25):
         if time.monotonic() > deadline:
@@ -259,8 +260,10 @@ def test_close_racing_reads_raises_only_channel_closed(tmp_path, monkeypatch, co
         receivers = [ch.receiver() for _ in range(3)]
         progress = threading.Condition()
         done = [0]
+        target = (iteration * 997) % 8000  # vary where the readers are when the close comes
+        started = time.monotonic()
 
-        def run(rx, i, progress=progress, done=done):
+        def run(rx, i, progress=progress, done=done, iteration=iteration, target=target, started=started):
             try:
                 while True:
                     # at the end both wait for more: the close must wake them
@@ -270,11 +273,14 @@ def test_close_racing_reads_raises_only_channel_closed(tmp_path, monkeypatch, co
                         progress.notify_all()
             except BaseException as exc:  # every kind is recorded and checked
                 seen.append(exc)
+                context.append(
+                    f"{type(exc).__name__} in reader {i} of iteration {iteration} (target {target}, "
+                    f"done {done[0]}, {time.monotonic() - started:.2f} s in): {exc}"
+                )
 
         threads = [threading.Thread(target=run, args=(rx, i)) for i, rx in enumerate(receivers)]
         for t in threads:
             t.start()
-        target = (iteration * 997) % 8000  # vary where the readers are when the close comes
         with progress:
             progress.wait_for(lambda done=done, target=target: done[0] >= target, timeout=10)
         if closer == "channel":
@@ -289,7 +295,7 @@ def test_close_racing_reads_raises_only_channel_closed(tmp_path, monkeypatch, co
             rx.close()  # a second close: idempotent
         ch.close()
     assert seen, "no reader was interrupted"
-    assert all(type(e) is ChannelClosedError for e in seen), {type(e).__name__: repr(e) for e in seen}
+    assert all(type(e) is ChannelClosedError for e in seen), [c for c in context if not c.startswith("ChannelClosedError")]
     assert open_fds() == fds
 
 
