@@ -28,6 +28,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 #include <unistd.h>
 
 typedef struct ZSTD_DCtx_s ZSTD_DCtx;
@@ -46,8 +47,10 @@ typedef struct Job {
     pid_t pid;        /* the process that queued it */
     int fd;            /* -1 for a job over bytes already fetched (src) */
     long long position;
-    PyObject *src;     /* a bytes object holding the compressed block (tier-2), or NULL */
-    const char *src_ptr; /* its bytes: immutable, kept alive by the job's reference */
+    char *src;         /* a copy of the fetched compressed block (tier-2), or NULL: freed by
+                          whoever runs the job as soon as it is decompressed, so a block
+                          fetched ahead holds its compressed bytes only until then, not for
+                          as long as its result lives (a cached block) */
     Py_ssize_t length, raw_length;
     char *buf;         /* raw_length bytes (cap allocated), written by whoever runs the job */
     size_t cap;
@@ -69,7 +72,11 @@ static pthread_key_t state_key; /* each thread's ThreadState */
 /* Buffers of freed jobs, taken and given back with the GIL held. */
 #define POOL_MAX 16
 #define POOL_KEEP_MAX ((size_t)8 << 20) /* larger buffers are freed, not kept */
-#define POOL_ROUND ((size_t)64 << 10)
+/* Capacities are whole pages, and a pooled buffer is reused only for a block within an eighth
+ * of its size: a tier-2 block lives on in the cache, which counts its length, so a buffer much
+ * larger than its block is memory the cache's bound does not see (64 KiB rounding made a
+ * 256 KiB + 188 B block take 320 KiB: the cache held 25% more than it counted). */
+#define POOL_ROUND ((size_t)4 << 10)
 static struct {
     char *p;
     size_t cap;
@@ -80,7 +87,7 @@ static char *
 take_buffer(size_t need, size_t *cap)
 {
     for (int i = pooled - 1; i >= 0; i--) {
-        if (pool[i].cap >= need) {
+        if (pool[i].cap >= need && pool[i].cap - need <= need / 8 + POOL_ROUND) {
             char *p = pool[i].p;
             *cap = pool[i].cap;
             pool[i] = pool[--pooled];
@@ -174,24 +181,29 @@ read_block(Job *j, char *in)
 static void
 run(Job *j)
 {
-    ThreadState *ts = thread_state(j->src_ptr != NULL ? 0 : (size_t)j->length);
+    int fetched = j->src != NULL;
+    ThreadState *ts = thread_state(fetched ? 0 : (size_t)j->length);
     if (ts == NULL) {
         j->err = ENOMEM;
-        return;
-    }
-    const char *in = j->src_ptr != NULL ? j->src_ptr : ts->in;
-    if (j->src_ptr != NULL || read_block(j, ts->in) == 0) {
-        size_t got = zstd_decompress(ts->dctx, j->buf, (size_t)j->raw_length, in, (size_t)j->length);
-        if (zstd_is_error(got)) {
-            j->zerr = zstd_error_name(got);
-        } else {
-            j->got = (Py_ssize_t)got;
+    } else {
+        const char *in = fetched ? j->src : ts->in;
+        if (fetched || read_block(j, ts->in) == 0) {
+            size_t got = zstd_decompress(ts->dctx, j->buf, (size_t)j->raw_length, in, (size_t)j->length);
+            if (zstd_is_error(got)) {
+                j->zerr = zstd_error_name(got);
+            } else {
+                j->got = (Py_ssize_t)got;
+            }
+        }
+        if (ts->in_cap > POOL_KEEP_MAX) { /* a block of huge records: keep no such buffer */
+            free(ts->in);
+            ts->in = NULL;
+            ts->in_cap = 0;
         }
     }
-    if (ts->in_cap > POOL_KEEP_MAX) { /* a block of huge records: keep no such buffer */
-        free(ts->in);
-        ts->in = NULL;
-        ts->in_cap = 0;
+    if (fetched) {
+        free(j->src);
+        j->src = NULL;
     }
 }
 
@@ -391,7 +403,7 @@ Job_dealloc(Job *j)
     if (j->buf != NULL) {
         give_buffer(j->buf, j->cap);
     }
-    Py_XDECREF(j->src);
+    free(j->src); /* a job never run (cancelled, or dropped while queued) */
     Py_TYPE(j)->tp_free((PyObject *)j);
 }
 
@@ -430,7 +442,7 @@ static PyTypeObject Job_Type = {
 /* A new job (not yet queued) decompressing `length` bytes into `raw_length`; NULL with an
  * exception set. Called with the GIL. */
 static Job *
-new_job(int fd, long long position, Py_ssize_t length, Py_ssize_t raw_length, PyObject *src)
+new_job(int fd, long long position, Py_ssize_t length, Py_ssize_t raw_length, const char *data)
 {
     if (!usable) {
         PyErr_SetString(PyExc_RuntimeError, "readahead is unavailable: see unavailable_reason");
@@ -451,15 +463,19 @@ new_job(int fd, long long position, Py_ssize_t length, Py_ssize_t raw_length, Py
     j->position = position;
     j->length = length;
     j->raw_length = raw_length;
-    Py_XINCREF(src);
-    j->src = src;
-    j->src_ptr = src != NULL ? PyBytes_AS_STRING(src) : NULL;
+    j->src = NULL;
     j->err = j->short_read = 0;
     j->zerr = NULL;
     j->got = 0;
     j->ready = 0;
     j->buf = take_buffer((size_t)raw_length, &j->cap);
-    if (j->buf == NULL) {
+    if (j->buf != NULL && data != NULL) {
+        j->src = malloc(length ? (size_t)length : 1); /* about 1/100 of the decompression's time */
+        if (j->src != NULL) {
+            memcpy(j->src, data, (size_t)length);
+        }
+    }
+    if (j->buf == NULL || (data != NULL && j->src == NULL)) {
         Py_DECREF(j);
         PyErr_NoMemory();
         return NULL;
@@ -513,7 +529,7 @@ submit_bytes(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "Sn", &src, &raw_length)) {
         return NULL;
     }
-    Job *j = new_job(-1, 0, PyBytes_GET_SIZE(src), raw_length, src);
+    Job *j = new_job(-1, 0, PyBytes_GET_SIZE(src), raw_length, PyBytes_AS_STRING(src));
     return j == NULL ? NULL : queue_job(j);
 }
 
