@@ -50,8 +50,10 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -68,7 +70,7 @@ from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel, obje
 from .layout import DELETING, LOST, STATES, UPLOADED, UPLOADING, SegmentRecord, manifest_name, parse_object_name
 from .metadata import TierMetadata
 from .storage import ChunkStorage, open_storage, redact_url
-from .uploader import RateLimiter, SegmentToUpload, abandon, delete_objects, upload_segment
+from .uploader import RateLimiter, SegmentToUpload, SegmentUpload, abandon, delete_objects, start_upload
 
 log = logging.getLogger("filechannel")
 
@@ -408,39 +410,70 @@ class TieringDaemon:
             log_.close()
 
     def _upload(self, part: Partition, log_: Log, storage: ChunkStorage, report: PassReport) -> None:
+        """Upload the partition's sealed segments not yet in tier-2, oldest first, while each is eligible.
+
+        Segments overlap: the next one is begun and its chunks queued on the pass's pool (of
+        ``tier_concurrency`` writers) while the previous ones' last chunks, manifests and
+        commits finish, so the writes in flight do not drain at each segment's end. At most
+        ``tier_concurrency`` segments are under way, and another is begun only while fewer
+        than ``2 x tier_concurrency`` of their chunks are unwritten (each staged copy of a raw
+        segment stays on disk until its upload is done). They are finished in offset order;
+        when one fails, the later ones are abandoned and the error raised.
+        """
         config = part.config
         uploaded = {r.base_offset for r in self.metadata.segments(part.name)}
         refs = log_.list_segments()
         point = read_recovery_point(os.path.join(part.path, RECOVERY_POINT_FILE))
         limiter = RateLimiter(config.tier_upload_bytes_per_s)
-        for ref, end in zip(refs[:-1], [r.base_offset for r in refs[1:]], strict=True):
-            if self._stop.is_set():
-                return
-            if ref.base_offset in uploaded or end == ref.base_offset:  # uploaded, or holds no record
-                continue
-            if not ref.compressed and (point is None or point.offset < end):
-                return  # not yet below the recovery point: later segments are not either
-            with self._staged(part, log_, ref) as segment:
-                if segment is None:  # collected or compressed under us: next pass
-                    return
-                if config.tier_after_ms is not None and segment.max_timestamp > _now_ms() - config.tier_after_ms:
-                    return  # not old enough, and later segments are newer
-                record = upload_segment(
-                    storage,
-                    self.metadata,
-                    self.epoch,
-                    part.name,
-                    segment,
-                    chunk_bytes=config.tier_chunk_bytes,
-                    concurrency=config.tier_concurrency,
-                    limiter=limiter,
-                )
+        window = config.tier_concurrency
+        under_way: deque[tuple[SegmentUpload, ExitStack]] = deque()
+
+        def finish_oldest() -> None:
+            upload, staged = under_way.popleft()
+            with staged:
+                record = upload.finish()
             report.uploaded += 1
             report.uploaded_bytes += record.size
             self._progress(
                 f"{part.name}: uploaded offsets [{record.base_offset}, {record.end_offset}) "
                 f"({record.size} bytes, {len(record.chunks)} chunk(s)) to {redact_url(storage.url)}"
             )
+
+        with ThreadPoolExecutor(window, thread_name_prefix="filechannel-upload") as pool:
+            try:
+                for ref, end in zip(refs[:-1], [r.base_offset for r in refs[1:]], strict=True):
+                    if self._stop.is_set():
+                        break
+                    if ref.base_offset in uploaded or end == ref.base_offset:  # uploaded, or holds no record
+                        continue
+                    if not ref.compressed and (point is None or point.offset < end):
+                        break  # not yet below the recovery point: later segments are not either
+                    while under_way and (len(under_way) >= window or sum(u.chunks_left for u, _ in under_way) >= 2 * window):
+                        finish_oldest()
+                    with ExitStack() as staged:
+                        segment = staged.enter_context(self._staged(part, log_, ref))
+                        if segment is None:  # collected or compressed under us: next pass
+                            break
+                        if config.tier_after_ms is not None and segment.max_timestamp > _now_ms() - config.tier_after_ms:
+                            break  # not old enough, and later segments are newer
+                        upload = start_upload(
+                            storage,
+                            self.metadata,
+                            self.epoch,
+                            part.name,
+                            segment,
+                            chunk_bytes=config.tier_chunk_bytes,
+                            pool=pool,
+                            limiter=limiter,
+                        )
+                        under_way.append((upload, staged.pop_all()))
+                while under_way:
+                    finish_oldest()
+            finally:
+                while under_way:  # an upload failed (or was interrupted): the later ones are undone
+                    upload, staged = under_way.popleft()
+                    with staged:
+                        upload.abandon()
 
     @contextmanager
     def _staged(self, part: Partition, log_: Log, ref: SegmentRef) -> Iterator[SegmentToUpload | None]:

@@ -3,8 +3,9 @@
 The order of the metadata states around the storage calls (see :mod:`.metadata`):
 
 1. ``begin_upload`` commits the segment "uploading" with every chunk name it will write;
-2. the chunks are written (``tier_concurrency`` in flight, paced to ``tier_upload_bytes_per_s``),
-   then the manifest beside them;
+2. the chunks are written on a pool of writers (``tier_concurrency`` in flight, shared by the
+   segments a daemon has under way, paced to ``tier_upload_bytes_per_s``), then the manifest
+   beside them;
 3. ``finish_upload`` commits "uploaded". Only from this commit on may the local copy go.
 
 A failure in step 2 or 3 (storage unreachable, disk error...) abandons the attempt in
@@ -21,7 +22,7 @@ with the rest of the attempt (all writes of the attempt have returned by then). 
 deletes fail, the next daemon's listing sweep deletes them (their epoch names no row).
 
 The segment's bytes go to tier-2 unchanged; each chunk is read from the open file with
-``pread`` just before it is written, so memory holds at most ``concurrency`` chunks.
+``pread`` just before it is written, so memory holds at most one chunk per writer.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from ..engine.compressed import Z_HEADER, CompressedInfo, decode_table, table_length
 from ..errors import CorruptRecordError, FencedError, StorageError, os_errors
-from .layout import UPLOADED, UPLOADING, SegmentRecord, encode_manifest, manifest_name, plan_chunks
+from .layout import UPLOADED, UPLOADING, ChunkRecord, SegmentRecord, encode_manifest, manifest_name, plan_chunks
 from .metadata import TierMetadata
 from .storage import ChunkStorage
 
@@ -114,6 +115,167 @@ def checked_size(fd: int, segment: SegmentToUpload) -> int:
     return size
 
 
+class SegmentUpload:
+    """One segment's upload under way: begun in the metadata, its chunks submitted to a pool.
+
+    Made by :func:`start_upload`; then exactly one of :meth:`finish` (wait for the chunks,
+    write the manifest, commit "uploaded") or :meth:`abandon` (undo it: an earlier upload
+    failed), which closes the segment's file. Several may be under way on one pool, so a
+    daemon keeps the pool's writes in flight across segment boundaries; it finishes them in
+    offset order and abandons every later one when one fails, so the "uploaded" rows of a
+    channel only ever grow at the end of its tier-2 range.
+
+    On any failure but :class:`FencedError`, ``finish`` abandons the attempt (objects
+    deleted, row dropped) before raising; a fenced attempt deletes its objects and leaves
+    the row to the newer epoch.
+    """
+
+    def __init__(
+        self,
+        storage: ChunkStorage,
+        metadata: TierMetadata,
+        epoch: int,
+        channel: str,
+        segment: SegmentToUpload,
+        fd: int,
+        chunks: list[ChunkRecord],
+    ) -> None:
+        self.storage = storage
+        self.metadata = metadata
+        self.epoch = epoch
+        self.channel = channel
+        self.segment = segment
+        self.chunks = chunks
+        self._fd = fd
+        self._futures: list[Future[None]] = []
+
+    @property
+    def chunks_left(self) -> int:
+        """Chunks submitted and not yet written (queued or in flight)."""
+        return sum(1 for f in self._futures if not f.done())
+
+    def _submit(self, pool: Executor, limiter: RateLimiter) -> None:
+        size = self.chunks[-1].position + self.chunks[-1].length
+
+        def put(chunk: ChunkRecord) -> None:
+            with os_errors("read", self.segment.path):
+                data = os.pread(self._fd, chunk.length, chunk.position)
+            if len(data) != chunk.length:
+                raise StorageError(
+                    f"{self.segment.path} ended at byte {chunk.position + len(data)} while uploading it, not at "
+                    f"{size}: it changed under the uploader; nothing was deleted, the next pass retries"
+                )
+            limiter.acquire(chunk.length)
+            check_fence(self.metadata, self.epoch)
+            self.storage.write(chunk.name, data)
+
+        for chunk in self.chunks:
+            self._futures.append(pool.submit(put, chunk))
+
+    def _stop_writes(self) -> None:
+        """Cancel the chunks not started (they are not written, nor retried) and wait for those in flight."""
+        for future in self._futures:
+            future.cancel()
+        wait(self._futures)
+
+    def finish(self) -> SegmentRecord:
+        """Wait for the chunks, write the manifest, commit "uploaded"; return the record."""
+        seg = self.segment
+        try:
+            try:
+                for future in self._futures:
+                    future.result()
+            except BaseException:
+                self._stop_writes()  # the abandon runs after every write of the attempt has returned
+                raise
+            manifest = manifest_name(self.channel, seg.base_offset, self.epoch)
+            record = SegmentRecord(
+                self.channel,
+                seg.base_offset,
+                seg.end_offset,
+                self.chunks[-1].position + self.chunks[-1].length,
+                seg.max_timestamp,
+                UPLOADED,
+                self.epoch,
+                tuple(self.chunks),
+                manifest,
+            )
+            check_fence(self.metadata, self.epoch)
+            self.storage.write(manifest, encode_manifest(record))
+            return self.metadata.finish_upload(self.epoch, self.channel, seg.base_offset, self.chunks, manifest)
+        except FencedError:
+            self._delete_fenced()
+            raise
+        except BaseException:
+            self._abandon_quietly()
+            raise
+        finally:
+            self._close()
+
+    def abandon(self) -> None:
+        """Stop this upload and undo it (objects deleted, row dropped): an earlier one failed.
+        Never raises: what cannot be undone now, the next pass (or daemon) undoes."""
+        try:
+            self._stop_writes()
+            self._abandon_quietly()  # objects first; if fenced, the row is the newer epoch's to drop
+        finally:
+            self._close()
+
+    def _delete_fenced(self) -> None:
+        # Overtaken: the row is the new epoch's to abandon, but what this attempt wrote
+        # (names unique to this epoch, named by no committed row) it deletes itself, so
+        # a paused uploader leaves no object behind even if it resumed mid-write.
+        seg = self.segment
+        try:
+            names = [c.name for c in self.chunks] + [manifest_name(self.channel, seg.base_offset, self.epoch)]
+            delete_objects(self.storage, names)
+        except Exception as exc:
+            log.warning("tier: fenced upload of %s@%d left objects to sweep: %s", self.channel, seg.base_offset, exc)
+
+    def _abandon_quietly(self) -> None:
+        # The error that stopped the upload is the one the caller must see, not this one's.
+        try:
+            abandon(self.storage, self.metadata, self.epoch, metadata_row(self.metadata, self.channel, self.segment.base_offset))
+        except Exception as exc:
+            log.warning("tier: the failed upload of %s@%d stays to be abandoned: %s", self.channel, self.segment.base_offset, exc)
+
+    def _close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def start_upload(
+    storage: ChunkStorage,
+    metadata: TierMetadata,
+    epoch: int,
+    channel: str,
+    segment: SegmentToUpload,
+    *,
+    chunk_bytes: int,
+    pool: Executor,
+    limiter: RateLimiter | None = None,
+) -> SegmentUpload:
+    """Begin the upload of ``segment`` of ``channel`` as epoch ``epoch``: the "uploading" row
+    committed, every chunk submitted to ``pool``. The caller then calls ``finish`` or ``abandon``."""
+    with os_errors("open segment", segment.path):
+        fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = checked_size(fd, segment)
+        chunks = plan_chunks(channel, segment.base_offset, epoch, size, chunk_bytes)
+        metadata.begin_upload(epoch, channel, segment.base_offset, segment.end_offset, size, segment.max_timestamp, chunks)
+    except BaseException:
+        os.close(fd)
+        raise
+    upload = SegmentUpload(storage, metadata, epoch, channel, segment, fd, list(chunks))
+    try:
+        upload._submit(pool, limiter or RateLimiter(None))
+    except BaseException:  # the pool is shut down: nothing of this attempt will be written
+        upload.abandon()
+        raise
+    return upload
+
+
 def upload_segment(
     storage: ChunkStorage,
     metadata: TierMetadata,
@@ -125,78 +287,11 @@ def upload_segment(
     concurrency: int = 4,
     limiter: RateLimiter | None = None,
 ) -> SegmentRecord:
-    """Upload ``segment`` of ``channel`` as epoch ``epoch``; return its record, state "uploaded".
-
-    On any failure but :class:`FencedError`, the attempt is abandoned (row dropped, objects
-    deleted) before the error is raised again.
-    """
-    with os_errors("open segment", segment.path):
-        fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        size = checked_size(fd, segment)
-        chunks = plan_chunks(channel, segment.base_offset, epoch, size, chunk_bytes)
-        metadata.begin_upload(epoch, channel, segment.base_offset, segment.end_offset, size, segment.max_timestamp, chunks)
-        try:
-            pace = limiter or RateLimiter(None)
-
-            def put(i: int) -> None:
-                chunk = chunks[i]
-                with os_errors("read", segment.path):
-                    data = os.pread(fd, chunk.length, chunk.position)
-                if len(data) != chunk.length:
-                    raise StorageError(
-                        f"{segment.path} ended at byte {chunk.position + len(data)} while uploading it, not at "
-                        f"{size}: it changed under the uploader; nothing was deleted, the next pass retries"
-                    )
-                pace.acquire(chunk.length)
-                check_fence(metadata, epoch)
-                storage.write(chunk.name, data)
-
-            if concurrency <= 1 or len(chunks) == 1:
-                for i in range(len(chunks)):
-                    put(i)
-            else:
-                with ThreadPoolExecutor(min(concurrency, len(chunks)), thread_name_prefix="filechannel-upload") as pool:
-                    futures = [pool.submit(put, i) for i in range(len(chunks))]
-                    try:
-                        for future in futures:
-                            future.result()
-                    except BaseException:
-                        for future in futures:  # the chunks not started yet are not written (nor retried)
-                            future.cancel()
-                        raise  # leaving the pool waits for the writes in flight: the abandon runs after them
-            manifest = manifest_name(channel, segment.base_offset, epoch)
-            record = SegmentRecord(
-                channel,
-                segment.base_offset,
-                segment.end_offset,
-                size,
-                segment.max_timestamp,
-                UPLOADED,
-                epoch,
-                chunks,
-                manifest,
-            )
-            check_fence(metadata, epoch)
-            storage.write(manifest, encode_manifest(record))
-            return metadata.finish_upload(epoch, channel, segment.base_offset, chunks, manifest)
-        except FencedError:
-            # Overtaken: the row is the new epoch's to abandon, but what this attempt wrote
-            # (names unique to this epoch, named by no committed row) it deletes itself, so
-            # a paused uploader leaves no object behind even if it resumed mid-write.
-            try:
-                delete_objects(storage, [c.name for c in chunks] + [manifest_name(channel, segment.base_offset, epoch)])
-            except Exception as exc:
-                log.warning("tier: fenced upload of %s@%d left objects to sweep: %s", channel, segment.base_offset, exc)
-            raise
-        except BaseException:
-            try:
-                abandon(storage, metadata, epoch, metadata_row(metadata, channel, segment.base_offset))
-            except Exception as exc:  # the original error is the one the caller must see
-                log.warning("tier: the failed upload of %s@%d stays to be abandoned: %s", channel, segment.base_offset, exc)
-            raise
-    finally:
-        os.close(fd)
+    """Upload ``segment`` of ``channel`` as epoch ``epoch``, ``concurrency`` chunks in flight; return
+    its record, state "uploaded". Failures as :class:`SegmentUpload`'s."""
+    with ThreadPoolExecutor(concurrency, thread_name_prefix="filechannel-upload") as pool:
+        upload = start_upload(storage, metadata, epoch, channel, segment, chunk_bytes=chunk_bytes, pool=pool, limiter=limiter)
+        return upload.finish()
 
 
 def check_fence(metadata: TierMetadata, epoch: int) -> None:

@@ -17,10 +17,13 @@ import pytest
 from filechannel import FileChannel
 from filechannel.client.topics import Admin, TopicStore
 from filechannel.config import ChannelConfig
-from filechannel.errors import ConfigError, TierError
+from filechannel.errors import ConfigError, StorageUnavailableError, TierError
+from filechannel.tiering import daemon as daemon_module
 from filechannel.tiering import open_storage
 from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import TieringDaemon, tier_status
+from filechannel.tiering.layout import parse_object_name
+from filechannel.tiering.local_storage import LocalStorage
 from filechannel.tiering.metadata import TierMetadata
 
 from .conftest import wait_for
@@ -305,3 +308,84 @@ def test_deleted_topic_is_purged_from_tier2_before_it_can_be_created_again(tmp_p
     produce(root, values(10))
     with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch:
         assert ch.first_offset == 0 and ch.end_offset == 10
+
+
+class GatedStorage(LocalStorage):
+    """A local folder whose first chunk write of one segment (``gate``) waits until a chunk of a
+    later segment has been written, then either goes on or fails (``fail``): a real storage,
+    with the timing of a slow chunk made deterministic."""
+
+    def __init__(self, root: str, gate: int, fail: bool) -> None:
+        super().__init__(root)
+        self.gate, self.fail = gate, fail
+        self.later_written = threading.Event()
+        self.overlapped = False
+        self._gated = threading.Lock()
+
+    def _do_write(self, name: str, data: memoryview) -> None:
+        parsed = parse_object_name(name)
+        if parsed is not None and parsed.kind == "chunk" and parsed.base_offset == self.gate and self._gated.acquire(False):
+            self.overlapped = self.later_written.wait(10)  # False: no later segment was under way
+            if self.fail:
+                raise StorageUnavailableError(f"injected: {name} not written")
+        super()._do_write(name, data)
+        if parsed is not None and parsed.kind == "chunk" and parsed.base_offset > self.gate:
+            self.later_written.set()
+
+
+def gated_daemon(root: Path, monkeypatch: pytest.MonkeyPatch, storage: GatedStorage) -> TieringDaemon:
+    monkeypatch.setattr(daemon_module, "open_storage", lambda url, **options: storage)
+    return TieringDaemon(root)
+
+
+def test_segments_overlap_and_commit_in_offset_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next segment's chunks are written while an earlier one's are still in flight (the
+    writes do not drain at each segment's end), and every segment still lands, in order."""
+    root = tmp_path / "root"
+    make_topic(root, f"file://{tmp_path}/tier", local_retention_bytes=0)
+    sent = values(300)
+    produce(root, sent)
+    before = local_bases(root)
+    storage = GatedStorage(str(tmp_path / "tier"), gate=before[1], fail=False)
+    with gated_daemon(root, monkeypatch, storage) as daemon:
+        report = daemon.run(once=True)
+    assert report.failures == [] and report.uploaded == len(before) - 1
+    assert storage.overlapped  # a later segment's chunk was written while this one's waited
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        records = metadata.segments("t/0")
+        assert [r.base_offset for r in records] == before[:-1]
+        assert [r.state for r in records] == ["uploaded"] * len(records)
+    with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(f"file://{tmp_path}/tier") as tier:
+        got = tier2_records(tier, metadata, "t/0")
+    assert [r.value for r in got] == sent[: before[-1]]
+
+
+def test_a_failed_segment_undoes_the_later_ones_under_way_and_the_next_pass_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk of the second segment fails while later segments are under way: the first stays
+    uploaded, the second and every later one are undone (no row, no object), nothing is deleted
+    locally that tier-2 lacks; the next pass uploads the rest."""
+    root, url = tmp_path / "root", f"file://{tmp_path}/tier"
+    make_topic(root, url, local_retention_bytes=0)
+    sent = values(300)
+    produce(root, sent)
+    before = local_bases(root)
+    storage = GatedStorage(str(tmp_path / "tier"), gate=before[1], fail=True)
+    with gated_daemon(root, monkeypatch, storage) as daemon:
+        report = daemon.run(once=True)
+    assert len(report.failures) == 1 and "injected" in report.failures[0]
+    assert storage.overlapped
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        assert [(r.base_offset, r.state) for r in metadata.segments("t/0")] == [(before[0], "uploaded")]
+    with open_storage(url) as tier:
+        names = [parse_object_name(o.name) for o in tier.list("t/0/")]
+    assert {n.base_offset for n in names if n is not None} == {before[0]}  # the undone segments' objects are gone
+    assert local_bases(root) == before[1:]  # only the uploaded segment left the local disk
+    with gated_daemon(root, monkeypatch, GatedStorage(str(tmp_path / "tier"), gate=-1, fail=False)) as daemon:
+        report = daemon.run(once=True)
+    assert report.failures == [] and report.uploaded == len(before) - 2
+    with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as tier:
+        assert [r.base_offset for r in metadata.segments("t/0")] == before[:-1]
+        got = tier2_records(tier, metadata, "t/0")
+    assert [r.value for r in got] == sent[: before[-1]]
