@@ -398,6 +398,7 @@ shaped(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "sizes and headers_type need (offset, timestamp, key, value, headers) records");
         return NULL;
     }
+    int plain_layout = record_type->tp_dictoffset == 0 && record_type->tp_basicsize == PyTuple_Type.tp_basicsize;
     PyObject *out = PyList_New(n);
     if (out == NULL) {
         return NULL;
@@ -423,17 +424,22 @@ shaped(PyObject *self, PyObject *args)
                 goto done;
             }
         }
-        PyObject *t = record_type->tp_alloc(record_type, nt);
+        /* A named tuple (a tuple's layout: no instance __dict__) is not made with tp_alloc:
+           PyType_GenericAlloc zero-fills and tracks, and most records are then untracked
+           again (below). Every item is set from the template at once, before any error path
+           can free t. */
+        PyObject *t = plain_layout ? (PyObject *)PyObject_GC_NewVar(PyTupleObject, record_type, nt)
+                                   : record_type->tp_alloc(record_type, nt);
         if (t == NULL) {
             Py_CLEAR(out);
             goto done;
         }
-        PyList_SET_ITEM(out, i, t); /* from here, an error frees t with out */
         for (Py_ssize_t k = 0; k < nt; k++) {
             PyObject *item = PyTuple_GET_ITEM(template, k);
             Py_INCREF(item);
             PyTuple_SET_ITEM(t, k, item);
         }
+        PyList_SET_ITEM(out, i, t); /* from here, an error frees t with out */
         for (Py_ssize_t k = 0; k < nslots + nsizes; k++) {
             Py_ssize_t pos = k < nslots ? slots[k] : size_slots[k - nslots];
             if (pos < 0) {
@@ -471,10 +477,13 @@ shaped(PyObject *self, PyObject *args)
         int may_cycle = 0;
         for (Py_ssize_t k = 0; k < nt && !may_cycle; k++) {
             PyObject *item = PyTuple_GET_ITEM(t, k);
-            may_cycle = PyObject_IS_GC(item) && PyObject_GC_IsTracked(item);
+            may_cycle = PyType_IS_GC(Py_TYPE(item)) && PyObject_GC_IsTracked(item);
         }
-        if (!may_cycle) {
-            PyObject_GC_UnTrack(t); /* the rule the collector applies to plain tuples */
+        /* The rule the collector applies to plain tuples: tracked only if it may be in a cycle. */
+        if (may_cycle && !PyObject_GC_IsTracked(t)) {
+            PyObject_GC_Track(t);
+        } else if (!may_cycle && PyObject_GC_IsTracked(t)) {
+            PyObject_GC_UnTrack(t);
         }
     }
 done:

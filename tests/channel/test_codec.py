@@ -10,6 +10,7 @@ import os
 import platform
 import random
 import weakref
+from typing import Any, NamedTuple
 from unittest.mock import patch
 
 import pytest
@@ -204,8 +205,25 @@ def test_c_shaped_rejects_what_does_not_fit():
         record._codec.shaped(tuple, (None,) * 5, [(1, 2, None, b"", ())], (0, 1, 2, 3, 4), (), dict)
 
 
+class Tagged(tuple):
+    """A tuple subclass with an instance ``__dict__`` (made by ``tp_alloc``)."""
+
+
+class Named(NamedTuple):
+    """A tuple's layout (made untracked, tracked only when it may cycle)."""
+
+    a: Any
+    b: Any
+    c: Any
+    d: Any
+    e: Any
+    f: Any
+    g: Any
+
+
 @needs_c
-def test_decoded_and_shaped_records_are_left_out_of_cycle_collection_only_when_they_cannot_cycle():
+@pytest.mark.parametrize("Tagged", [Tagged, Named])
+def test_decoded_and_shaped_records_are_left_out_of_cycle_collection_only_when_they_cannot_cycle(Tagged):
     # A million new records per second each set off collections that walk every tracked
     # young object; records of ints, bytes, None and () cannot be part of a cycle.
     frames: list[bytes] = []
@@ -216,9 +234,6 @@ def test_decoded_and_shaped_records_are_left_out_of_cycle_collection_only_when_t
     decode_records(buf, 0, 0, 10, out)
     assert [r.value for r in out] == [b"value-0", b"value-1", b"value-2"]
     assert not any(gc.is_tracked(r) for r in out)
-
-    class Tagged(tuple):
-        pass
 
     template, slots = ("topic", 3, None, None, None, None, None), (2, 3, 4, 5, 6)
     plain = record._codec.shaped(Tagged, template, out, slots)
@@ -231,7 +246,7 @@ def test_decoded_and_shaped_records_are_left_out_of_cycle_collection_only_when_t
         pass
 
     holder = Holder()
-    looped = record._codec.shaped(Tagged, (holder, None, None, None, None, None), out[:1], (1, 2, 3, 4, 5))[0]
+    looped = record._codec.shaped(Tagged, (holder, None, None, None, None, None, None), out[:1], (1, 2, 3, 4, 5))[0]
     assert gc.is_tracked(looped)
     holder.me = looped
     ref = weakref.ref(holder)
