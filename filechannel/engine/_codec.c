@@ -201,6 +201,30 @@ done:
     return result;
 }
 
+/* A new instance of the tuple subclass type with n items (all NULL: set each before use),
+   left out of the cycle collector. Records of ints, bytes, None and empty headers cannot be
+   in a cycle, and the collections that a million new tracked records a second set off walk
+   every one of them. A named tuple (a tuple's layout, no instance __dict__) is made with
+   PyObject_GC_NewVar, untracked from the start: PyType_GenericAlloc zero-fills the whole
+   object and tracks it, only for it to be untracked again. */
+static PyObject *
+new_untracked(PyTypeObject *type, Py_ssize_t n)
+{
+    PyObject *t;
+    if (type->tp_dictoffset == 0 && type->tp_basicsize == PyTuple_Type.tp_basicsize) {
+        t = (PyObject *)PyObject_GC_NewVar(PyTupleObject, type, n);
+        if (t != NULL) {
+            memset(((PyTupleObject *)t)->ob_item, 0, (size_t)n * sizeof(PyObject *));
+        }
+    } else {
+        t = type->tp_alloc(type, n);
+        if (t != NULL) {
+            PyObject_GC_UnTrack(t);
+        }
+    }
+    return t;
+}
+
 PyDoc_STRVAR(decode_plain_doc,
              "decode_plain(buf: bytes-like, pos, offset, max_records, out: list, record_type, no_headers)"
              " -> (pos, count, status)\n\n"
@@ -255,7 +279,7 @@ decode_plain(PyObject *self, PyObject *args)
         PyObject *value = PyBytes_FromStringAndSize((const char *)b + pos + HEAD, (Py_ssize_t)length - PREFIX);
         PyObject *off = PyLong_FromLongLong(offset + count);
         PyObject *timestamp = PyLong_FromLongLong(ts);
-        PyObject *record = record_type->tp_alloc(record_type, 5);
+        PyObject *record = new_untracked(record_type, 5);
         if (value == NULL || off == NULL || timestamp == NULL || record == NULL) {
             Py_XDECREF(value);
             Py_XDECREF(off);
@@ -270,9 +294,6 @@ decode_plain(PyObject *self, PyObject *args)
         PyTuple_SET_ITEM(record, 3, value);
         Py_INCREF(no_headers);
         PyTuple_SET_ITEM(record, 4, no_headers);
-        /* Ints, None, bytes and an empty tuple cannot form a cycle: untracked, the
-         * collections that a million new records set off have nothing to walk. */
-        PyObject_GC_UnTrack(record);
         int failed = PyList_Append(out, record);
         Py_DECREF(record);
         if (failed) {
@@ -398,7 +419,6 @@ shaped(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "sizes and headers_type need (offset, timestamp, key, value, headers) records");
         return NULL;
     }
-    int plain_layout = record_type->tp_dictoffset == 0 && record_type->tp_basicsize == PyTuple_Type.tp_basicsize;
     PyObject *out = PyList_New(n);
     if (out == NULL) {
         return NULL;
@@ -424,12 +444,7 @@ shaped(PyObject *self, PyObject *args)
                 goto done;
             }
         }
-        /* A named tuple (a tuple's layout: no instance __dict__) is not made with tp_alloc:
-           PyType_GenericAlloc zero-fills and tracks, and most records are then untracked
-           again (below). Every item is set from the template at once, before any error path
-           can free t. */
-        PyObject *t = plain_layout ? (PyObject *)PyObject_GC_NewVar(PyTupleObject, record_type, nt)
-                                   : record_type->tp_alloc(record_type, nt);
+        PyObject *t = new_untracked(record_type, nt);
         if (t == NULL) {
             Py_CLEAR(out);
             goto done;
@@ -479,11 +494,8 @@ shaped(PyObject *self, PyObject *args)
             PyObject *item = PyTuple_GET_ITEM(t, k);
             may_cycle = PyType_IS_GC(Py_TYPE(item)) && PyObject_GC_IsTracked(item);
         }
-        /* The rule the collector applies to plain tuples: tracked only if it may be in a cycle. */
-        if (may_cycle && !PyObject_GC_IsTracked(t)) {
-            PyObject_GC_Track(t);
-        } else if (!may_cycle && PyObject_GC_IsTracked(t)) {
-            PyObject_GC_UnTrack(t);
+        if (may_cycle) {
+            PyObject_GC_Track(t); /* the rule the collector applies to plain tuples */
         }
     }
 done:
