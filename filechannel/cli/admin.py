@@ -6,11 +6,10 @@ import os
 import sys
 
 import click
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ..channel import DamagedRange
 from ..client import Admin
-from .common import ROOT_OPTION, cli, err, out, root_folder
+from .common import ROOT_OPTION, byte_progress, cli, err, out, root_folder
 
 # -- root settings ------------------------------------------------------------------------------
 
@@ -52,17 +51,7 @@ def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
     damaged = 0
     names = list(topics_) or admin.list_topics()
     total_records = 0
-    # The bars only on a terminal: into a file or a pipe, rich would write their last frame, and
-    # with no partition to check, an empty line.
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=False,
-        disable=not err.is_terminal or not names,
-    ) as progress:
+    with byte_progress(shown=bool(names)) as progress:
         for topic in names:
             desc = admin.describe_topic(topic)
             for p in desc.partitions:

@@ -6,12 +6,15 @@ import json
 import os
 import select
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
 from .. import __version__, native_extensions
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 class _Console(Console):
@@ -23,6 +26,22 @@ class _Console(Console):
 
 out = _Console()
 err = _Console(stderr=True)
+
+
+def byte_progress(shown: bool) -> Progress:
+    """Progress bars of bytes (description, bar, bytes done, time left) on stderr, drawn only
+    when ``shown`` and stderr is a terminal: into a file or a pipe, rich would write their
+    last frame (and, with no task, an empty line)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not shown or not err.is_terminal,
+    )
 
 
 def silence_closed_output() -> None:

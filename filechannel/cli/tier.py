@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from .common import cli, err, out, root_folder
+from .common import byte_progress, cli, err, out, root_folder
 
 if TYPE_CHECKING:
     from ..tiering.defrag import DefragSettings
@@ -123,10 +123,7 @@ def tier_run(
         )
     else:
         progress("stopped")
-    for line in report.failures:
-        click.echo(f"error: {line}", err=True)
-    if report.failures:
-        sys.exit(1)
+    _exit_on_errors(report.failures)
 
 
 @tier.command("status")
@@ -186,6 +183,14 @@ _TIER_OPTIONS = click.option(
 
 def _progress_line(line: str) -> None:
     err.print(f"[dim]{datetime.now().strftime('%H:%M:%S')}[/dim] {line}", soft_wrap=True, highlight=False)
+
+
+def _exit_on_errors(lines: list[str]) -> None:
+    """One "error: ..." line on stderr for each of ``lines``, then exit 1 if there was any."""
+    for line in lines:
+        click.echo(f"error: {line}", err=True)
+    if lines:
+        sys.exit(1)
 
 
 def _root_storages(root: str) -> dict[str, tuple[str, dict]]:
@@ -333,10 +338,7 @@ def tier_rebuild(new_root: str, tier_url: str, tier_options: str | None) -> None
         highlight=False,
         soft_wrap=True,
     )
-    for line in report.problems:
-        click.echo(f"error: {line}", err=True)
-    if report.problems:
-        sys.exit(1)
+    _exit_on_errors(report.problems)
 
 
 @tier.command("fsck")
@@ -356,20 +358,11 @@ def tier_fsck(ctx: click.Context, tier_root: str | None, deep: bool, repair: boo
       filechannel tier fsck --root /data/fc
       filechannel tier fsck --root /data/fc --deep --repair
     """
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
     from ..tiering.fsck import deep_bytes_of, fsck
 
     root = tier_root or root_folder(ctx)
     total = deep_bytes_of(root) if deep else 0
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        disable=not deep or not err.is_terminal,
-    ) as progress:
+    with byte_progress(shown=deep) as progress:
         task = progress.add_task("reading tier-2", total=max(total, 1))
         report = fsck(
             root,

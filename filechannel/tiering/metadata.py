@@ -511,15 +511,8 @@ class TierMetadata:
 
     def begin_delete(self, epoch: int, channel: str, base_offset: int) -> SegmentRecord:
         """Mark an uploaded (or lost) segment "deleting" (readers stop using it) before its objects are deleted."""
-        self._epoch(epoch)
-        self._key(channel, base_offset)
-        with self._transaction(f"begin deleting {channel}@{base_offset}", write=True, epoch=epoch) as db:
-            record = self._require(db, "begin_delete", channel, base_offset, LISTED)
-            db.execute(
-                "UPDATE segments SET state = ?, updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
-                (DELETING, _now_ms(), channel, base_offset),
-            )
-        return replace(record, state=DELETING)
+        what = f"begin deleting {channel}@{base_offset}"
+        return self._move(epoch, channel, base_offset, "begin_delete", what, LISTED, DELETING)
 
     def mark_lost(self, epoch: int, channel: str, base_offset: int) -> SegmentRecord:
         """Mark an uploaded segment "lost": its objects are missing or damaged and no copy is left.
@@ -528,15 +521,21 @@ class TierMetadata:
         list it and raise :class:`~filechannel.errors.TierDataLostError` naming its offsets;
         retention deletes it like any other segment.
         """
+        return self._move(epoch, channel, base_offset, "mark_lost", f"mark {channel}@{base_offset} lost", UPLOADED, LOST)
+
+    def _move(
+        self, epoch: int, channel: str, base_offset: int, action: str, what: str, before: str | tuple[str, ...], after: str
+    ) -> SegmentRecord:
+        """Move a segment from a state in ``before`` to ``after``, in one fenced transaction."""
         self._epoch(epoch)
         self._key(channel, base_offset)
-        with self._transaction(f"mark {channel}@{base_offset} lost", write=True, epoch=epoch) as db:
-            record = self._require(db, "mark_lost", channel, base_offset, UPLOADED)
+        with self._transaction(what, write=True, epoch=epoch) as db:
+            record = self._require(db, action, channel, base_offset, before)
             db.execute(
                 "UPDATE segments SET state = ?, updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
-                (LOST, _now_ms(), channel, base_offset),
+                (after, _now_ms(), channel, base_offset),
             )
-        return replace(record, state=LOST)
+        return replace(record, state=after)
 
     def finish_delete(self, epoch: int, channel: str, base_offset: int) -> None:
         """Remove a "deleting" segment and its chunks, once its objects are deleted."""

@@ -119,8 +119,12 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
             for p in procs:
                 if p.poll() is None:
                     p.send_signal(signal.SIGUSR1)  # each live member writes its stacks
-            time.sleep(1)
-            stacks = {p.pid: (root / f"stack.{p.pid}").read_text()[-3000:] for p in procs if p.poll() is None}
+            live = [p for p in procs if p.poll() is None]
+            try:
+                wait_for(lambda: all((root / f"stack.{p.pid}").exists() for p in live), timeout=5, what="the stacks")
+            except AssertionError:
+                pass  # a picture without some stacks is still worth printing
+            stacks = {p.pid: (root / f"stack.{p.pid}").read_text()[-3000:] for p in live if (root / f"stack.{p.pid}").exists()}
             return f"state {state}; offsets {committed}; members (exit code, last lines) {tails}; stacks {stacks}"
 
         try:
