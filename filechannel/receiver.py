@@ -8,11 +8,11 @@ import time
 from collections.abc import Iterator
 from itertools import islice
 from operator import length_hint
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .engine.cursor import Cursor
 from .engine.names import validate_name
-from .engine.record import Record
+from .engine.record import RECORDS, Record, RecordLayout
 from .errors import AckError, ChannelClosedError, ConfigError, Timeout
 
 if TYPE_CHECKING:
@@ -108,12 +108,20 @@ class Receiver:
             return list(islice(self._rest, max_records))
         return self._wait(max_records, timeout)
 
-    def _wait(self, max_records: int, timeout: float | None) -> list[Record]:
+    def _read_now(self, max_records: int, layout: RecordLayout) -> list[Any]:
+        """``recv_many(max_records, timeout=0)`` with the records decoded as ``layout`` says:
+        a Kafka-like consumer's records made as they are read, not from a :class:`Record` each."""
+        if length_hint(self._rest):
+            rest = list(islice(self._rest, max_records))
+            return rest if layout.convert is None else layout.convert(rest)
+        return self._wait(max_records, 0.0, layout)
+
+    def _wait(self, max_records: int, timeout: float | None, layout: RecordLayout = RECORDS) -> list[Any]:
         self._check_open()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             seq = self._wakeup.seq
-            got = self._cursor.read(max_records)
+            got = self._cursor.read(max_records, layout)
             if got:
                 return got
             self._check_open()

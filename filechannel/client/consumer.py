@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ..channel import FileChannel
+from ..engine.record import RecordLayout
 from ..engine.wakeup import Wakeup
 from ..errors import (
     ChannelClosedError,
@@ -83,6 +84,7 @@ def check_offset(tp: TopicPartition, offset: Any, what: str) -> int:
 # out of the CPU cache and ran at half the rate of 1 MiB ones. Estimated per partition from
 # the previous fetch's records, so small records keep fetching the whole budget at once.
 _FETCH_BYTES = 1 << 20
+_UNSIZED = 1 << 62  # a partition's fetch_records before its record sizes are seen
 
 
 def _take_pending(pending: deque[ConsumerRecord], budget: int) -> list[ConsumerRecord]:
@@ -124,7 +126,7 @@ class _Partition:
         self.receiver = receiver
         self.paused = False
         self.pending: deque[ConsumerRecord] = deque()
-        self.fetch_records = 1 << 62  # records per fetch: about _FETCH_BYTES of them, once sizes are seen
+        self.fetch_records = _UNSIZED  # records per fetch: about _FETCH_BYTES of them, once sizes are seen
 
     def position(self) -> int | None:
         if self.pending:
@@ -215,6 +217,7 @@ class Consumer:
         self._max_poll_records = max_poll_records
         self._key_de = key_deserializer
         self._value_de = value_deserializer
+        self._layouts: dict[TopicPartition, RecordLayout] = {}  # by partition: how its records are decoded
         self._consumer_timeout = consumer_timeout_ms / 1000
         self._metadata_max_age = metadata_max_age_ms / 1000
         self._next_metadata = math.inf  # when a subscription next looks for new topics
@@ -495,11 +498,12 @@ class Consumer:
                     if rx is None:
                         raise self._no_offset(tp)
                     want = min(budget, part.fetch_records)
+                    layout = self._layouts.get(tp) or self._new_layout(tp)
                     try:
-                        raw = rx.recv_many(want, timeout=0)
+                        raw = rx._read_now(want, layout)
                     except OffsetOutOfRangeError:
                         rx.seek(self._reset_offset(tp, part.channel))
-                        raw = rx.recv_many(want, timeout=0)
+                        raw = rx._read_now(want, layout)
                     if not raw:
                         if rx.position > part.channel.end_offset:
                             # Past the end (a seek there, or a committed offset beyond a log that
@@ -507,7 +511,7 @@ class Consumer:
                             rx.seek(self._reset_offset(tp, part.channel))
                         continue
                     try:
-                        recs = self._convert(tp, raw)
+                        recs = self._record_shape.deserialized(raw, self._key_de, self._value_de)
                     except BaseException:
                         rx.seek(raw[0].offset)
                         raise
@@ -554,6 +558,15 @@ class Consumer:
             self._unread(batch)
         return bool(batch)
 
+    def _fetch_budget(self, asked: int, only: Collection[TopicPartition] | None) -> int:
+        """Records to fetch when ``asked`` are wanted and fetching costs a trip to a worker
+        thread (the async consumer): at least one fetch of the partition (of ``only``) with the
+        most records in ``_FETCH_BYTES``, as aiokafka fetches ``max_partition_fetch_bytes`` ahead
+        of what ``getmany`` hands out. At 100 B that is about 10,000 records a trip, not 2,000.
+        They wait as pending records (positions do not move past them) and bound memory as a fetch does."""
+        sized = (p.fetch_records for tp, p in self._parts.items() if p.fetch_records != _UNSIZED and (only is None or tp in only))
+        return max(asked, max(sized, default=0))
+
     def _take(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``budget`` pending records of unpaused partitions (of ``only``). Never blocks."""
         self._check_open()
@@ -574,8 +587,10 @@ class Consumer:
                 return part.pending.popleft()
         return None
 
-    def _convert(self, tp: TopicPartition, recs: list[Any]) -> list[ConsumerRecord]:
-        return self._record_shape.build(tp[0], tp[1], recs, self._key_de, self._value_de)
+    def _new_layout(self, tp: TopicPartition) -> RecordLayout:
+        """How ``tp``'s receiver decodes records: straight into this consumer's record type."""
+        layout = self._layouts[tp] = self._record_shape.layout(tp[0], tp[1])
+        return layout
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         return self

@@ -11,9 +11,10 @@ its own CRC32C, checked on read).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
-from ..engine.record import Record, shaped
+from ..engine.record import Record, RecordLayout, shaped
 
 
 class TopicPartition(NamedTuple):
@@ -111,12 +112,28 @@ class RecordShape(NamedTuple):
         built = shaped(
             self.record_type, (topic, partition, *self.template[2:]), records, self.slots, self.size_slots, self.headers_type
         )
+        return self.deserialized(built, key_de, value_de)
+
+    def layout(self, topic: str, partition: int) -> RecordLayout:
+        """How a receiver decodes one partition's records straight into this shape (no
+        :class:`Record` made first: that halved what a poll adds to a read at 100 B); the
+        same records as :meth:`build` without deserializers."""
+        offset, timestamp, _, value, headers = self.slots
+        return RecordLayout(
+            self.record_type,
+            (topic, partition, *self.template[2:]),
+            (offset, timestamp, value, self.size_slots[1], headers if self.headers_type is list else -1),
+            partial(self.build, topic, partition, key_de=None, value_de=None),
+        )
+
+    def deserialized(self, records: list[Any], key_de: Deserializer | None, value_de: Deserializer | None) -> list[Any]:
+        """``records`` (of this shape) with keys and values that are not None deserialized."""
         if key_de is None and value_de is None:
-            return built
+            return records
         k, v = self.slots[2], self.slots[3]
         new = tuple.__new__
         out = []
-        for rec in built:
+        for rec in records:
             fields = list(rec)
             if key_de is not None and fields[k] is not None:
                 fields[k] = key_de(fields[k])

@@ -225,38 +225,81 @@ new_untracked(PyTypeObject *type, Py_ssize_t n)
     return t;
 }
 
+#define SHAPED_MAX_FIELDS 32
+
+/* Reads a tuple of positions into out (at most max, each in [-1, limit)); -1 with an exception set. */
+static Py_ssize_t
+positions(PyObject *tuple, Py_ssize_t *out, Py_ssize_t max, Py_ssize_t limit, const char *what)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    if (n > max) {
+        PyErr_Format(PyExc_ValueError, "%s: at most %zd positions", what, max);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(tuple, k));
+        if (pos == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (pos < -1 || pos >= limit) {
+            PyErr_Format(PyExc_ValueError, "%s: position %zd is outside the template", what, pos);
+            return -1;
+        }
+        out[k] = pos;
+    }
+    return n;
+}
+
 PyDoc_STRVAR(decode_plain_doc,
-             "decode_plain(buf: bytes-like, pos, offset, max_records, out: list, record_type, no_headers)"
-             " -> (pos, count, status)\n\n"
-             "Append record_type(offset, timestamp, None, value, no_headers) to out for each whole,\n"
-             "CRC-valid frame of a plain record from pos on. status 0: stopped at max_records,\n"
-             "the end of buf or an incomplete frame; 1: the frame at pos is not a plain record\n"
-             "(key, headers or too short: the caller decodes it); 2: its CRC does not match.");
+             "decode_plain(buf: bytes-like, pos, offset, max_records, out: list, record_type, template: tuple,"
+             " slots: tuple[int, int, int, int, int]) -> (pos, count, status)\n\n"
+             "Append a record_type (a tuple subclass) to out for each whole, CRC-valid frame of a plain\n"
+             "record (no key, no headers) from pos on: template with the record's offset, timestamp, value\n"
+             "and len(value) at slots[0:4] and a new empty list at slots[4] (-1: left out). status 0:\n"
+             "stopped at max_records, the end of buf or an incomplete frame; 1: the frame at pos is not a\n"
+             "plain record (key, headers or too short: the caller decodes it); 2: its CRC does not match.");
+
+enum { SLOT_OFFSET, SLOT_TIMESTAMP, SLOT_VALUE, SLOT_VALUE_SIZE, SLOT_NEW_LIST, DECODE_SLOTS };
 
 static PyObject *
 decode_plain(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    PyObject *out, *no_headers;
+    PyObject *out, *template, *slots_arg;
     PyTypeObject *record_type;
     Py_ssize_t pos, max_records;
     long long offset;
-    if (!PyArg_ParseTuple(args, "y*nLnO!O!O", &view, &pos, &offset, &max_records, &PyList_Type, &out, &PyType_Type,
-                          &record_type, &no_headers)) {
+    if (!PyArg_ParseTuple(args, "y*nLnO!O!O!O!", &view, &pos, &offset, &max_records, &PyList_Type, &out, &PyType_Type,
+                          &record_type, &PyTuple_Type, &template, &PyTuple_Type, &slots_arg)) {
         return NULL;
     }
-    PyObject *result = NULL;
+    PyObject *result = NULL, *size = NULL, *timestamp = NULL;
+    int64_t last_ts = 0;
     const unsigned char *b = (const unsigned char *)view.buf;
-    Py_ssize_t end = view.len;
-    Py_ssize_t count = 0;
-    int status = 0;
+    Py_ssize_t end = view.len, nt = PyTuple_GET_SIZE(template);
+    Py_ssize_t count = 0, last_vlen = -1;
+    Py_ssize_t slots[DECODE_SLOTS];
+    int status = 0, track = 0;
     if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
+        goto done;
+    }
+    if (positions(slots_arg, slots, DECODE_SLOTS, nt, "slots") != DECODE_SLOTS || slots[SLOT_OFFSET] < 0 ||
+        slots[SLOT_TIMESTAMP] < 0 || slots[SLOT_VALUE] < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "slots: the positions of the offset, timestamp and value, and of the value's size and a new list or -1");
+        }
         goto done;
     }
     if (pos < 0) {
         PyErr_SetString(PyExc_ValueError, "pos must be >= 0");
         goto done;
+    }
+    /* Records of ints, bytes and the template's constants are left out of the cycle collector
+       (see new_untracked), unless a constant could be part of a cycle. */
+    for (Py_ssize_t k = 0; k < nt && !track; k++) {
+        PyObject *item = PyTuple_GET_ITEM(template, k);
+        track = PyType_IS_GC(Py_TYPE(item)) && PyObject_GC_IsTracked(item);
     }
     while (count < max_records && pos <= end - HEAD) {
         uint32_t length, crc;
@@ -276,34 +319,69 @@ decode_plain(PyObject *self, PyObject *args)
             break;
         }
         memcpy(&ts, b + pos + FRAME_HEADER + 1, 8);
-        PyObject *value = PyBytes_FromStringAndSize((const char *)b + pos + HEAD, (Py_ssize_t)length - PREFIX);
-        PyObject *off = PyLong_FromLongLong(offset + count);
-        PyObject *timestamp = PyLong_FromLongLong(ts);
-        PyObject *record = new_untracked(record_type, 5);
-        if (value == NULL || off == NULL || timestamp == NULL || record == NULL) {
-            Py_XDECREF(value);
-            Py_XDECREF(off);
-            Py_XDECREF(timestamp);
-            Py_XDECREF(record);
+        Py_ssize_t vlen = (Py_ssize_t)length - PREFIX;
+        if (slots[SLOT_VALUE_SIZE] >= 0 && (size == NULL || last_vlen != vlen)) {
+            /* a batch's values mostly share a length: one int for them (above 256 it is not cached) */
+            Py_XSETREF(size, PyLong_FromSsize_t(vlen));
+            last_vlen = vlen;
+            if (size == NULL) {
+                goto done;
+            }
+        }
+        PyObject *record = new_untracked(record_type, nt);
+        if (record == NULL) {
             goto done;
         }
-        PyTuple_SET_ITEM(record, 0, off);
-        PyTuple_SET_ITEM(record, 1, timestamp);
-        Py_INCREF(Py_None);
-        PyTuple_SET_ITEM(record, 2, Py_None);
-        PyTuple_SET_ITEM(record, 3, value);
-        Py_INCREF(no_headers);
-        PyTuple_SET_ITEM(record, 4, no_headers);
-        int failed = PyList_Append(out, record);
-        Py_DECREF(record);
+        for (Py_ssize_t k = 0; k < nt; k++) {
+            PyObject *item = PyTuple_GET_ITEM(template, k);
+            Py_INCREF(item);
+            PyTuple_SET_ITEM(record, k, item);
+        }
+        if (timestamp == NULL || last_ts != ts) {
+            /* records written together share their millisecond: one int for them, as for sizes */
+            Py_XSETREF(timestamp, PyLong_FromLongLong(ts));
+            last_ts = ts;
+            if (timestamp == NULL) {
+                Py_DECREF(record);
+                goto done;
+            }
+        }
+        PyObject *fields[DECODE_SLOTS] = {
+            PyLong_FromLongLong(offset + count),
+            Py_NewRef(timestamp),
+            PyBytes_FromStringAndSize((const char *)b + pos + HEAD, vlen),
+            Py_XNewRef(size),
+            slots[SLOT_NEW_LIST] >= 0 ? PyList_New(0) : NULL,
+        };
+        int failed = 0;
+        for (int k = 0; k < DECODE_SLOTS; k++) {
+            if (slots[k] < 0) {
+                continue; /* only the size and the list may be left out: nothing was made for them */
+            }
+            if (fields[k] == NULL) {
+                failed = 1;
+                continue;
+            }
+            if (k == SLOT_NEW_LIST) {
+                PyObject_GC_UnTrack(fields[k]); /* a new empty list cannot be in a cycle */
+            }
+            Py_SETREF(((PyTupleObject *)record)->ob_item[slots[k]], fields[k]);
+        }
+        failed = failed || PyList_Append(out, record);
+        Py_DECREF(record); /* out holds it, or it goes with the fields set in it */
         if (failed) {
             goto done;
+        }
+        if (track) {
+            PyObject_GC_Track(record);
         }
         pos = stop;
         count++;
     }
     result = Py_BuildValue("nni", pos, count, status);
 done:
+    Py_XDECREF(size);
+    Py_XDECREF(timestamp);
     PyBuffer_Release(&view);
     return result;
 }
@@ -363,31 +441,6 @@ headers_size(PyObject *headers)
     }
     Py_DECREF(seq);
     return total;
-}
-
-#define SHAPED_MAX_FIELDS 32
-
-/* Reads a tuple of positions into out (at most max, each in [-1, limit)); -1 with an exception set. */
-static Py_ssize_t
-positions(PyObject *tuple, Py_ssize_t *out, Py_ssize_t max, Py_ssize_t limit, const char *what)
-{
-    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
-    if (n > max) {
-        PyErr_Format(PyExc_ValueError, "%s: at most %zd positions", what, max);
-        return -1;
-    }
-    for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(tuple, k));
-        if (pos == -1 && PyErr_Occurred()) {
-            return -1;
-        }
-        if (pos < -1 || pos >= limit) {
-            PyErr_Format(PyExc_ValueError, "%s: position %zd is outside the template", what, pos);
-            return -1;
-        }
-        out[k] = pos;
-    }
-    return n;
 }
 
 static PyObject *

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Any
 
 from ..errors import (
     ChannelClosedError,
@@ -49,7 +50,7 @@ from ..errors import (
 from .compressed import BlockData
 from .log import Log, SegmentRef
 from .readahead import READAHEAD_BLOCKS
-from .record import FRAME_HEADER, FRAME_HEADER_SIZE, Record, decode_records
+from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORDS, RecordLayout, decode_records
 from .segment import SEGMENT_HEADER_SIZE, damage_after
 
 READ_CHUNK = 256 * 1024
@@ -212,12 +213,13 @@ class Cursor:
             f"{next_base} to read on past the hole"
         )
 
-    def read(self, max_records: int) -> list[Record]:
-        """Up to ``max_records`` records that are in the files now (possibly none)."""
+    def read(self, max_records: int, layout: RecordLayout = RECORDS) -> list[Any]:
+        """Up to ``max_records`` records that are in the files now (possibly none), decoded as
+        ``layout`` says (:class:`Record` by default; any layout's records have ``offset``)."""
         with self._lock:
             self._check_open()
             while True:
-                out = self._read(max_records + max(0, self._skip_to - self.offset))
+                out = self._read(max_records + max(0, self._skip_to - self.offset), layout)
                 if self._skip_to <= (out[0].offset if out else self.offset):
                     return out
                 if out and out[-1].offset >= self._skip_to:
@@ -225,12 +227,12 @@ class Cursor:
                 if not out:
                     return out
 
-    def _read(self, max_records: int) -> list[Record]:
-        out: list[Record] = []
+    def _read(self, max_records: int, layout: RecordLayout) -> list[Any]:
+        out: list[Any] = []
         while len(out) < max_records:
             if self._bpos < len(self._buf):
                 try:
-                    newp, n = decode_records(self._buf, self._bpos, self.offset, max_records - len(out), out)
+                    newp, n = decode_records(self._buf, self._bpos, self.offset, max_records - len(out), out, layout)
                 except CorruptRecordError as exc:
                     self._advance(exc.position, exc.offset - self.offset)  # type: ignore[attr-defined]
                     try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import operator
 import struct
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
 from typing import Any, NamedTuple, TypeVar
@@ -87,6 +87,26 @@ class Record(NamedTuple):
 
 _new_record = tuple.__new__
 T = TypeVar("T", bound=tuple[Any, ...])
+
+
+class RecordLayout(NamedTuple):
+    """The type records are decoded into: a reader can hand out its caller's records (a Kafka-like
+    consumer's 13-field ``ConsumerRecord``) without making a :class:`Record` of each first.
+
+    A plain record (no key, no headers: the hot path, in C) becomes ``record_type`` made of
+    ``template`` with the offset, timestamp and value at ``slots[0:3]``, the value's length
+    at ``slots[3]`` and a new empty list at ``slots[4]`` (-1: left out). Any other record is
+    decoded as a :class:`Record` and passed, in a list, through ``convert`` (None: kept as
+    it is), which must give the same as the plain path would for a plain record.
+    """
+
+    record_type: type[tuple[Any, ...]]
+    template: tuple[Any, ...]
+    slots: tuple[int, int, int, int, int]
+    convert: Callable[[list[Record]], list[Any]] | None = None
+
+
+RECORDS = RecordLayout(Record, (None, None, None, None, _NO_HEADERS), (0, 1, 3, -1, -1))
 
 
 def _as_bytes(obj: object, what: str) -> bytes:
@@ -340,32 +360,54 @@ def decode_records(
     pos: int,
     offset: int,
     max_records: int,
-    out: list[Record],
+    out: list[Any],
+    layout: RecordLayout = RECORDS,
 ) -> tuple[int, int]:
-    """Decode whole, CRC-valid frames from ``buf`` starting at ``pos`` (the read hot path).
+    """Decode whole, CRC-valid frames from ``buf`` starting at ``pos`` (the read hot path),
+    appending them to ``out`` as ``layout`` says (:class:`Record` by default).
 
     Stops at ``max_records``, at the end of ``buf``, or before an incomplete frame.
     Returns ``(new position, records decoded)``. A frame whose CRC does not match raises
     :class:`CorruptRecordError` with the ``position`` attribute set to the frame's position
-    in ``buf``; the caller decides whether that is a torn tail or real corruption.
-    With the C codec, plain records are decoded there and the others here, one at a time.
+    in ``buf``, after the records before it were appended; the caller decides whether that
+    is a torn tail or real corruption. With the C codec, plain records are decoded there and
+    the others here, one at a time.
     """
     if _codec is None:
-        return decode_records_py(buf, pos, offset, max_records, out)
+        return _decode_converted(buf, pos, offset, max_records, out, layout.convert)
     first = offset
+    record_type, template, slots, convert = layout
     while True:
-        pos, n, status = _codec.decode_plain(buf, pos, offset, max_records, out, Record, _NO_HEADERS)
+        pos, n, status = _codec.decode_plain(buf, pos, offset, max_records, out, record_type, template, slots)
         offset += n
         max_records -= n
         if status == 2:
             raise _crc_mismatch(pos, offset)
         if status == 0:
             return pos, offset - first
-        pos, n = decode_records_py(buf, pos, offset, 1, out)  # a record with key or headers
+        pos, n = _decode_converted(buf, pos, offset, 1, out, convert)  # a record with key or headers
         offset += n
         max_records -= n
         if max_records == 0:
             return pos, offset - first
+
+
+def _decode_converted(
+    buf: bytes | memoryview,
+    pos: int,
+    offset: int,
+    max_records: int,
+    out: list[Any],
+    convert: Callable[[list[Record]], list[Any]] | None,
+) -> tuple[int, int]:
+    """:func:`decode_records_py`, its records passed through ``convert``, even those before a bad frame."""
+    if convert is None:
+        return decode_records_py(buf, pos, offset, max_records, out)
+    records: list[Record] = []
+    try:
+        return decode_records_py(buf, pos, offset, max_records, records)
+    finally:
+        out.extend(convert(records))
 
 
 def serialized_sizes(key: bytes | None, value: bytes | None, headers: Headers) -> tuple[int, int, int]:

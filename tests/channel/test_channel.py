@@ -368,3 +368,25 @@ def test_the_index_the_writer_appends_is_the_index_a_rebuild_makes(tmp_path_fact
             written = [f.read_bytes() for f in files]
             log.rebuild_index(ref)
             assert [f.read_bytes() for f in files] == written, ref.path
+
+
+def test_a_receiver_reads_in_a_callers_layout_after_records_recv_left_in_hand(tmp_path):
+    # The Kafka-like consumer has its receiver decode straight into its record type; records
+    # a recv() batch still holds come out in that layout too, then the files' in order.
+    from filechannel.client.records import KAFKA_PYTHON_RECORDS, ConsumerRecord
+
+    with FileChannel(tmp_path / "ch", fsync="never") as ch:
+        with ch.sender() as tx:
+            tx.send_many([b"a", b"b", b"c"])
+            tx.send(b"d", key=b"k", headers=[("h", b"v")])
+        rx = ch.receiver(0)
+        assert rx.recv().value == b"a"
+        layout = KAFKA_PYTHON_RECORDS.layout("t", 2)
+        got = rx._read_now(10, layout) + rx._read_now(10, layout)
+        assert all(type(r) is ConsumerRecord for r in got)
+        assert [(r.topic, r.partition, r.offset, r.key, r.value, r.headers) for r in got] == [
+            ("t", 2, 1, None, b"b", []),
+            ("t", 2, 2, None, b"c", []),
+            ("t", 2, 3, b"k", b"d", [("h", b"v")]),
+        ]
+        assert rx._read_now(10, layout) == [] and rx.position == 4

@@ -10,6 +10,7 @@ import os
 import platform
 import random
 import weakref
+from functools import partial
 from typing import Any, NamedTuple
 from unittest.mock import patch
 
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from filechannel.client.records import AIOKAFKA_RECORDS, KAFKA_PYTHON_RECORDS
 from filechannel.engine import record, segment
 from filechannel.engine.record import Record, decode_records, decode_records_py, encode_batch_py, encode_record_frames
 from filechannel.engine.segment import scan_frames_py
@@ -88,6 +90,25 @@ def test_c_and_python_decode_agree_on_whole_torn_and_corrupted_buffers(buf, max_
         assert all(type(v) is bytes for r in from_view[3] for _k, v in r.headers)
 
 
+@settings(max_examples=200, deadline=None)
+@given(buf=damaged_frames, max_records=st.integers(1, 50), shape=st.sampled_from([KAFKA_PYTHON_RECORDS, AIOKAFKA_RECORDS]))
+def test_decoding_into_a_client_layout_equals_decoding_records_then_shaping_them(buf, max_records, shape):
+    # What a consumer's receiver hands out, decoded straight into kafka-python's or aiokafka's
+    # record, is what building those from Records gives: fields, types, sizes, new headers lists,
+    # the records before a bad frame, the error; with the C codec and without it.
+    layout = shape.layout("topic", 7)
+    status, pos, n, records = _decode(decode_records, buf, max_records)
+    expected = (status, pos, n, shape.build("topic", 7, records, None, None))
+    for codec in (record._codec, None):
+        with patch.object(record, "_codec", codec):
+            got = _decode(partial(decode_records, layout=layout), buf, max_records)
+        assert got == expected
+        assert all(type(r) is shape.record_type for r in got[3])
+        headers = [r.headers for r in got[3]]
+        assert all(type(h) is shape.headers_type for h in headers)
+        assert len({id(h) for h in headers if type(h) is list}) == sum(type(h) is list for h in headers)
+
+
 # Off x86-64 there is no C codec to compare (the first test checks which case this is).
 needs_c = pytest.mark.skipif(record._codec is None, reason="no C codec on this CPU")
 
@@ -117,10 +138,19 @@ def test_c_codec_rejects_bad_input():
         record._codec.encode_batch([b"ok", "text"], 0, 4096, 0, 0, 32, 0)
     with pytest.raises(OverflowError, match="over 4 GiB"):
         record._codec.encode_batch([b"x"], 0, 1, 1, 2**32, 32, 0)
+    plain = (*record.RECORDS[:3],)
     with pytest.raises(TypeError):
-        record._codec.decode_plain("x" * 40, 0, 0, 1, [], Record, ())
+        record._codec.decode_plain("x" * 40, 0, 0, 1, [], *plain)
     with pytest.raises(ValueError, match="pos must be >= 0"):
-        record._codec.decode_plain(b"x" * 40, -1, 0, 1, [], Record, ())
+        record._codec.decode_plain(b"x" * 40, -1, 0, 1, [], *plain)
+    with pytest.raises(ValueError, match="outside the template"):
+        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, 1, 5, -1, -1))
+    with pytest.raises(ValueError, match="positions of the offset, timestamp and value"):
+        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, -1, 3, -1, -1))
+    with pytest.raises(ValueError, match="at most 5 positions"):
+        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, 1, 3, -1, -1, 2))
+    with pytest.raises(TypeError, match="tuple subclass"):
+        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], list, (None,) * 5, (0, 1, 3, -1, -1))
 
 
 @needs_c
@@ -234,6 +264,11 @@ def test_decoded_and_shaped_records_are_left_out_of_cycle_collection_only_when_t
     decode_records(buf, 0, 0, 10, out)
     assert [r.value for r in out] == [b"value-0", b"value-1", b"value-2"]
     assert not any(gc.is_tracked(r) for r in out)
+    layout = record.RecordLayout(Tagged, ("topic", 3, None, None, None, None, None), (2, 3, 5, 6, 4))
+    direct: list = []
+    decode_records(buf, 0, 0, 10, direct, layout)
+    assert [(r[2], r[5], r[6], r[4]) for r in direct] == [(i, b"value-%d" % i, 7, []) for i in range(3)]
+    assert not any(gc.is_tracked(r) or gc.is_tracked(r[4]) for r in direct)
 
     template, slots = ("topic", 3, None, None, None, None, None), (2, 3, 4, 5, 6)
     plain = record._codec.shaped(Tagged, template, out, slots)
@@ -246,6 +281,10 @@ def test_decoded_and_shaped_records_are_left_out_of_cycle_collection_only_when_t
         pass
 
     holder = Holder()
+    direct = []
+    decode_records(buf, 0, 0, 10, direct, layout._replace(template=(holder, *layout.template[1:])))
+    assert all(gc.is_tracked(r) for r in direct)
+    del direct
     looped = record._codec.shaped(Tagged, (holder, None, None, None, None, None, None), out[:1], (1, 2, 3, 4, 5))[0]
     assert gc.is_tracked(looped)
     holder.me = looped
