@@ -25,7 +25,7 @@ import anyio.to_thread
 from ..engine.record import Headers
 from ..errors import ChannelClosedError, ConfigError
 from .consumer import Consumer, check_timeout_ms, to_tp
-from .futures import RecordFuture
+from .futures import RecordFuture, SentFuture
 from .producer import Producer, Serializer
 from .records import AIOKAFKA_RECORDS, AsyncConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
 
@@ -48,6 +48,8 @@ def _aiokafka_names(kwargs: dict[str, Any], names: dict[str, str | None]) -> dic
 class RecordDelivery:
     """What ``await AsyncProducer.send(...)`` gives: a future to await for the record's
     :class:`RecordMetadata` (aiokafka's two steps: ``await (await producer.send(...))``).
+    A record whose metadata is known at send gives its done future instead, which answers
+    the same (awaitable, ``done``, ``result``, ``exception``).
 
     Awaiting it does not block the event loop: under asyncio it wraps the underlying
     ``concurrent.futures.Future``; under trio a worker thread waits (only with
@@ -160,17 +162,22 @@ class AsyncProducer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Headers | None = None,
-    ) -> RecordDelivery:
+    ) -> RecordDelivery | SentFuture:
         """Buffer one record (aiokafka's argument order); returns a future to await for its metadata.
 
         An error about the arguments (not bytes, no such partition) raises here; one about
-        the record once written (too large) is raised by the future.
+        the record once written (too large) is raised by the future. A record whose offset
+        is known at send (fsync not "always") gives its done future itself, as awaitable and
+        with the same ``done``/``result``/``exception``; others a :class:`RecordDelivery`.
         """
-        delivery = _new_delivery(RecordDelivery)  # RecordDelivery(future) without a Python __init__ call
         if key is None and partition is None and timestamp_ms is None and headers is None:
-            delivery.future = self._producer.send(topic, value)  # the form the producer's short path takes
+            future = self._producer.send(topic, value)  # the form the producer's short path takes
+            if future.__class__ is SentFuture:
+                return future  # type: ignore[return-value]
         else:
-            delivery.future = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
+            future = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
+        delivery = _new_delivery(RecordDelivery)  # RecordDelivery(future) without a Python __init__ call
+        delivery.future = future
         return delivery
 
     async def send_and_wait(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import FINISHED, PENDING  # the states Future's own methods test
@@ -149,6 +149,13 @@ class SentFuture(RecordFuture):
     _condition = _DONE
     _state = FINISHED
     _exception = None
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        """The metadata at once: done at send, so ``AsyncProducer.send`` hands this future out
+        as the delivery to await (no :class:`~.aio.RecordDelivery` around it: that object
+        and its coroutine cost a seventh of an async send at 100 B)."""
+        return self._result  # type: ignore[no-any-return]
+        yield  # a generator that never suspends: awaiting it does not reach the event loop
 
     @property
     def _result(self) -> Any:  # read by result(), value and Future's own methods

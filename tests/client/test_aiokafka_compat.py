@@ -57,6 +57,36 @@ async def test_send_is_two_steps_and_send_and_wait_one(tmp_path, anyio_backend, 
 
 
 @pytest.mark.anyio
+async def test_a_delivery_known_at_send_behaves_as_any_other(tmp_path, anyio_backend):
+    # One partition, fsync "never": the producer's short path, whose done future is the
+    # delivery itself (no wrapper). Awaited once or twice, asked done/result/exception,
+    # gathered: the same as a wrapped delivery, and the metadata is what was written.
+    Admin(tmp_path).create_topic("t", fsync="never")
+    async with AsyncProducer(tmp_path) as producer:
+        deliveries = [await producer.send("t", b"%d" % i) for i in range(5)]
+        # The first send to a topic finds its route; the next ones take the short path.
+        assert [type(d).__name__ for d in deliveries] == ["RecordDelivery"] + ["SentFuture"] * 4
+        first = await deliveries[0]
+        assert (first.topic, first.partition, first.offset, first.serialized_value_size) == ("t", 0, 0, 1)
+        second = await deliveries[1]
+        assert (second.offset, second.timestamp_type, second.serialized_key_size) == (1, 0, -1)
+        assert await deliveries[1] == second == deliveries[1].result() and await deliveries[0] == first
+        assert deliveries[4].done() and deliveries[4].exception() is None
+        if anyio_backend == "asyncio":
+            import asyncio
+
+            metas = await asyncio.gather(*deliveries)
+        else:
+            metas = [await d for d in deliveries]
+        assert [m.offset for m in metas] == list(range(5))
+        wrapped = await producer.send("t", b"k", key=b"k")  # not the short path: a wrapped one, same answers
+        assert (await wrapped).offset == 5 and wrapped.done() and wrapped.result().offset == 5
+    async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest") as consumer:
+        got = (await consumer.getmany(timeout_ms=1000))[TP0]
+    assert [(r.offset, r.value) for r in got] == [(i, b"%d" % i) for i in range(5)] + [(5, b"k")]
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_asyncio_gather_awaits_deliveries(tmp_path, anyio_backend):
     import asyncio
