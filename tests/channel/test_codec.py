@@ -90,6 +90,27 @@ def test_c_and_python_decode_agree_on_whole_torn_and_corrupted_buffers(buf, max_
         assert all(type(v) is bytes for r in from_view[3] for _k, v in r.headers)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(900, 70_000), min_size=1, max_size=4),
+    flip=st.none() | st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)),
+    cut=st.integers(0, 64),
+)
+def test_long_values_copied_while_their_crc_is_checked_agree_with_python(sizes, flip, cut):
+    # From 1 KiB on, C copies a value into its bytes in the same pass that checks its CRC
+    # (three interleaved streams, then a tail): a flipped byte anywhere in it, or in its
+    # frame's head, is found at the same frame as Python finds it, and whole values are exact.
+    frames: list[bytes] = []
+    for i, size in enumerate(sizes):
+        encode_record_frames(frames, random.Random(i).randbytes(size), None, None, 7, 1 << 20)
+    whole = b"".join(frames)
+    buf = _damaged(whole, len(whole) - cut, None if flip is None else (int(flip[0] * len(whole)), flip[1]))
+    c, py = _decode(decode_records, buf, 10), _decode(decode_records_py, buf, 10)
+    assert c == py
+    if flip is None and cut == 0:
+        assert c[0] == "ok" and [len(r.value) for r in c[3]] == sizes
+
+
 @settings(max_examples=200, deadline=None)
 @given(buf=damaged_frames, max_records=st.integers(1, 50), shape=st.sampled_from([KAFKA_PYTHON_RECORDS, AIOKAFKA_RECORDS]))
 def test_decoding_into_a_client_layout_equals_decoding_records_then_shaping_them(buf, max_records, shape):
