@@ -104,26 +104,23 @@ class RecordShape(NamedTuple):
     size_slots: tuple[int, int, int]
     headers_type: type[list[Any]] | type[tuple[Any, ...]]
 
-    def build(
-        self, topic: str, partition: int, records: list[Record], key_de: Deserializer | None, value_de: Deserializer | None
-    ) -> list[Any]:
-        """The records of one partition in this shape; a key or value that is None (a tombstone)
-        is not deserialized. The sizes are those of the stored bytes, as Kafka's."""
-        built = shaped(
+    def build(self, topic: str, partition: int, records: list[Record]) -> list[Any]:
+        """The receiver's records of one partition in this shape (keys and values as stored; the
+        sizes are those of the stored bytes, as Kafka's)."""
+        return shaped(
             self.record_type, (topic, partition, *self.template[2:]), records, self.slots, self.size_slots, self.headers_type
         )
-        return self.deserialized(built, key_de, value_de)
 
     def layout(self, topic: str, partition: int) -> RecordLayout:
         """How a receiver decodes one partition's records straight into this shape (no
         :class:`Record` made first: that halved what a poll adds to a read at 100 B); the
-        same records as :meth:`build` without deserializers."""
+        same records as :meth:`build`, which converts those with a key or headers."""
         offset, timestamp, _, value, headers = self.slots
         return RecordLayout(
             self.record_type,
             (topic, partition, *self.template[2:]),
             (offset, timestamp, value, self.size_slots[1], headers if self.headers_type is list else -1),
-            partial(self.build, topic, partition, key_de=None, value_de=None),
+            partial(self.build, topic, partition),
         )
 
     def deserialized(self, records: list[Any], key_de: Deserializer | None, value_de: Deserializer | None) -> list[Any]:

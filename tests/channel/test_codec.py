@@ -119,7 +119,7 @@ def test_decoding_into_a_client_layout_equals_decoding_records_then_shaping_them
     # the records before a bad frame, the error; with the C codec and without it.
     layout = shape.layout("topic", 7)
     status, pos, n, records = _decode(decode_records, buf, max_records)
-    expected = (status, pos, n, shape.build("topic", 7, records, None, None))
+    expected = (status, pos, n, shape.build("topic", 7, records))
     for codec in (record._codec, None):
         with patch.object(record, "_codec", codec):
             got = _decode(partial(decode_records, layout=layout), buf, max_records)
