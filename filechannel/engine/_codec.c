@@ -330,6 +330,27 @@ decode_plain(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "pos must be >= 0");
         goto done;
     }
+    /* The template's constants are copied into each record; its slots are written once, by the
+       fields made for them (a slot filled with its constant first costs a reference taken and
+       dropped per record, 5 ns of a 115 ns kafka-python record). */
+    Py_ssize_t constants[SHAPED_MAX_FIELDS], nconst = 0;
+    if (nt > SHAPED_MAX_FIELDS) {
+        PyErr_Format(PyExc_ValueError, "template: at most %d items", SHAPED_MAX_FIELDS);
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nt; k++) {
+        int uses = 0;
+        for (int j = 0; j < DECODE_SLOTS; j++) {
+            uses += slots[j] == k;
+        }
+        if (uses > 1) {
+            PyErr_Format(PyExc_ValueError, "slots: position %zd is given twice", k);
+            goto done;
+        }
+        if (!uses) {
+            constants[nconst++] = k;
+        }
+    }
     /* Records of ints, bytes and the template's constants are left out of the cycle collector
        (see new_untracked), unless a constant could be part of a cycle. */
     for (Py_ssize_t k = 0; k < nt && !track; k++) {
@@ -381,10 +402,9 @@ decode_plain(PyObject *self, PyObject *args)
             Py_DECREF(value);
             goto done;
         }
-        for (Py_ssize_t k = 0; k < nt; k++) {
-            PyObject *item = PyTuple_GET_ITEM(template, k);
-            Py_INCREF(item);
-            PyTuple_SET_ITEM(record, k, item);
+        for (Py_ssize_t k = 0; k < nconst; k++) {
+            PyObject *item = PyTuple_GET_ITEM(template, constants[k]);
+            PyTuple_SET_ITEM(record, constants[k], Py_NewRef(item));
         }
         if (timestamp == NULL || last_ts != ts) {
             /* records written together share their millisecond: one int for them, as for sizes */
@@ -415,7 +435,7 @@ decode_plain(PyObject *self, PyObject *args)
             if (k == SLOT_NEW_LIST) {
                 PyObject_GC_UnTrack(fields[k]); /* a new empty list cannot be in a cycle */
             }
-            Py_SETREF(((PyTupleObject *)record)->ob_item[slots[k]], fields[k]);
+            PyTuple_SET_ITEM(record, slots[k], fields[k]);
         }
         failed = failed || PyList_Append(out, record);
         Py_DECREF(record); /* out holds it, or it goes with the fields set in it */

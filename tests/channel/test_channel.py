@@ -260,6 +260,50 @@ def test_fsync_always_with_threads_gives_unique_dense_offsets(tmp_path):
         assert len(recs) == 800 and {r.value for r in recs} == {b"t%d-%d" % (t, i) for t in range(8) for i in range(100)}
 
 
+def test_threads_waiting_out_another_threads_hold_limit_drain_do_not_drain_behind_it(tmp_path):
+    """At the hold limit a sender drains, lets writer.lock go and takes it again. A thread
+    that sends meanwhile waits for that drain, then sends: it used to drain on behind it,
+    one write for the one record sent since (8 threads kept 0.65-0.8x one thread's rate)."""
+    with FileChannel(tmp_path, fsync="never", flush_interval=3600, maintenance_interval=0) as ch:
+        s = ch.sender()
+        s.send(b"first")
+        appender = s._appender
+        deadline = time.monotonic() + 10
+        while appender._written_offset < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)  # the flusher writes a first record at once, then waits out its interval
+        assert appender._written_offset == 1
+        writes: list[int] = []
+        writing, go_on = threading.Event(), threading.Event()
+        real_write = appender._write
+
+        def write(batch, *args):
+            writes.append(len(batch) // 2)  # a header and a value a record
+            if len(writes) == 1:
+                writing.set()
+                assert go_on.wait(10)
+            real_write(batch, *args)
+
+        appender._write = write
+        s.send(b"buffered")
+        appender._hold_until = appender._check_at = 0.0  # the hold limit is due
+        first = threading.Thread(target=s.send, args=(b"cycles the lock",))
+        first.start()
+        assert writing.wait(10)  # its drain of b"buffered" is in flight, the mutex let go
+        second = threading.Thread(target=s.send, args=(b"waits",))
+        second.start()
+        while not appender._cond._waiters and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert appender._cond._waiters  # the second thread waits for the drain
+        go_on.set()
+        first.join(10)
+        second.join(10)
+        assert writes == [1]  # one drain: the cycle's; the second thread did not drain behind it
+        assert appender._hold_until > time.monotonic()  # the lock was taken anew
+        s.flush()
+        assert [r.value for r in read_all(ch)][:2] == [b"first", b"buffered"]
+        assert sorted(r.value for r in read_all(ch)[2:]) == [b"cycles the lock", b"waits"]
+
+
 def test_concurrent_durable_sends_share_fsyncs(tmp_path, monkeypatch):
     """Group commit: threads blocked in send(fsync="always") are covered by shared fsyncs,
     and a thread whose fsync just finished does not lead the next one alone."""

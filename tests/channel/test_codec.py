@@ -172,6 +172,12 @@ def test_c_codec_rejects_bad_input():
         record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, 1, 3, -1, -1, 2))
     with pytest.raises(TypeError, match="tuple subclass"):
         record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], list, (None,) * 5, (0, 1, 3, -1, -1))
+    # Each slot is written once into a record left empty there: two fields in one slot
+    # would leak the first.
+    with pytest.raises(ValueError, match="position 1 is given twice"):
+        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, 1, 3, 1, -1))
+    with pytest.raises(ValueError, match="template: at most 32 items"):
+        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 33, (0, 1, 3, -1, -1))
 
 
 @needs_c
