@@ -18,6 +18,7 @@ from filechannel import (
     Record,
     Timeout,
 )
+from filechannel.engine.lock import FileLock
 from filechannel.engine.names import parse_segment_file
 
 SMALL = dict(segment_bytes=4096, maintenance_interval=0)
@@ -302,6 +303,38 @@ def test_threads_waiting_out_another_threads_hold_limit_drain_do_not_drain_behin
         s.flush()
         assert [r.value for r in read_all(ch)][:2] == [b"first", b"buffered"]
         assert sorted(r.value for r in read_all(ch)[2:]) == [b"cycles the lock", b"waits"]
+
+
+def test_a_sending_thread_keeps_the_writer_lock_across_its_own_drains_and_it_is_let_go_once_idle(tmp_path):
+    """A sender that drains its full buffer keeps writer.lock for its next records (taking it
+    again cost flock twice, a read and two stats, at every drain); the flusher lets it go
+    once nothing has been buffered for flush_interval, so another process gets it then."""
+    with FileChannel(tmp_path, fsync="never", flush_interval=1.0, buffer_bytes=1024, maintenance_interval=0) as ch:
+        s = ch.sender()
+        s.send(b"first")
+        appender = s._appender
+        deadline = time.monotonic() + 10
+        while appender._written_offset < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)  # the flusher writes a first record at once, then waits out its interval
+        takes, writes = [], []
+        real_acquire, real_write = appender._acquire, appender._write
+        appender._acquire = lambda: (takes.append(1), real_acquire())[1]
+        appender._write = lambda batch, *args: (writes.append(len(batch)), real_write(batch, *args))[1]
+        for i in range(500):
+            s.send(b"%03d" % i * 30)  # 99 B: about 9 records fill the buffer
+        assert len(writes) >= 40  # the senders' own drains
+        assert len(takes) <= 1  # once, if the flusher's first drain let it go; not once a drain
+        other = FileLock(str(tmp_path / "writer.lock"))
+        try:
+            while not other.acquire(blocking=False) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert other.held  # let go once idle, not held for as long as the channel is open
+            other.release()
+        finally:
+            other.close()
+        s.send(b"after")  # takes it anew
+        s.flush()
+        assert [r.value for r in read_all(ch)] == [b"first", *(b"%03d" % i * 30 for i in range(500)), b"after"]
 
 
 def test_concurrent_durable_sends_share_fsyncs(tmp_path, monkeypatch):
