@@ -200,6 +200,17 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
 PRODUCER = "filechannel Producer/Consumer"
 ASYNC = "filechannel AsyncProducer/AsyncConsumer"
 GATHER = "filechannel AsyncProducer, asyncio.gather of sends"
+GATHER_CEILING = "asyncio.gather of no-op coroutines (reference)"
+
+
+def _gather_note(gather: Row | None, ceiling: Row | None) -> str:
+    """How the gather row compares with gathering coroutines that do nothing (one Task each)."""
+    if ceiling is None:
+        return ""
+    note = f"asyncio.gather of no-op coroutines: {ceiling.msgs_per_s:,.0f}/s in this run"
+    return note + (f"; the gather of sends is {gather.msgs_per_s / ceiling.msgs_per_s:.2f}x that" if gather else "")
+
+
 SEND = "filechannel send/recv"
 SEND_MANY = "filechannel send_many/recv_many"
 REDIS = ("Redis Streams XADD, one per call", "Redis Streams XADD, pipelined")
@@ -232,7 +243,14 @@ def client_targets(rows: list[Row]) -> list[dict[str, Any]]:
         target(f"Producer.send vs Sender.send, {size} B", producer, row("produce", SEND), 0.5)
         target(f"Producer.send vs queuelib, {size} B", producer, row("produce", QUEUELIB), 2.0)
         target(f"AsyncProducer.send vs Producer.send, {size} B", row("produce", ASYNC), producer, 0.5)
-        target(f"AsyncProducer, asyncio.gather of sends vs Producer.send, {size} B", row("produce", GATHER), producer, 0.5)
+        gather = row("produce", GATHER)
+        target(
+            f"AsyncProducer, asyncio.gather of sends vs Producer.send, {size} B",
+            gather,
+            producer,
+            0.5,
+            note=_gather_note(gather, _find(rows, "asyncio.gather ceiling", GATHER_CEILING, 0)),
+        )
         for api, backend in (("Consumer.poll", PRODUCER), ("AsyncConsumer.getmany", ASYNC)):
             target(f"{api} vs recv_many, {size} B", row("consume", backend), row("consume", SEND_MANY), 0.8)
     threads = {r.workload: r for r in rows if r.backend == "filechannel Producer.send" and not r.error}

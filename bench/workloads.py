@@ -227,6 +227,35 @@ def _fsync_per_message(size: int, seconds: float) -> list[dict[str, Any]]:
 # -- threads: what CPython's lock contention leaves of a per-message API ---------------------------
 
 
+def _gather_ceiling(count: int) -> list[dict[str, Any]]:
+    """``asyncio.gather`` of coroutines that do nothing, as the gather row runs its sends:
+    CHUNK at a time in a function called through an anyio blocking portal, best of
+    ``REPEATS``. ``gather`` makes a Task of each coroutine, and that is the most any gather
+    of coroutines does on this machine; the gather row is measured against it.
+    """
+    import asyncio
+
+    from anyio.from_thread import start_blocking_portal
+
+    from .measure import CHUNK
+
+    async def nothing() -> None:
+        pass
+
+    async def chunk() -> None:
+        await asyncio.gather(*[nothing() for _ in range(CHUNK)])
+
+    best = 0.0
+    with start_blocking_portal() as portal:
+        for _ in range(REPEATS):
+            t0 = time.perf_counter()
+            for _ in range(count // CHUNK):
+                portal.call(chunk)
+            best = max(best, count // CHUNK * CHUNK / (time.perf_counter() - t0))
+    row = Row("asyncio.gather ceiling", "asyncio.gather of no-op coroutines (reference)", "none", 0, count, best)
+    return [row.to_json()]
+
+
 def _threads(size: int, threads: int, seconds: float, api: str) -> list[dict[str, Any]]:
     """Messages per second from ``threads`` threads calling ``Sender.send``, ``Producer.send``
     (one topic of one partition) or a bare locked call.
@@ -588,6 +617,7 @@ def special(quick: bool) -> list[tuple[str, Any, tuple]]:
             ("durable, 1 thread", _durable, (size, 1, secs, "producer")),
             ("durable, 8 threads", _durable, (size, 8, secs, "producer")),
         ]
+    out.append(("asyncio.gather ceiling", _gather_ceiling, (count(100, 200_000, 0),)))
     out += [
         ("threads, bare locked call", _threads, (100, 1, secs, "bare")),
         ("threads, bare locked call", _threads, (100, 8, secs, "bare")),

@@ -1,13 +1,13 @@
 """The Kafka-like client's bench rows run end to end with tiny counts: each backend reads back
-every record it produced, and the 1- and 8-thread Producer.send rows count sends.
-No time or ratio is asserted."""
+every record it produced, the 1- and 8-thread Producer.send rows count sends, and the gather
+row's target names the gather of no-op coroutines measured beside it. No time or ratio is asserted."""
 
 import pytest
 
-from bench.measure import throughput
+from bench.measure import Row, throughput
 from bench.peers import BACKENDS
 from bench.report import client_targets
-from bench.workloads import _threads
+from bench.workloads import _gather_ceiling, _threads
 
 
 @pytest.mark.bench
@@ -37,3 +37,20 @@ def test_client_targets_are_measured_from_the_rows():
     for name in ("Producer.send vs Sender.send, 100 B", "Producer.send vs queuelib, 100 B", "Consumer.poll vs recv_many, 100 B"):
         assert goals[name]["measured"] is not None and goals[name]["met"] in (True, False), goals[name]
     assert goals["AsyncProducer.send vs Producer.send, 100 B"]["measured"] is None  # its row was not run
+
+
+@pytest.mark.bench
+def test_the_gather_row_is_shown_against_gathering_coroutines_that_do_nothing():
+    (ceiling,) = (Row(**r) for r in _gather_ceiling(2000))
+    assert ceiling.backend == "asyncio.gather of no-op coroutines (reference)"
+    assert ceiling.n == 2000 and ceiling.msgs_per_s > 0 and not ceiling.ours
+    rows = throughput("fc-producer", 100, 2000, 1.0) + throughput("fc-async-gather", 100, 2000, 1.0) + [ceiling]
+    goals = {t["target"]: t for t in client_targets(rows)}
+    goal = goals["AsyncProducer, asyncio.gather of sends vs Producer.send, 100 B"]
+    assert goal["measured"] is not None
+    assert goal["note"].startswith(
+        f"asyncio.gather of no-op coroutines: {ceiling.msgs_per_s:,.0f}/s in this run; the gather of sends is "
+    )
+    assert goals["AsyncProducer, asyncio.gather of sends vs Producer.send, 1024 B"]["note"].endswith(
+        "in this run"
+    )  # no 1 KiB row here
