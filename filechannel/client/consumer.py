@@ -24,7 +24,7 @@ from ..errors import (
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
-from ..receiver import Receiver
+from ..receiver import Receiver, records_for_bytes
 from .group import GroupMember
 from .kafka_names import CONSUMER_IGNORED, check_names
 from .records import KAFKA_PYTHON_RECORDS, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordShape, TopicPartition
@@ -517,10 +517,7 @@ class Consumer:
                         rx.seek(raw[0].offset)
                         raise
                     result[tp] = recs
-                    # The next fetch's size from this one's records (first and last: O(1)).
-                    first, last = raw[0].value, raw[-1].value
-                    size = (0 if first is None else len(first)) + (0 if last is None else len(last))
-                    part.fetch_records = max(1, 2 * _FETCH_BYTES // max(1, size))
+                    part.fetch_records = records_for_bytes(_FETCH_BYTES, raw)  # the next fetch's size
                 budget -= len(recs)
                 if budget <= 0:
                     break

@@ -447,6 +447,33 @@ def test_the_index_the_writer_appends_is_the_index_a_rebuild_makes(tmp_path_fact
             assert [f.read_bytes() for f in files] == written, ref.path
 
 
+def test_recv_reads_about_a_megabyte_of_records_at_a_time_whatever_their_size(tmp_path):
+    """recv() reads ahead in batches of at most 512 records and about 1 MiB of them, judged
+    from the last batch: 512 records of 256 KiB would have held 128 MiB for one recv()."""
+    big = [os.urandom(256 << 10) for _ in range(20)]
+    small = [b"%05d" % i * 20 for i in range(1500)]
+    with FileChannel(tmp_path, compression="none", maintenance_interval=0) as ch:
+        s = ch.sender()
+        s.send_many(big)
+        s.send_many(small)
+        s.send_many(big)
+        s.flush()
+        rx = ch.receiver("earliest")
+        got, batches = [], []
+        for _ in range(len(big) * 2 + len(small)):
+            got.append(rx.recv(timeout=0).value)
+            if not batches or rx._batch is not batches[-1]:
+                batches.append(rx._batch)
+        assert got == big + small + big
+        sizes = [sum(len(r.value) for r in b) for b in batches]
+        counts = [len(b) for b in batches]
+        assert counts[0] == 1  # nothing known of the sizes yet: one record
+        assert max(counts) == 512  # small records: up to 512 at a time
+        # never more than a megabyte and a record, bar the batch where small records turn big
+        assert sorted(sizes)[-2] <= (1 << 20) + (256 << 10), sizes
+        assert all(c <= 4 for c, b in zip(counts, batches, strict=True) if len(b[0].value) == len(b[-1].value) == 256 << 10)
+
+
 def test_a_receiver_reads_in_a_callers_layout_after_records_recv_left_in_hand(tmp_path):
     # The Kafka-like consumer has its receiver decode straight into its record type; records
     # a recv() batch still holds come out in that layout too, then the files' in order.
