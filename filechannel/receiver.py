@@ -27,9 +27,10 @@ def records_for_bytes(nbytes: int, batch: Sequence[Any]) -> int:
     ``value``) make ``nbytes``; at least 1. O(1): read sizes are judged from two records.
 
     Why a batch is capped in bytes: its values are decoded into new ``bytes`` objects, and
-    a batch past the CPU cache is written out to memory and read back from it. 512 records
-    of 16 KiB (8 MiB) read with ``recv`` at 183-209k records/s, 64 of them (1 MiB) at
-    359-392k; a 4 MiB poll of 64 KiB records ran at 0.61-0.78x ``recv_many`` of 1 MiB.
+    a batch past the CPU cache is written out to memory and read back from it. ``recv`` of
+    16 KiB records, 512 at a time, ran at 198-216k records/s, and with the cap at 245-268k
+    (DESIGN.md "Reading"); a 4 MiB poll of 64 KiB records ran at 0.61-0.78x ``recv_many``
+    of 1 MiB.
     """
     first, last = batch[0].value, batch[-1].value
     size = (0 if first is None else len(first)) + (0 if last is None else len(last))

@@ -282,9 +282,8 @@ class Appender(_Core):
         ``flush_interval`` (by the hold limit at the latest), as any drain of its own does.
         """
         with self._cond:
-            upto = self._state.end_offset if self._state is not None else self._written_offset
             keep = _monotonic() < self._hold_until
-            self._drain_locked(sync=False, upto=upto, keep_lock=keep)
+            self._drain_locked(sync=False, upto=self._buffered_end(), keep_lock=keep)
             if keep and self._state is not None and not self._pending and not self._flushing:
                 self._kept_at = _monotonic()
                 self._flush_wanted.notify()
@@ -397,9 +396,11 @@ class Appender(_Core):
         flush or the syncer of durable futures) writing for as long as they keep sending.
         """
         with self._cond:
-            if upto is None:
-                upto = self._state.end_offset if self._state is not None else self._written_offset
-            self._drain_locked(sync, upto)
+            self._drain_locked(sync, self._buffered_end() if upto is None else upto)
+
+    def _buffered_end(self) -> int:
+        """Under the mutex: the offset after the last record buffered (or written)."""
+        return self._state.end_offset if self._state is not None else self._written_offset
 
     def _drain_locked(self, sync: bool, upto: int | None, keep_lock: bool = False) -> None:
         yielded = False
@@ -408,7 +409,7 @@ class Appender(_Core):
                 raise SenderFailedError(
                     f"a previous write to channel {self._log.path!r} failed: {self._failed}"
                 ) from self._failed
-            target = (self._state.end_offset if self._state is not None else self._written_offset) if upto is None else upto
+            target = self._buffered_end() if upto is None else upto
             reached = self._durable_offset if sync else self._written_offset
             # With ``upto``, our records being there is enough: waiting for an empty buffer
             # would make every caller of a busy channel lead fsyncs for the others' records.

@@ -261,18 +261,26 @@ def test_fsync_always_with_threads_gives_unique_dense_offsets(tmp_path):
         assert len(recs) == 800 and {r.value for r in recs} == {b"t%d-%d" % (t, i) for t in range(8) for i in range(100)}
 
 
+def _first_record_written(sender):
+    """Send b"first" and wait until the flusher has written it: a first record is written at
+    once, and the flusher then waits out its flush_interval. Returns the sender's appender."""
+    sender.send(b"first")
+    appender = sender._appender
+    deadline = time.monotonic() + 10
+    while appender._written_offset < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert appender._written_offset == 1
+    return appender
+
+
 def test_threads_waiting_out_another_threads_hold_limit_drain_do_not_drain_behind_it(tmp_path):
     """At the hold limit a sender drains, lets writer.lock go and takes it again. A thread
     that sends meanwhile waits for that drain, then sends: it used to drain on behind it,
     one write for the one record sent since (8 threads kept 0.65-0.8x one thread's rate)."""
     with FileChannel(tmp_path, fsync="never", flush_interval=3600, maintenance_interval=0) as ch:
         s = ch.sender()
-        s.send(b"first")
-        appender = s._appender
+        appender = _first_record_written(s)
         deadline = time.monotonic() + 10
-        while appender._written_offset < 1 and time.monotonic() < deadline:
-            time.sleep(0.001)  # the flusher writes a first record at once, then waits out its interval
-        assert appender._written_offset == 1
         writes: list[int] = []
         writing, go_on = threading.Event(), threading.Event()
         real_write = appender._write
@@ -311,11 +319,8 @@ def test_a_sending_thread_keeps_the_writer_lock_across_its_own_drains_and_it_is_
     once nothing has been buffered for flush_interval, so another process gets it then."""
     with FileChannel(tmp_path, fsync="never", flush_interval=1.0, buffer_bytes=1024, maintenance_interval=0) as ch:
         s = ch.sender()
-        s.send(b"first")
-        appender = s._appender
+        appender = _first_record_written(s)
         deadline = time.monotonic() + 10
-        while appender._written_offset < 1 and time.monotonic() < deadline:
-            time.sleep(0.001)  # the flusher writes a first record at once, then waits out its interval
         takes, writes = [], []
         real_acquire, real_write = appender._acquire, appender._write
         appender._acquire = lambda: (takes.append(1), real_acquire())[1]
