@@ -34,6 +34,7 @@ def measure(records: int, size: int, rounds: int = 3) -> dict[str, float]:
     """ns per record of each part (see the module docstring)."""
     from filechannel import FileChannel
     from filechannel.client import Admin, AsyncConsumer, Consumer, Producer
+    from filechannel.client.consumer import _FETCH_BYTES
     from filechannel.client.records import KAFKA_PYTHON_RECORDS
 
     with tempfile.TemporaryDirectory(prefix="fc-consumer-parts-") as root:
@@ -59,7 +60,7 @@ def measure(records: int, size: int, rounds: int = 3) -> dict[str, float]:
             with FileChannel(part) as ch:
                 rx, got, t0 = ch.receiver(0), 0, time.perf_counter()
                 while got < records:
-                    got += len(rx._read_now(BATCH, layout))
+                    got += len(rx._read_now(BATCH, layout, _FETCH_BYTES))
                 return time.perf_counter() - t0
 
         def poll() -> float:
@@ -75,7 +76,7 @@ def measure(records: int, size: int, rounds: int = 3) -> dict[str, float]:
                 while got < records:
                     taken = sum(map(len, c._take(BATCH, None).values()))
                     if not taken:
-                        c._fill(1000, None, c._fetch_budget(BATCH, None))
+                        c._fill(1000, None, BATCH, ahead=True)
                     got += taken
                 return time.perf_counter() - t0
 

@@ -47,6 +47,8 @@ if TYPE_CHECKING:  # imported lazily at run time, only when the config has a tie
     from .tiering.context import TierContext
 
 log = logging.getLogger("filechannel")
+# About the most a time search decodes at once: 4,096 records of 1 MB would be 4 GB.
+_SCAN_BYTES = 1 << 20
 
 Progress = Callable[[int, int], None]
 
@@ -213,7 +215,7 @@ class FileChannel:
         except OffsetOutOfRangeError:
             return None  # collected meanwhile: later segments may still hold it
         try:
-            while batch := cursor.read(4096):
+            while batch := cursor.read(4096, max_bytes=_SCAN_BYTES):
                 for rec in batch:
                     if segment_end is not None and rec.offset >= segment_end:
                         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from itertools import islice
 from operator import length_hint
 from typing import TYPE_CHECKING, Any
@@ -19,22 +19,12 @@ if TYPE_CHECKING:
     from .channel import FileChannel
 
 _BATCH = 512  # records a recv() reads at a time, at most ...
-_BATCH_BYTES = 1 << 20  # ... and about this many bytes of them (see records_for_bytes, Receiver.recv)
-
-
-def records_for_bytes(nbytes: int, batch: Sequence[Any]) -> int:
-    """About how many records like ``batch``'s first and last (non-empty, records with a
-    ``value``) make ``nbytes``; at least 1. O(1): read sizes are judged from two records.
-
-    Why a batch is capped in bytes: its values are decoded into new ``bytes`` objects, and
-    a batch past the CPU cache is written out to memory and read back from it. ``recv`` of
-    16 KiB records, 512 at a time, ran at 198-216k records/s, and with the cap at 245-268k
-    (DESIGN.md "Reading"); a 4 MiB poll of 64 KiB records ran at 0.61-0.78x ``recv_many``
-    of 1 MiB.
-    """
-    first, last = batch[0].value, batch[-1].value
-    size = (0 if first is None else len(first)) + (0 if last is None else len(last))
-    return max(1, 2 * nbytes // max(1, size))
+# ... and about this many bytes of them (the cursor's bound: Cursor.read). Its values are
+# decoded into new bytes objects, and a batch past the CPU cache is written out to memory and
+# read back from it: recv() of 16 KiB records, 512 at a time, ran at 198-216k records/s, and
+# with a 1 MiB bound at 245-268k (DESIGN.md "Reading"); 512 records of 1 MiB would have held
+# half a gigabyte for one recv().
+_BATCH_BYTES = 1 << 20
 
 
 def _checked_timeout(timeout: float | None) -> float | None:
@@ -77,9 +67,6 @@ class Receiver:
         self._cursor = Cursor(channel._log, offset)
         self._batch: list[Record] = []
         self._rest: Iterator[Record] = iter(())  # the undelivered part of _batch
-        # What the next recv() reads: about _BATCH_BYTES of records like the last batch's, and
-        # one record first. 512 records of 1 MiB would have held half a gigabyte for recv().
-        self._batch_records = 1
         self._closed = False
 
     @property
@@ -109,39 +96,46 @@ class Receiver:
             return next(self._rest)  # the per-record path: nothing else on it
         except StopIteration:
             pass
-        got = self._wait(self._batch_records, _checked_timeout(timeout))
+        got = self._wait(_BATCH, _checked_timeout(timeout), max_bytes=_BATCH_BYTES)
         if not got:
             raise Timeout(f"no record arrived within {timeout} s at offset {self.position} of {self._channel.path!r}")
-        self._batch_records = min(_BATCH, records_for_bytes(_BATCH_BYTES, got))
         self._batch = got
         self._rest = iter(got)
         return next(self._rest)
 
-    def recv_many(self, max_records: int, timeout: float | None = None) -> list[Record]:
+    def recv_many(self, max_records: int, timeout: float | None = None, *, max_bytes: int | None = None) -> list[Record]:
         """Up to ``max_records`` records: what is there now, else waits for some (``[]`` on timeout).
 
-        ``timeout=0`` never waits; None or ``inf`` waits for ever.
+        ``timeout=0`` never waits; None or ``inf`` waits for ever. With ``max_bytes``, about
+        that many bytes of records at most: at least one record, and at most one read past
+        the bound (a 256 KiB chunk, or one longer record), so that a batch of large records
+        stays small in memory.
         """
         max_records = _checked_count(max_records, "max_records")
         timeout = _checked_timeout(timeout)
+        if max_bytes is not None:
+            max_bytes = _checked_count(max_bytes, "max_bytes")
         if length_hint(self._rest):
             return list(islice(self._rest, max_records))
-        return self._wait(max_records, timeout)
+        return self._wait(max_records, timeout, max_bytes=max_bytes)
 
-    def _read_now(self, max_records: int, layout: RecordLayout) -> list[Any]:
-        """``recv_many(max_records, timeout=0)`` with the records decoded as ``layout`` says:
-        a Kafka-like consumer's records made as they are read, not from a :class:`Record` each."""
+    def _read_now(self, max_records: int, layout: RecordLayout, max_bytes: int) -> list[Any]:
+        """``recv_many(max_records, timeout=0)`` with the records decoded as ``layout`` says (a
+        Kafka-like consumer's records made as they are read, not from a :class:`Record` each)
+        and about ``max_bytes`` of them at most (see :meth:`Cursor.read`)."""
         if length_hint(self._rest):
             rest = list(islice(self._rest, max_records))
             return rest if layout.convert is None else layout.convert(rest)
-        return self._wait(max_records, 0.0, layout)
+        return self._wait(max_records, 0.0, layout, max_bytes)
 
-    def _wait(self, max_records: int, timeout: float | None, layout: RecordLayout = RECORDS) -> list[Any]:
+    def _wait(
+        self, max_records: int, timeout: float | None, layout: RecordLayout = RECORDS, max_bytes: int | None = None
+    ) -> list[Any]:
         self._check_open()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             seq = self._wakeup.seq
-            got = self._cursor.read(max_records, layout)
+            got = self._cursor.read(max_records, layout, max_bytes)
             if got:
                 return got
             self._check_open()

@@ -268,13 +268,12 @@ class AsyncConsumer:
         """Nothing to start (no server); kept for aiokafka compatibility."""
 
     def _fill(self, only: Collection[TopicPartition] | None, timeout: float, max_records: int | None = None) -> None:
-        """Worker thread: fetch ``max_records`` (default ``max_poll_records``) or more (see
-        ``Consumer._fetch_budget``) into the pending records, waiting up to ``timeout`` s."""
+        """Worker thread: fetch for a getmany of ``max_records`` (default ``max_poll_records``;
+        see ``Consumer._fill_budget``) into the pending records, waiting up to ``timeout`` s."""
         with self._io:
             consumer = self._consumer
             if not consumer._closed:
-                asked = consumer._max_poll_records if max_records is None else max_records
-                consumer._fill(timeout * 1000, only, consumer._fetch_budget(asked, only))
+                consumer._fill(timeout * 1000, only, max_records, ahead=True)
 
     def _take(
         self, only: Collection[TopicPartition] | None, budget: int | None

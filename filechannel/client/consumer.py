@@ -7,7 +7,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from itertools import repeat, starmap
 from typing import Any, Protocol
@@ -24,7 +24,7 @@ from ..errors import (
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
-from ..receiver import Receiver, records_for_bytes
+from ..receiver import Receiver
 from .group import GroupMember
 from .kafka_names import CONSUMER_IGNORED, check_names
 from .records import KAFKA_PYTHON_RECORDS, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordShape, TopicPartition
@@ -81,11 +81,21 @@ def check_offset(tp: TopicPartition, offset: Any, what: str) -> int:
 
 
 # About the most one fetch reads from a partition (Kafka's max_partition_fetch_bytes default;
-# at least one record): a 4 MiB poll of 64 KiB records, decoded and copied in one go, fell
-# out of the CPU cache and ran at half the rate of 1 MiB ones. Estimated per partition from
-# the previous fetch's records, so small records keep fetching the whole budget at once.
+# at least one record; the cursor's bound, Cursor.read): a 4 MiB poll of 64 KiB records,
+# decoded and copied in one go, fell out of the CPU cache and ran at half the rate of 1 MiB ones.
 _FETCH_BYTES = 1 << 20
+# About the most one fill (a trip of the async consumer to its worker thread, a step of the
+# iterator) fetches: max_poll_records (500) of 1 MB records took 500 MB in one go.
+_FILL_BYTES = 8 << 20
 _UNSIZED = 1 << 62  # a partition's fetch_records before its record sizes are seen
+
+
+def _records_for_bytes(nbytes: int, batch: Sequence[Any]) -> int:
+    """About how many records like ``batch``'s first and last (non-empty, records with a
+    ``value``) make ``nbytes``; at least 1. O(1): sizes are judged from two records."""
+    first, last = batch[0].value, batch[-1].value
+    size = (0 if first is None else len(first)) + (0 if last is None else len(last))
+    return max(1, 2 * nbytes // max(1, size))
 
 
 def _take_pending(pending: deque[ConsumerRecord], budget: int) -> list[ConsumerRecord]:
@@ -498,13 +508,12 @@ class Consumer:
                     rx = part.receiver
                     if rx is None:
                         raise self._no_offset(tp)
-                    want = min(budget, part.fetch_records)
                     layout = self._layouts.get(tp) or self._new_layout(tp)
                     try:
-                        raw = rx._read_now(want, layout)
+                        raw = rx._read_now(budget, layout, _FETCH_BYTES)
                     except OffsetOutOfRangeError:
                         rx.seek(self._reset_offset(tp, part.channel))
-                        raw = rx._read_now(want, layout)
+                        raw = rx._read_now(budget, layout, _FETCH_BYTES)
                     if not raw:
                         if rx.position > part.channel.end_offset:
                             # Past the end (a seek there, or a committed offset beyond a log that
@@ -517,7 +526,7 @@ class Consumer:
                         rx.seek(raw[0].offset)
                         raise
                     result[tp] = recs
-                    part.fetch_records = records_for_bytes(_FETCH_BYTES, raw)  # the next fetch's size
+                    part.fetch_records = _records_for_bytes(_FETCH_BYTES, raw)  # what a fetch holds (_fill_budget)
                 budget -= len(recs)
                 if budget <= 0:
                     break
@@ -533,22 +542,26 @@ class Consumer:
             if part is not None:
                 part.pending.extendleft(reversed(recs))
 
-    def _fill(self, timeout_ms: float, only: Collection[TopicPartition] | None, max_records: int | None = None) -> bool:
-        """Fetch up to ``max_records`` (default ``max_poll_records``), waiting up to ``timeout_ms``
-        for the first, into the pending records; True if any.
+    def _fill(
+        self, timeout_ms: float, only: Collection[TopicPartition] | None, asked: int | None = None, ahead: bool = False
+    ) -> bool:
+        """Fetch the records a fill takes when ``asked`` (default ``max_poll_records``) are
+        wanted (:meth:`_fill_budget`) into the pending records, waiting up to ``timeout_ms``
+        for the first; True if any.
 
         After the first fetch, fetches again without waiting while records come and the budget
         is not met: a fetch reads about ``_FETCH_BYTES`` of a partition, and the async consumer
-        makes one trip to a worker thread per fill. What was fetched goes to the pending
-        records even if a later fetch raises.
+        makes one trip to a worker thread per fill. The budget is judged again after each
+        fetch, from the record sizes seen. What was fetched goes to the pending records even
+        if a later fetch raises.
         """
-        budget = self._max_poll_records if max_records is None else max_records
-        batch = self._poll(timeout_ms, budget, only)
+        asked = self._max_poll_records if asked is None else asked
+        batch = self._poll(timeout_ms, self._fill_budget(asked, only, ahead), only)
         try:
             got = sum(map(len, batch.values()))
             more = batch
-            while more and got < budget:
-                more = self._fetch(budget - got, only)
+            while more and got < self._fill_budget(asked, only, ahead):
+                more = self._fetch(self._fill_budget(asked, only, ahead) - got, only)
                 for tp, recs in more.items():
                     batch.setdefault(tp, []).extend(recs)
                     got += len(recs)
@@ -556,14 +569,20 @@ class Consumer:
             self._unread(batch)
         return bool(batch)
 
-    def _fetch_budget(self, asked: int, only: Collection[TopicPartition] | None) -> int:
-        """Records to fetch when ``asked`` are wanted and fetching costs a trip to a worker
-        thread (the async consumer): at least one fetch of the partition (of ``only``) with the
-        most records in ``_FETCH_BYTES``, as aiokafka fetches ``max_partition_fetch_bytes`` ahead
-        of what ``getmany`` hands out. At 100 B that is about 10,000 records a trip, not 2,000.
-        They wait as pending records (positions do not move past them) and bound memory as a fetch does."""
-        sized = (p.fetch_records for tp, p in self._parts.items() if p.fetch_records != _UNSIZED and (only is None or tp in only))
-        return max(asked, max(sized, default=0))
+    def _fill_budget(self, asked: int, only: Collection[TopicPartition] | None, ahead: bool) -> int:
+        """Records a fill fetches when ``asked`` are wanted: about ``_FILL_BYTES`` of them at
+        most (32 records of 256 KiB, not 500), counted in records of the partition (of
+        ``only``) with the most in a fetch (``_FETCH_BYTES``); until a partition's sizes are
+        seen, ``asked`` (each fetch is bounded in bytes anyway). ``ahead`` (the async consumer,
+        whose fills cost a trip to a worker thread): at least one such fetch, past ``asked``, as
+        aiokafka fetches ``max_partition_fetch_bytes`` ahead of what ``getmany`` hands out (at
+        100 B about 10,000 records a trip, not 500). They wait as pending records (positions do
+        not move past them)."""
+        sized = [p.fetch_records for tp, p in self._parts.items() if p.fetch_records != _UNSIZED and (only is None or tp in only)]
+        if not sized:
+            return asked
+        per_fetch = max(sized)
+        return min(max(asked, per_fetch) if ahead else asked, per_fetch * (_FILL_BYTES // _FETCH_BYTES))
 
     def _take(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``budget`` pending records of unpaused partitions (of ``only``). Never blocks."""

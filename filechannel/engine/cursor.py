@@ -54,6 +54,7 @@ from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORDS, RecordLayout, deco
 from .segment import SEGMENT_HEADER_SIZE, damage_after
 
 READ_CHUNK = 256 * 1024
+_UNBOUNDED = 1 << 62  # a read's byte bound when it has none
 _RELIST_INTERVAL = 1.0  # seconds: how often a reader waiting at a segment's end lists the folder
 
 
@@ -213,13 +214,17 @@ class Cursor:
             f"{next_base} to read on past the hole"
         )
 
-    def read(self, max_records: int, layout: RecordLayout = RECORDS) -> list[Any]:
+    def read(self, max_records: int, layout: RecordLayout = RECORDS, max_bytes: int | None = None) -> list[Any]:
         """Up to ``max_records`` records that are in the files now (possibly none), decoded as
-        ``layout`` says (:class:`Record` by default; any layout's records have ``offset``)."""
+        ``layout`` says (:class:`Record` by default; any layout's records have ``offset``).
+
+        With ``max_bytes``, the read also ends once its frames reach that many bytes: at least
+        one record, and at most one read (a chunk, or one frame longer than a chunk) past the
+        bound. What a batch holds in memory is then bounded whatever the records' size."""
         with self._lock:
             self._check_open()
             while True:
-                out = self._read(max_records + max(0, self._skip_to - self.offset), layout)
+                out = self._read(max_records + max(0, self._skip_to - self.offset), layout, max_bytes)
                 if self._skip_to <= (out[0].offset if out else self.offset):
                     return out
                 if out and out[-1].offset >= self._skip_to:
@@ -227,8 +232,9 @@ class Cursor:
                 if not out:
                     return out
 
-    def _read(self, max_records: int, layout: RecordLayout) -> list[Any]:
+    def _read(self, max_records: int, layout: RecordLayout, max_bytes: int | None) -> list[Any]:
         out: list[Any] = []
+        room = _UNBOUNDED if max_bytes is None else max_bytes  # frame bytes this read may still decode
         while len(out) < max_records:
             if self._bpos < len(self._buf):
                 try:
@@ -242,8 +248,9 @@ class Cursor:
                             break  # deliver the records before it; the next read raises again
                         raise
                     break
+                room -= newp - self._bpos
                 self._advance(newp, n)
-                if len(out) >= max_records:
+                if len(out) >= max_records or room <= 0:
                     break
             try:
                 if not self._fill():

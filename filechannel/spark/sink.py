@@ -333,7 +333,7 @@ def _already_there(ch: Any, start: int | None, marker: bytes) -> int:
         return 0
     rx = ch.receiver(max(start, ch.first_offset))
     count = 0
-    while batch := rx.recv_many(10_000, timeout=0):
+    while batch := rx.recv_many(10_000, timeout=0, max_bytes=1 << 20):  # 10,000 records of 1 MB: 10 GB
         count += sum(1 for r in batch if (BATCH_HEADER, marker) in r.headers)
     return count
 

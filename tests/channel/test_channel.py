@@ -3,6 +3,7 @@
 import os
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -213,6 +214,45 @@ def test_offset_for_time_with_timestamps_that_go_back(tmp_path):
         for probe in [0, 60, 150, 400, 600, 800, 900, 901]:
             expected = next((i for i, ts in enumerate(stamps) if ts >= probe), None)
             assert ch.offset_for_time(probe) == expected
+
+
+def test_offset_for_time_holds_about_a_megabyte_of_large_records_at_a_time(tmp_path):
+    """A time search scans records in batches bounded in bytes too: 4,096 records a batch
+    would have held 4 GB of records of 1 MB."""
+    with FileChannel(tmp_path, compression="none", maintenance_interval=0) as ch:
+        s = ch.sender()
+        for i in range(24):  # 6 MiB; the first record already has the timestamp sought
+            s.send(os.urandom(256 << 10), timestamp=2000 if i == 0 else 1000)
+        s.send(b"last", timestamp=3000)
+        s.flush()
+        tracemalloc.start()
+        try:
+            assert ch.offset_for_time(1500) == 0
+            assert ch.offset_for_time(2500) == 24
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 3 << 20, peak
+
+
+def test_recv_many_bounded_in_bytes_returns_about_that_many_and_loses_nothing(tmp_path):
+    """recv_many(max_bytes=) ends a batch once its records reach the bound (at least one; at
+    most one read past it), and the next call goes on from there."""
+    values = [bytes([i]) * (300 << 10) for i in range(10)] + [b"s%d" % i for i in range(100)]
+    with FileChannel(tmp_path, compression="none", maintenance_interval=0) as ch:
+        s = ch.sender()
+        s.send_many(values)
+        s.flush()
+        rx = ch.receiver("earliest")
+        assert [r.value for r in rx.recv_many(100, timeout=0, max_bytes=1)] == values[:1]
+        batches = []
+        while batch := rx.recv_many(100, timeout=0, max_bytes=1 << 20):
+            batches.append(batch)
+        assert [r.value for b in batches for r in b] == values[1:]
+        assert [len(b) for b in batches] == [4, 4, 100, 1]  # the fourth 300 KiB reaches the bound
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ConfigError):
+                rx.recv_many(10, timeout=0, max_bytes=bad)
 
 
 def test_segment_ms_rolls_by_age(tmp_path):
@@ -453,8 +493,9 @@ def test_the_index_the_writer_appends_is_the_index_a_rebuild_makes(tmp_path_fact
 
 
 def test_recv_reads_about_a_megabyte_of_records_at_a_time_whatever_their_size(tmp_path):
-    """recv() reads ahead in batches of at most 512 records and about 1 MiB of them, judged
-    from the last batch: 512 records of 256 KiB would have held 128 MiB for one recv()."""
+    """recv() reads ahead in batches of at most 512 records and about 1 MiB of them (one read
+    past it at most: a 256 KiB chunk or one longer frame): 512 records of 256 KiB would have
+    held 128 MiB for one recv(), and the first batch is bounded as well as the others."""
     big = [os.urandom(256 << 10) for _ in range(20)]
     small = [b"%05d" % i * 20 for i in range(1500)]
     with FileChannel(tmp_path, compression="none", maintenance_interval=0) as ch:
@@ -472,11 +513,9 @@ def test_recv_reads_about_a_megabyte_of_records_at_a_time_whatever_their_size(tm
         assert got == big + small + big
         sizes = [sum(len(r.value) for r in b) for b in batches]
         counts = [len(b) for b in batches]
-        assert counts[0] == 1  # nothing known of the sizes yet: one record
+        assert counts[0] == 4  # 256 KiB records: the fourth reaches the megabyte
         assert max(counts) == 512  # small records: up to 512 at a time
-        # never more than a megabyte and a record, bar the batch where small records turn big
-        assert sorted(sizes)[-2] <= (1 << 20) + (256 << 10), sizes
-        assert all(c <= 4 for c, b in zip(counts, batches, strict=True) if len(b[0].value) == len(b[-1].value) == 256 << 10)
+        assert max(sizes) < (1 << 20) + (256 << 10), sizes
 
 
 def test_a_receiver_reads_in_a_callers_layout_after_records_recv_left_in_hand(tmp_path):
@@ -491,11 +530,11 @@ def test_a_receiver_reads_in_a_callers_layout_after_records_recv_left_in_hand(tm
         rx = ch.receiver(0)
         assert rx.recv().value == b"a"
         layout = KAFKA_PYTHON_RECORDS.layout("t", 2)
-        got = rx._read_now(10, layout) + rx._read_now(10, layout)
+        got = rx._read_now(10, layout, 1 << 20) + rx._read_now(10, layout, 1 << 20)
         assert all(type(r) is ConsumerRecord for r in got)
         assert [(r.topic, r.partition, r.offset, r.key, r.value, r.headers) for r in got] == [
             ("t", 2, 1, None, b"b", []),
             ("t", 2, 2, None, b"c", []),
             ("t", 2, 3, b"k", b"d", [("h", b"v")]),
         ]
-        assert rx._read_now(10, layout) == [] and rx.position == 4
+        assert rx._read_now(10, layout, 1 << 20) == [] and rx.position == 4

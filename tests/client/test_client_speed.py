@@ -7,6 +7,7 @@ No speed is asserted here (bench/ measures it); these pin the guarantees the sho
 import asyncio
 import concurrent.futures
 import threading
+import tracemalloc
 
 import pytest
 
@@ -139,25 +140,81 @@ def test_short_path_from_many_threads_keeps_every_record_once(root):
 
 
 def test_poll_reads_about_a_mebibyte_per_partition_and_loses_nothing(tmp_path):
-    """Once a partition's record sizes are seen, a fetch reads about 1 MiB of it (Kafka's
-    max_partition_fetch_bytes default, at least one record); the rest comes next, in order."""
+    """A fetch reads about 1 MiB of a partition (Kafka's max_partition_fetch_bytes default, at
+    least one record), the first one too: sizes need not be seen first. The rest comes next,
+    in order."""
     Admin(tmp_path).create_topic("big", fsync="never")
     big = [bytes([i]) * (600 << 10) for i in range(8)]
     with Producer(tmp_path) as p, Consumer("big", root=tmp_path, auto_offset_reset="earliest") as c:
-        for v in big[:2]:
-            p.send("big", v)
-        p.flush()
-        first = c.poll(timeout_ms=1000, max_records=100)[TopicPartition("big", 0)]
-        assert [r.value for r in first] == big[:2]  # sizes not seen yet: the whole budget
-        for v in big[2:]:
+        for v in big:
             p.send("big", v)
         p.flush()
         sizes, got = [], []
-        while len(got) < 6:
+        while len(got) < 8:
             recs = c.poll(timeout_ms=1000, max_records=100)[TopicPartition("big", 0)]
             sizes.append(len(recs))
             got += recs
-        assert max(sizes) <= 2 and [r.value for r in got] == big[2:] and [r.offset for r in got] == list(range(2, 8))
+        # the second record of 600 KiB reaches the mebibyte: two a poll, the first poll too
+        assert sizes == [2, 2, 2, 2] and [r.value for r in got] == big and [r.offset for r in got] == list(range(8))
+
+
+def _peak_bytes(fn):
+    """fn's result and the most memory Python held while it ran (every thread's), less what it held before."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        result = fn()
+        return result, tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_consumers_iterator_reads_ahead_about_8_mib_of_large_records_not_max_poll_records(tmp_path):
+    """Iteration reads ahead (records wait as pending, positions do not move past them), about
+    8 MiB at most: max_poll_records (500) of 1 MB records would have held 500 MB."""
+    Admin(tmp_path).create_topic("big", fsync="never", compression="none")
+    big = [bytes([i]) * (256 << 10) for i in range(80)]  # 20 MiB
+    with Producer(tmp_path) as p:
+        for v in big:
+            p.send("big", v)
+    with Consumer("big", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        first, peak = _peak_bytes(lambda: next(c))
+        assert first.value == big[0] and c.position(TopicPartition("big", 0)) == 1
+        assert peak < 12 << 20, peak
+        assert [r.value for r in [first, *(next(c) for _ in big[1:])]] == big
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_getmany_fetches_past_one_fetch_in_a_trip_up_to_about_8_mib(tmp_path, anyio_backend):
+    """A getmany's trip to the worker thread fetches again without waiting past one fetch (about
+    1 MiB of a partition) while max_records is not met, up to about 8 MiB: max_poll_records
+    (500) of 1 MB records would have held 500 MB. Records come in order, none lost."""
+    from filechannel.client import AsyncConsumer
+
+    tp = TopicPartition("big", 0)
+    Admin(tmp_path).create_topic("big", fsync="never", compression="none")
+    big = [bytes([i]) * (256 << 10) for i in range(80)]  # 20 MiB
+    with Producer(tmp_path) as p:
+        for v in big:
+            p.send("big", v)
+    async with AsyncConsumer("big", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        sizes, got, peak = [], [], 0
+        tracemalloc.start()
+        try:
+            while len(got) < len(big):
+                before = tracemalloc.get_traced_memory()[0]
+                tracemalloc.reset_peak()
+                recs = (await c.getmany(timeout_ms=1000))[tp]
+                peak = max(peak, tracemalloc.get_traced_memory()[1] - before)
+                sizes.append(len(recs))
+                got += recs
+                del recs
+        finally:
+            tracemalloc.stop()
+    assert [r.value for r in got] == big
+    assert max(sizes) > 4  # past one fetch (four records of 256 KiB) in one trip
+    assert peak < 12 << 20, (peak, sizes)
 
 
 def test_c_shaped_sizes_agree_with_python_when_records_share_sizes():
@@ -177,25 +234,6 @@ def test_c_shaped_sizes_agree_with_python_when_records_share_sizes():
     assert [r.serialized_key_size for r in c] == [-1, 400, 400, -1, 2, -1, -1, 400, -1]
     with pytest.raises(TypeError):  # an error after sizes were cached releases them and raises
         record._codec.shaped(*args, [*recs, [1, 2]], *rest)
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_getmany_fills_its_budget_in_one_call_past_the_fetch_size(tmp_path, anyio_backend):
-    """A getmany fetches again without waiting until max_records (fetches read about 1 MiB of a
-    partition each), one worker trip; records come in order, none lost."""
-    from filechannel.client import AsyncConsumer
-
-    Admin(tmp_path).create_topic("big", fsync="never")
-    big = [bytes([i]) * (600 << 10) for i in range(8)]
-    with Producer(tmp_path) as p:
-        for v in big:
-            p.send("big", v)
-    async with AsyncConsumer("big", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
-        first = await c.getmany(timeout_ms=1000, max_records=1)  # sizes seen: fetches of 1 record
-        rest = await c.getmany(timeout_ms=1000, max_records=100)
-    assert [r.value for r in first[TopicPartition("big", 0)]] == big[:1]
-    assert [r.value for r in rest[TopicPartition("big", 0)]] == big[1:]
 
 
 def test_records_sent_from_threads_are_written_without_flush(tmp_path):
