@@ -67,6 +67,7 @@ class BatchBuilder:
         self._clear()
 
     def _clear(self) -> None:
+        self.nbytes = 0  # bytes of the keys and values added: what the batch's binary columns hold
         self._offsets: list[int] = []
         self._timestamps: list[int] = []
         self._keys: list[bytes | None] = []
@@ -80,6 +81,7 @@ class BatchBuilder:
         if not records:
             return
         offsets, timestamps, keys, values, headers = zip(*records, strict=True)
+        self.nbytes += sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))  # None: absent
         self._offsets += offsets
         self._timestamps += timestamps
         self._keys += keys

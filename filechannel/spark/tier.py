@@ -59,7 +59,7 @@ from ..tiering.metadata import TierMetadata
 from ..tiering.remote_segment import RemoteReader, RemoteSegment
 from ..tiering.storage import ChunkStorage, open_storage, redact_url
 from .errors import data_loss
-from .ranges import BATCH_ROWS, DECODE_ROWS, OffsetRange
+from .ranges import BATCH_BYTES, BATCH_ROWS, DECODE_ROWS, OffsetRange
 from .schema import BatchBuilder
 
 log = logging.getLogger(__name__)
@@ -300,8 +300,9 @@ class _Segments:
         self._pool.shutdown(wait=True)
 
 
-def read_tier_range(r: TierRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """On an executor: the records of ``r`` from tier-2 as Arrow batches, in offset order."""
+def read_tier_range(r: TierRange, batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES) -> Iterator[pa.RecordBatch]:
+    """On an executor: the records of ``r`` from tier-2 as Arrow batches (as ``read_range``
+    makes them: ``batch_rows`` rows, about ``batch_bytes`` at most), in offset order."""
     try:
         storage = storage_for(r.storage_url, r.storage_options)
     except AccessDeniedError as exc:
@@ -323,7 +324,7 @@ def read_tier_range(r: TierRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.R
                 segment = segments.open(k)
                 try:
                     near_end = functools.partial(segments.prepare, k + 1)
-                    yield from _segment_batches(segment, pos, r.end, builder, batch_rows, near_end)
+                    yield from _segment_batches(segment, pos, r.end, builder, batch_rows, batch_bytes, near_end)
                 finally:
                     segment.close()
             except OffsetOutOfRangeError:
@@ -344,7 +345,13 @@ def read_tier_range(r: TierRange, batch_rows: int = BATCH_ROWS) -> Iterator[pa.R
 
 
 def _segment_batches(
-    segment: RemoteSegment, start: int, end: int, builder: BatchBuilder, batch_rows: int, near_end: Callable[[], None]
+    segment: RemoteSegment,
+    start: int,
+    end: int,
+    builder: BatchBuilder,
+    batch_rows: int,
+    batch_bytes: int,
+    near_end: Callable[[], None],
 ) -> Iterator[pa.RecordBatch]:
     """The records ``[start, end)`` of one remote segment into ``builder``, yielding full batches;
     ``near_end()`` is called on its last blocks (to open the next segment ahead)."""
@@ -372,7 +379,7 @@ def _segment_batches(
             offset += n
             keep = out[max(0, start - out[0].offset) : len(out) - max(0, out[-1].offset + 1 - end)]
             builder.add(keep)
-            if len(builder) >= batch_rows:
+            if len(builder) >= batch_rows or builder.nbytes >= batch_bytes:
                 yield builder.build()
         if offset == stop and position != len(raw):
             raise CorruptRecordError(

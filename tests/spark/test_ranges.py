@@ -39,3 +39,17 @@ def test_batch_builder_keeps_offsets_that_are_not_dense():
     assert batch.column("key").to_pylist() == [None, b"k", None]
     assert records_to_batch("t", 2, []).num_rows == 0
     assert batch.schema == ARROW_SCHEMA and batch.column("timestampType").to_pylist() == [0, 0, 0]
+
+
+def test_batches_are_bounded_in_bytes_as_well_as_rows(tmp_path):
+    """8,192 rows of 1 MB records would be an 8 GB batch (and over 2 GiB does not fit one
+    Arrow binary array): a batch ends once its keys and values reach ``batch_bytes``."""
+    root = tmp_path / "root"
+    Admin(root).create_topic("t", partitions=1, compression="none")
+    values = [bytes([i]) * (100 << 10) for i in range(40)]  # 4 MB
+    with Admin(root).open_partition("t", 0, maintenance_interval=0) as ch, ch.sender() as s:
+        s.send_many(values)
+    batches = list(read_range(OffsetRange(str(root), "t", 0, 0, 40), batch_bytes=2 << 20))
+    assert pa.Table.from_batches(batches).column("value").to_pylist() == values
+    # each decode reads about 1 MiB, a 256 KiB chunk at a time (12 records here): two reach 2 MiB
+    assert [b.num_rows for b in batches] == [24, 16]

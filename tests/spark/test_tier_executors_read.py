@@ -19,7 +19,7 @@ from filechannel.spark.errors import DataLossError
 from filechannel.spark.options import SourceOptions
 from filechannel.spark.ranges import OffsetRange
 from filechannel.spark.source import FileChannelBatchReader, read_partition
-from filechannel.spark.tier import TierRange, snap, storage_for
+from filechannel.spark.tier import TierRange, read_tier_range, snap, storage_for
 from filechannel.tiering.daemon import TieringDaemon
 
 pytestmark = pytest.mark.spark
@@ -76,6 +76,17 @@ def test_every_offset_is_read_once_in_order_whatever_the_cuts(root, options):
         assert read == sorted(read) and len(read) == t.end - t.start
         got += read
     assert sorted(got) == [(p, o) for p in (0, 1) for o in range(N)]
+
+
+def test_batches_from_tier2_are_bounded_in_bytes_as_well_as_rows(root):
+    """As read_range's: a batch ends once its keys and values reach ``batch_bytes`` (here
+    1,000 bytes: blocks of 1 KiB hold about 40 records of 24 bytes)."""
+    task = next(t for t in tasks(root) if isinstance(t, TierRange) and t.partition == 0)
+    batches = list(read_tier_range(task, batch_bytes=1000))
+    values = [v for b in batches for v in b["value"].to_pylist()]
+    assert [o for b in batches for o in b["offset"].to_pylist()] == list(range(task.start, task.end))
+    assert values == [f"v{2 * o:05d}".encode() * 4 for o in range(task.start, task.end)]
+    assert len(batches) > 1 and all(sum(map(len, b["value"].to_pylist())) < 1000 + 1024 for b in batches)
 
 
 def test_cuts_snap_to_the_nearest_boundary_and_never_repeat():
