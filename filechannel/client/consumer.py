@@ -43,6 +43,7 @@ _HONOURED = (
     "heartbeat_interval_ms",
     "isolation_level",
     "key_deserializer",
+    "max_partition_fetch_bytes",
     "max_poll_records",
     "metadata_max_age_ms",
     "session_timeout_ms",
@@ -80,12 +81,13 @@ def check_offset(tp: TopicPartition, offset: Any, what: str) -> int:
     return offset
 
 
-# About the most one fetch reads from a partition (Kafka's max_partition_fetch_bytes default;
-# at least one record; the cursor's bound, Cursor.read): a 4 MiB poll of 64 KiB records,
-# decoded and copied in one go, fell out of the CPU cache and ran at half the rate of 1 MiB ones.
+# About the most one fetch reads from a partition by default (max_partition_fetch_bytes, as
+# Kafka's; at least one record; the cursor's bound, Cursor.read): a 4 MiB poll of 64 KiB
+# records, decoded and copied in one go, fell out of the CPU cache and ran at half the rate of
+# 1 MiB ones.
 _FETCH_BYTES = 1 << 20
 # About the most one fill (a trip of the async consumer to its worker thread, a step of the
-# iterator) fetches: max_poll_records (500) of 1 MB records took 500 MB in one go.
+# iterator) fetches, or one fetch if more: max_poll_records (500) of 1 MB records took 500 MB.
 _FILL_BYTES = 8 << 20
 _UNSIZED = 1 << 62  # a partition's fetch_records before its record sizes are seen
 
@@ -137,7 +139,7 @@ class _Partition:
         self.receiver = receiver
         self.paused = False
         self.pending: deque[ConsumerRecord] = deque()
-        self.fetch_records = _UNSIZED  # records per fetch: about _FETCH_BYTES of them, once sizes are seen
+        self.fetch_records = _UNSIZED  # records per fetch (max_partition_fetch_bytes of them), once sizes are seen
 
     def position(self) -> int | None:
         if self.pending:
@@ -159,6 +161,9 @@ class Consumer:
     enable_auto_commit / auto_commit_interval_ms: commit positions in the background of
         :meth:`poll` every interval (default True, 5000), and on rebalance and close.
     max_poll_records: most records one :meth:`poll` returns (default 500).
+    max_partition_fetch_bytes: about the most a fetch reads from one partition (default
+        1 MiB, Kafka's; at least one record, at most one 256 KiB read beyond); what the
+        iterator and the async consumer read ahead is about 8 MiB, or one such fetch if more.
     key_deserializer / value_deserializer: turn bytes into objects (default: bytes as is).
     session_timeout_ms: a member that has not polled for this long is evicted (default 10000).
     heartbeat_interval_ms: how often a member heartbeats and looks for dead members (1000).
@@ -200,6 +205,7 @@ class Consumer:
                 f"isolation_level must be 'read_uncommitted' or 'read_committed', not {configs['isolation_level']!r}"
             )
         metadata_max_age_ms = configs.get("metadata_max_age_ms", 1000)
+        fetch_bytes = configs.get("max_partition_fetch_bytes", _FETCH_BYTES)
         commit_callback = configs.get("default_offset_commit_callback")
         if commit_callback is not None and not callable(commit_callback):
             raise ConfigError(f"default_offset_commit_callback must be callable, not {commit_callback!r}")
@@ -211,6 +217,7 @@ class Consumer:
             ("session_timeout_ms", session_timeout_ms),
             ("heartbeat_interval_ms", heartbeat_interval_ms),
             ("metadata_max_age_ms", metadata_max_age_ms),
+            ("max_partition_fetch_bytes", fetch_bytes),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an int >= 1, not {value!r}")
@@ -226,6 +233,7 @@ class Consumer:
         self._auto_commit_interval = auto_commit_interval_ms / 1000
         self._next_auto_commit = time.monotonic() + self._auto_commit_interval
         self._max_poll_records = max_poll_records
+        self._fetch_bytes = fetch_bytes
         self._key_de = key_deserializer
         self._value_de = value_deserializer
         self._layouts: dict[TopicPartition, RecordLayout] = {}  # by partition: how its records are decoded
@@ -510,10 +518,10 @@ class Consumer:
                         raise self._no_offset(tp)
                     layout = self._layouts.get(tp) or self._new_layout(tp)
                     try:
-                        raw = rx._read_now(budget, layout, _FETCH_BYTES)
+                        raw = rx._read_now(budget, layout, self._fetch_bytes)
                     except OffsetOutOfRangeError:
                         rx.seek(self._reset_offset(tp, part.channel))
-                        raw = rx._read_now(budget, layout, _FETCH_BYTES)
+                        raw = rx._read_now(budget, layout, self._fetch_bytes)
                     if not raw:
                         if rx.position > part.channel.end_offset:
                             # Past the end (a seek there, or a committed offset beyond a log that
@@ -526,7 +534,7 @@ class Consumer:
                         rx.seek(raw[0].offset)
                         raise
                     result[tp] = recs
-                    part.fetch_records = _records_for_bytes(_FETCH_BYTES, raw)  # what a fetch holds (_fill_budget)
+                    part.fetch_records = _records_for_bytes(self._fetch_bytes, raw)  # what a fetch holds (_fill_budget)
                 budget -= len(recs)
                 if budget <= 0:
                     break
@@ -550,7 +558,7 @@ class Consumer:
         for the first; True if any.
 
         After the first fetch, fetches again without waiting while records come and the budget
-        is not met: a fetch reads about ``_FETCH_BYTES`` of a partition, and the async consumer
+        is not met: a fetch reads about ``max_partition_fetch_bytes`` of a partition, and the async consumer
         makes one trip to a worker thread per fill. The budget is judged again after each
         fetch, from the record sizes seen. What was fetched goes to the pending records even
         if a later fetch raises.
@@ -571,8 +579,8 @@ class Consumer:
 
     def _fill_budget(self, asked: int, only: Collection[TopicPartition] | None, ahead: bool) -> int:
         """Records a fill fetches when ``asked`` are wanted: about ``_FILL_BYTES`` of them at
-        most (32 records of 256 KiB, not 500), counted in records of the partition (of
-        ``only``) with the most in a fetch (``_FETCH_BYTES``); until a partition's sizes are
+        most, or one fetch if that is more (32 records of 256 KiB, not 500), counted in records
+        of the partition (of ``only``) with the most in a fetch (``max_partition_fetch_bytes``); until a partition's sizes are
         seen, ``asked`` (each fetch is bounded in bytes anyway). ``ahead`` (the async consumer,
         whose fills cost a trip to a worker thread): at least one such fetch, past ``asked``, as
         aiokafka fetches ``max_partition_fetch_bytes`` ahead of what ``getmany`` hands out (at
@@ -582,7 +590,7 @@ class Consumer:
         if not sized:
             return asked
         per_fetch = max(sized)
-        return min(max(asked, per_fetch) if ahead else asked, per_fetch * (_FILL_BYTES // _FETCH_BYTES))
+        return min(max(asked, per_fetch) if ahead else asked, per_fetch * max(1, _FILL_BYTES // self._fetch_bytes))
 
     def _take(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``budget`` pending records of unpaused partitions (of ``only``). Never blocks."""

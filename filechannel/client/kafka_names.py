@@ -79,7 +79,6 @@ CONSUMER_IGNORED = (_NETWORK - {"metadata_max_age_ms"}) | {
     "fetch_max_bytes",
     "fetch_max_wait_ms",
     "fetch_min_bytes",
-    "max_partition_fetch_bytes",
     "max_poll_interval_ms",  # liveness is the member's flock plus session_timeout_ms heartbeats
     "metric_group_prefix",
     "partition_assignment_strategy",  # one strategy: sorted partitions dealt round-robin (DESIGN.md)

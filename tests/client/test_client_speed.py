@@ -14,7 +14,7 @@ import pytest
 import filechannel.client.producer as producer_module
 from filechannel.client import Admin, Consumer, Producer, RecordMetadata, TopicPartition
 from filechannel.client.futures import SentFuture
-from filechannel.errors import ChannelClosedError, MessageTooLargeError
+from filechannel.errors import ChannelClosedError, ConfigError, MessageTooLargeError
 
 
 @pytest.fixture(params=["c", "python"])
@@ -156,6 +156,28 @@ def test_poll_reads_about_a_mebibyte_per_partition_and_loses_nothing(tmp_path):
             got += recs
         # the second record of 600 KiB reaches the mebibyte: two a poll, the first poll too
         assert sizes == [2, 2, 2, 2] and [r.value for r in got] == big and [r.offset for r in got] == list(range(8))
+
+
+def test_max_partition_fetch_bytes_sets_what_a_fetch_reads(tmp_path):
+    """kafka-python's max_partition_fetch_bytes is honoured: about that many bytes of a
+    partition a fetch (at least one record); a bad value is a ConfigError."""
+    Admin(tmp_path).create_topic("big", fsync="never", compression="none")
+    values = [bytes([i]) * (100 << 10) for i in range(60)]  # 6 MB
+    with Producer(tmp_path) as p:
+        for v in values:
+            p.send("big", v)
+    tp = TopicPartition("big", 0)
+
+    def first_poll(**kwargs):
+        with Consumer("big", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False, **kwargs) as c:
+            return c.poll(timeout_ms=1000)[tp]
+
+    assert len(first_poll()) <= 13  # 1 MiB (and one 256 KiB read) of 100 KiB records
+    assert 40 <= len(first_poll(max_partition_fetch_bytes=4 << 20)) <= 44
+    assert len(first_poll(max_partition_fetch_bytes=1)) <= 2  # one 256 KiB read holds two
+    for bad in (0, -1, True, 1.5, "1"):
+        with pytest.raises(ConfigError, match="max_partition_fetch_bytes"):
+            Consumer("big", root=tmp_path, max_partition_fetch_bytes=bad)
 
 
 def _peak_bytes(fn):
