@@ -558,10 +558,10 @@ class Consumer:
         for the first; True if any.
 
         After the first fetch, fetches again without waiting while records come and the budget
-        is not met: a fetch reads about ``max_partition_fetch_bytes`` of a partition, and the async consumer
-        makes one trip to a worker thread per fill. The budget is judged again after each
-        fetch, from the record sizes seen. What was fetched goes to the pending records even
-        if a later fetch raises.
+        is not met: a fetch reads about ``max_partition_fetch_bytes`` of a partition, and the
+        async consumer makes one trip to a worker thread per fill. The budget is judged again
+        after each fetch, from the record sizes seen. What was fetched goes to the pending
+        records even if a later fetch raises.
         """
         asked = self._max_poll_records if asked is None else asked
         batch = self._poll(timeout_ms, self._fill_budget(asked, only, ahead), only)
@@ -580,12 +580,12 @@ class Consumer:
     def _fill_budget(self, asked: int, only: Collection[TopicPartition] | None, ahead: bool) -> int:
         """Records a fill fetches when ``asked`` are wanted: about ``_FILL_BYTES`` of them at
         most, or one fetch if that is more (32 records of 256 KiB, not 500), counted in records
-        of the partition (of ``only``) with the most in a fetch (``max_partition_fetch_bytes``); until a partition's sizes are
-        seen, ``asked`` (each fetch is bounded in bytes anyway). ``ahead`` (the async consumer,
-        whose fills cost a trip to a worker thread): at least one such fetch, past ``asked``, as
-        aiokafka fetches ``max_partition_fetch_bytes`` ahead of what ``getmany`` hands out (at
-        100 B about 10,000 records a trip, not 500). They wait as pending records (positions do
-        not move past them)."""
+        of the partition (of ``only``) with the most in a fetch (``max_partition_fetch_bytes``);
+        until a partition's sizes are seen, ``asked`` (each fetch is bounded in bytes anyway).
+        ``ahead`` (the async consumer, whose fills cost a trip to a worker thread): at least
+        one such fetch, past ``asked``, as aiokafka fetches ``max_partition_fetch_bytes`` ahead
+        of what ``getmany`` hands out (at 100 B about 10,000 records a trip, not 500). They
+        wait as pending records (positions do not move past them)."""
         sized = [p.fetch_records for tp, p in self._parts.items() if p.fetch_records != _UNSIZED and (only is None or tp in only)]
         if not sized:
             return asked
