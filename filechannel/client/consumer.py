@@ -568,8 +568,8 @@ class Consumer:
         try:
             got = sum(map(len, batch.values()))
             more = batch
-            while more and got < self._fill_budget(asked, only, ahead):
-                more = self._fetch(self._fill_budget(asked, only, ahead) - got, only)
+            while more and got < (budget := self._fill_budget(asked, only, ahead)):
+                more = self._fetch(budget - got, only)
                 for tp, recs in more.items():
                     batch.setdefault(tp, []).extend(recs)
                     got += len(recs)
