@@ -1,14 +1,27 @@
 """Async producer and consumer on anyio (asyncio or trio), aiokafka style.
 
-Past construction, nothing here blocks the event loop. A consumer's file work (reads, decompression, the
-group's flocks, the fsyncs of a commit) and its waiting run in a worker thread, in steps
-of at most 1 s, and what a step fetches goes into the consumer's pending records; the
-event loop hands records out from there, with no await between taking and returning
-them. So a cancelled ``getmany`` loses nothing: what its abandoned worker fetched stays
-pending for the next call. One lock orders the worker threads and the event loop's
-takes (the loop only ever tries it without blocking). A producer with
-``fsync="always"`` waits for its record's fsync in a worker thread; sends themselves only
-buffer: they take microseconds and run inline.
+Past construction, nothing here blocks the event loop. A consumer's file work (reads from
+disk, decompression, tier-2 fetches, the group's flocks, the fsyncs of a commit) and its
+waiting run in a worker thread, in steps of at most 1 s, and what a step fetches goes
+into the consumer's pending records; the event loop hands records out from there, with
+no await between taking and returning them. So a cancelled ``getmany`` loses nothing:
+what its abandoned worker fetched stays pending for the next call.
+
+Records already in memory (a raw segment's pages in the page cache, which the records
+just written and those being tailed are) the event loop decodes itself, as aiokafka
+decodes what its fetches bring: ``preadv`` with ``RWF_NOWAIT`` never waits for the disk,
+and whatever else a read would need (the disk, a seek, a compressed or tier-2 segment,
+the next segment, a group heartbeat or an auto-commit due) sends the call to the worker
+thread instead (``Cursor.read(nowait=True)``). A trip to a worker costs more than decoding
+a thousand small records: at 100 B, ``getmany`` took 139-212 ns a record with a trip per
+megabyte and 107-110 without (DESIGN.md, "Async consumer"). At least every
+``_INLINE_SPAN`` a call goes to the worker anyway, so a partition whose records need it
+(rolled, cold, compressed) waits no longer than that behind others read in memory.
+
+One lock orders the worker threads and the event loop's reads and takes (the loop only
+ever tries it without blocking). A producer with ``fsync="always"`` waits for its
+record's fsync in a worker thread; sends themselves only buffer: they take microseconds
+and run inline.
 """
 
 from __future__ import annotations
@@ -22,12 +35,18 @@ from typing import Any, NamedTuple
 import anyio
 import anyio.to_thread
 
+from ..engine.cursor import WouldBlock
 from ..engine.record import Headers
 from ..errors import ChannelClosedError, ConfigError
 from .consumer import Consumer, check_timeout_ms, to_tp
 from .futures import RecordFuture, SentFuture
 from .producer import Producer, Serializer
 from .records import AIOKAFKA_RECORDS, AsyncConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
+
+try:  # AsyncProducer.send's common case in C (filechannel/engine/_codec.c), when it was built and loads
+    from ..engine._codec import AsyncSend as _CAsyncSend
+except ImportError:
+    _CAsyncSend = None
 
 # aiokafka's constructor names that kafka-python does not have: what each becomes here (None: ignored).
 _AIOKAFKA_PRODUCER = {"loop": None, "max_batch_size": "batch_size"}
@@ -150,6 +169,8 @@ class AsyncProducer:
         kwargs = _aiokafka_names(kwargs, _AIOKAFKA_PRODUCER)
         self._producer = Producer(root, **kwargs)
         self._batch_bytes = kwargs.get("batch_size", 16384)
+        if _CAsyncSend is not None:  # send(topic, value) in C, this class's send for any other call (see _codec.c)
+            self.send = _CAsyncSend(self._producer.send, self._send, RecordDelivery, SentFuture)  # type: ignore[method-assign]
 
     async def start(self) -> None:
         """Nothing to start (no server); kept for aiokafka compatibility."""
@@ -169,6 +190,13 @@ class AsyncProducer:
         the record once written (too large) is raised by the future. A record whose offset
         is known at send (fsync not "always") gives its done future itself, as awaitable and
         with the same ``done``/``result``/``exception``; others a :class:`RecordDelivery`.
+
+        ``send(topic, value)`` is made in C where the extension is built: the record is
+        buffered when ``send`` is called, not when it is awaited, and an awaitable that is
+        already done is returned (a coroutine to asyncio: ``create_task`` and ``gather``
+        take it); its await gives the future, or raises what the send raised. An ``async
+        def`` cost a frame and its six arguments' binding per send: at 100 B, a fifth of
+        an async send (DESIGN.md, "Async producer").
         """
         if key is None and partition is None and timestamp_ms is None and headers is None:
             future = self._producer.send(topic, value)  # the form the producer's short path takes
@@ -179,6 +207,8 @@ class AsyncProducer:
         delivery = _new_delivery(RecordDelivery)  # RecordDelivery(future) without a Python __init__ call
         delivery.future = future
         return delivery
+
+    _send = send  # the C send's fallback for any call but send(topic, value)
 
     async def send_and_wait(
         self,
@@ -230,6 +260,7 @@ class AsyncProducer:
 
 
 _STEP = 1.0  # seconds a worker thread waits at most per step (bounds an abandoned one's life)
+_INLINE_SPAN = 0.05  # seconds the event loop reads records in memory itself before a worker trip (fairness, above)
 
 
 class AsyncConsumer:
@@ -258,6 +289,7 @@ class AsyncConsumer:
         self._consumer._record_shape = AIOKAFKA_RECORDS  # aiokafka's ConsumerRecord, not kafka-python's
         self._io = threading.Lock()  # held by whoever touches the consumer's files or pending records
         self._closed = False
+        self._inline_until = 0.0  # monotonic: until then the loop may read records in memory itself
 
     @property
     def consumer(self) -> Consumer:
@@ -275,10 +307,16 @@ class AsyncConsumer:
             if not consumer._closed:
                 consumer._fill(timeout * 1000, only, max_records, ahead=True)
 
+    async def _trip(self, only: Collection[TopicPartition] | None, timeout: float, max_records: int | None = None) -> None:
+        """Fill in a worker thread (:meth:`_fill`); the loop may then read in memory again for ``_INLINE_SPAN``."""
+        await anyio.to_thread.run_sync(self._fill, only, timeout, max_records, abandon_on_cancel=True)
+        self._inline_until = time.monotonic() + _INLINE_SPAN
+
     def _take(
         self, only: Collection[TopicPartition] | None, budget: int | None
     ) -> dict[TopicPartition, list[AsyncConsumerRecord]]:
-        """Event loop: pending records, if no worker holds the lock (never blocks)."""
+        """Event loop: pending records, else up to ``budget`` records read in memory
+        (:meth:`_read_here`), if no worker holds the lock (never blocks)."""
         if self._closed:
             raise ChannelClosedError("this consumer is closed")
         if not self._io.acquire(blocking=False):
@@ -286,9 +324,21 @@ class AsyncConsumer:
         try:
             if budget is None:
                 budget = self._consumer._max_poll_records
-            return self._consumer._take(budget, only)
+            return self._consumer._take(budget, only) or self._read_here(budget, only)
         finally:
             self._io.release()
+
+    def _read_here(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[AsyncConsumerRecord]]:
+        """Event loop, holding the lock: up to ``budget`` records that need no file work
+        beyond reading cached pages ({} where any would: a worker trip fetches them)."""
+        consumer = self._consumer
+        if consumer._closed or time.monotonic() >= self._inline_until or consumer._upkeep_due():
+            return {}
+        try:
+            return consumer._fetch(budget, only, nowait=True)
+        except WouldBlock:
+            self._inline_until = 0.0  # what was read went back to the pending records
+            return {}
 
     async def getmany(
         self, *partitions: TopicPartition, timeout_ms: float = 0, max_records: int | None = None
@@ -308,7 +358,7 @@ class AsyncConsumer:
             step = max(0.0, min(remaining, _STEP))
             # As many as this call may return: with max_poll_records (500) a getmany of 2,000
             # took four trips to a worker thread, which cost more than reading the records.
-            await anyio.to_thread.run_sync(self._fill, only, step, max_records, abandon_on_cancel=True)
+            await self._trip(only, step, max_records)
             fetched = True
 
     async def getone(self, *partitions: TopicPartition) -> AsyncConsumerRecord:
@@ -320,11 +370,14 @@ class AsyncConsumer:
             if self._io.acquire(blocking=False):
                 try:
                     rec = self._consumer._take_one(only)
+                    if rec is None:
+                        self._consumer._unread(self._read_here(self._consumer._max_poll_records, only))
+                        rec = self._consumer._take_one(only)
                 finally:
                     self._io.release()
                 if rec is not None:
                     return rec
-            await anyio.to_thread.run_sync(self._fill, only, _STEP, abandon_on_cancel=True)
+            await self._trip(only, _STEP)
 
     def __aiter__(self) -> AsyncIterator[AsyncConsumerRecord]:
         return self

@@ -13,6 +13,7 @@ from itertools import repeat, starmap
 from typing import Any, Protocol
 
 from ..channel import FileChannel
+from ..engine.cursor import WouldBlock
 from ..engine.record import RecordLayout
 from ..engine.wakeup import Wakeup
 from ..errors import (
@@ -492,13 +493,17 @@ class Consumer:
                 wait = min(wait, self._group.heartbeat_interval)
             self._wakeup.wait(seq, wait)
 
-    def _fetch(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[ConsumerRecord]]:
+    def _fetch(
+        self, budget: int, only: Collection[TopicPartition] | None, nowait: bool = False
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``budget`` records, each partition's pending records before its receiver's.
 
         All or nothing: if a partition raises (no position, out of range with reset "none",
         damage, a deserializer), what was already taken from the others goes back to their
         pending records and the failing partition's receiver back to its first record, so
-        the error costs no record.
+        the error costs no record. ``nowait`` (an event loop's fetch): only records in memory
+        (``Cursor.read``); :class:`WouldBlock`, all or nothing as well, where a partition needs
+        more (the disk, a seek, tier-2: a fetch without ``nowait`` does that).
         """
         result: dict[TopicPartition, list[ConsumerRecord]] = {}
         tps = list(self._parts) if only is None else [tp for tp in self._parts if tp in only]
@@ -515,15 +520,19 @@ class Consumer:
                 else:
                     rx = part.receiver
                     if rx is None:
+                        if nowait:
+                            raise WouldBlock
                         raise self._no_offset(tp)
                     layout = self._layouts.get(tp) or self._new_layout(tp)
                     try:
-                        raw = rx._read_now(budget, layout, self._fetch_bytes)
+                        raw = rx._read_now(budget, layout, self._fetch_bytes, nowait)
                     except OffsetOutOfRangeError:
+                        if nowait:
+                            raise WouldBlock from None
                         rx.seek(self._reset_offset(tp, part.channel))
                         raw = rx._read_now(budget, layout, self._fetch_bytes)
                     if not raw:
-                        if rx.position > part.channel.end_offset:
+                        if not nowait and rx.position > part.channel.end_offset:
                             # Past the end (a seek there, or a committed offset beyond a log that
                             # lost its tail): as Kafka, reset by auto_offset_reset, never wait forever.
                             rx.seek(self._reset_offset(tp, part.channel))
@@ -888,6 +897,20 @@ class Consumer:
             self._commit_checked(offsets)
         except CommitFailedError:
             pass  # lost them already; the new owner resumes from the last good commit
+
+    def _upkeep_due(self) -> bool:
+        """Whether a poll now has file work to do besides reading records: an auto-commit, a
+        listing of the topics (every ``metadata_max_age_ms``), or joining or heartbeating the
+        group. A group's state file is not looked at (that is a stat): a rebalance is then
+        seen at the next heartbeat, as a Kafka member learns of one from a heartbeat's answer."""
+        now = time.monotonic()
+        if self._auto_commit and self._parts and now >= self._next_auto_commit:
+            return True
+        if self._manual or (not self._subscription and self._pattern is None):
+            return False
+        if now >= self._next_metadata:
+            return True
+        return self._group is not None and (not self._joined or self._group.heartbeat_due())
 
     def _maybe_auto_commit(self) -> None:
         if self._auto_commit and self._parts and time.monotonic() >= self._next_auto_commit:

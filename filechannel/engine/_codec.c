@@ -1240,6 +1240,238 @@ static PyTypeObject ProducerSend_Type = {
     .tp_vectorcall_offset = offsetof(ProducerSendVC, vectorcall),
 };
 
+/* -- AsyncProducer.send's common case -------------------------------------------------------
+ *
+ * A Ready is an awaitable that is already done: ``await`` gives its value (or raises its
+ * error) without suspending; am_send hands the value over with no StopIteration made. It
+ * has a coroutine's methods (``__await__``, ``send``, ``throw``, ``close``: what
+ * collections.abc.Coroutine checks), so asyncio.create_task and asyncio.gather take it as
+ * they take a coroutine, and a second await raises RuntimeError as a coroutine's does.
+ * It holds a future or a delivery, never itself: no cycle, so it is not tracked by the GC.
+ *
+ * An AsyncSend is bound as an AsyncProducer's ``send`` (client/aio.py). A call
+ * send(topic, value) (two positional arguments, no keywords) calls ``send`` (the
+ * producer's) at once and returns a Ready of what it gave: the future itself if it is a
+ * ``done_type`` (SentFuture, awaitable itself), else ``deliver(future)`` (a
+ * RecordDelivery); an exception from either is raised by the Ready's await, where the
+ * ``async def`` raised it. Any other call goes to ``slow``, the ``async def`` itself.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *value; /* what the await gives; NULL once awaited, closed or thrown into */
+    PyObject *error; /* the exception the await raises instead, or NULL */
+} Ready;
+
+static PyTypeObject Ready_Type;
+
+static void
+ready_dealloc(Ready *self)
+{
+    Py_XDECREF(self->value);
+    Py_XDECREF(self->error);
+    PyObject_Free(self);
+}
+
+/* The value, once (0); -1 with the Ready's error, or RuntimeError if it was already awaited. */
+static int
+ready_take(Ready *self, PyObject **value)
+{
+    PyObject *error = self->error;
+    if (error != NULL) {
+        self->error = NULL;
+        Py_CLEAR(self->value);
+        PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(error)), error, PyException_GetTraceback(error));
+        return -1;
+    }
+    if (self->value == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return -1;
+    }
+    *value = self->value;
+    self->value = NULL;
+    return 0;
+}
+
+static PySendResult
+ready_am_send(PyObject *self, PyObject *arg, PyObject **result)
+{
+    return ready_take((Ready *)self, result) < 0 ? PYGEN_ERROR : PYGEN_RETURN;
+}
+
+static PyObject *
+ready_next(PyObject *self)
+{
+    PyObject *value;
+    if (ready_take((Ready *)self, &value) < 0) {
+        return NULL;
+    }
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, value); /* a tuple value stays one */
+    Py_DECREF(value);
+    if (stop != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, stop);
+        Py_DECREF(stop);
+    }
+    return NULL;
+}
+
+static PyObject *
+ready_send(PyObject *self, PyObject *arg)
+{
+    return ready_next(self);
+}
+
+static PyObject *
+ready_throw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
+        return NULL;
+    }
+    Py_CLEAR(((Ready *)self)->value);
+    Py_CLEAR(((Ready *)self)->error);
+    PyObject *typ = args[0];
+    if (PyExceptionInstance_Check(typ)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    }
+    else if (PyExceptionClass_Check(typ)) {
+        PyErr_SetObject(typ, nargs > 1 ? args[1] : NULL);
+    }
+    else {
+        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+    }
+    return NULL;
+}
+
+static PyObject *
+ready_close(PyObject *self, PyObject *unused)
+{
+    Py_CLEAR(((Ready *)self)->value);
+    Py_CLEAR(((Ready *)self)->error);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef ready_methods[] = {
+    {"send", ready_send, METH_O, "The value, as StopIteration (a coroutine's send)."},
+    {"throw", (PyCFunction)(void (*)(void))ready_throw, METH_FASTCALL, "Raise the exception given (a coroutine's throw)."},
+    {"close", ready_close, METH_NOARGS, "Forget the value (a coroutine's close)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyAsyncMethods ready_async = {
+    .am_await = PyObject_SelfIter,
+    .am_send = ready_am_send,
+};
+
+static PyTypeObject Ready_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel.engine._codec.Ready",
+    .tp_basicsize = sizeof(Ready),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An awaitable already done: what AsyncProducer.send returns (see client/aio.py).",
+    .tp_dealloc = (destructor)ready_dealloc,
+    .tp_as_async = &ready_async,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = ready_next,
+    .tp_methods = ready_methods,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *send, *slow, *deliver, *done_type;
+    vectorcallfunc vectorcall;
+} AsyncSend;
+
+static int
+asend_traverse(AsyncSend *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->send);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->deliver);
+    Py_VISIT(self->done_type);
+    return 0;
+}
+
+static int
+asend_clear(AsyncSend *self)
+{
+    Py_CLEAR(self->send);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->deliver);
+    Py_CLEAR(self->done_type);
+    return 0;
+}
+
+static void
+asend_dealloc(AsyncSend *self)
+{
+    PyObject_GC_UnTrack(self);
+    asend_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+asend_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    AsyncSend *self = (AsyncSend *)callable;
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL) {
+        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    }
+    Ready *ready = PyObject_New(Ready, &Ready_Type);
+    if (ready == NULL) {
+        return NULL;
+    }
+    ready->error = NULL;
+    PyObject *future = PyObject_Vectorcall(self->send, args, 2, NULL);
+    if (future != NULL && !Py_IS_TYPE(future, (PyTypeObject *)self->done_type)) {
+        Py_SETREF(future, PyObject_CallOneArg(self->deliver, future));
+    }
+    ready->value = future;
+    if (future == NULL) { /* raised by the await, as the async def's body raised it */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (tb != NULL) {
+            PyException_SetTraceback(value, tb);
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        ready->error = value;
+    }
+    return (PyObject *)ready;
+}
+
+static PyObject *
+asend_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *send, *slow, *deliver, *done_type;
+    if (!PyArg_ParseTuple(args, "OOOO!", &send, &slow, &deliver, &PyType_Type, &done_type)) {
+        return NULL;
+    }
+    AsyncSend *self = (AsyncSend *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->send = Py_NewRef(send);
+    self->slow = Py_NewRef(slow);
+    self->deliver = Py_NewRef(deliver);
+    self->done_type = Py_NewRef(done_type);
+    self->vectorcall = asend_call;
+    return (PyObject *)self;
+}
+
+static PyTypeObject AsyncSend_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel.engine._codec.AsyncSend",
+    .tp_basicsize = sizeof(AsyncSend),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "AsyncSend(send, slow, deliver, done_type): AsyncProducer.send's common case in C (see client/aio.py).",
+    .tp_traverse = (traverseproc)asend_traverse,
+    .tp_clear = (inquiry)asend_clear,
+    .tp_dealloc = (destructor)asend_dealloc,
+    .tp_new = asend_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(AsyncSend, vectorcall),
+};
+
 static PyMethodDef codec_methods[] = {
     {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
     {"shaped", shaped, METH_VARARGS, shaped_doc},
@@ -1261,7 +1493,7 @@ PyInit__codec(void)
         init_shift(shift1, STRIDE);
         init_shift(shift2, 2 * STRIDE);
         if (PyType_Ready(&StateCore_Type) < 0 || PyType_Ready(&AppendCore_Type) < 0 ||
-            PyType_Ready(&ProducerSend_Type) < 0) {
+            PyType_Ready(&ProducerSend_Type) < 0 || PyType_Ready(&Ready_Type) < 0 || PyType_Ready(&AsyncSend_Type) < 0) {
             return NULL;
         }
         str_acquire = PyUnicode_InternFromString("acquire");
@@ -1284,9 +1516,13 @@ PyInit__codec(void)
         Py_INCREF(&StateCore_Type);
         Py_INCREF(&AppendCore_Type);
         Py_INCREF(&ProducerSend_Type);
+        Py_INCREF(&Ready_Type);
+        Py_INCREF(&AsyncSend_Type);
         if (PyModule_AddObject(m, "StateCore", (PyObject *)&StateCore_Type) < 0 ||
             PyModule_AddObject(m, "AppendCore", (PyObject *)&AppendCore_Type) < 0 ||
-            PyModule_AddObject(m, "ProducerSend", (PyObject *)&ProducerSend_Type) < 0) {
+            PyModule_AddObject(m, "ProducerSend", (PyObject *)&ProducerSend_Type) < 0 ||
+            PyModule_AddObject(m, "Ready", (PyObject *)&Ready_Type) < 0 ||
+            PyModule_AddObject(m, "AsyncSend", (PyObject *)&AsyncSend_Type) < 0) {
             Py_DECREF(m);
             return NULL;
         }

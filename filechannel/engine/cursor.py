@@ -27,6 +27,13 @@ active segment may be a frame a writer is still writing or a dead writer tore, a
 waited on, unless a valid frame follows it (a forward scan, run only then): that is
 corruption, and raises.
 
+A read with ``nowait=True`` (an event loop's, see client/aio.py) does no file work but
+read bytes already in the page cache (``preadv`` with ``RWF_NOWAIT``, which never waits for
+the disk): where a read would wait for the disk, decompress a block, fetch from tier-2,
+look for the next segment or check a damaged tail, it returns the records decoded so far,
+or raises :class:`WouldBlock` if there are none, with the cursor where it was. At the end of
+what the current segment holds, it returns none, as a read at the end of the log does.
+
 One thread reads at a time; :meth:`Cursor.close` may be called from any thread at any
 moment: a read in progress finishes first, and later reads raise
 :class:`ChannelClosedError`.
@@ -34,6 +41,7 @@ moment: a read in progress finishes first, and later reads raise
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -56,6 +64,14 @@ from .segment import SEGMENT_HEADER_SIZE, damage_after
 READ_CHUNK = 256 * 1024
 _UNBOUNDED = 1 << 62  # a read's byte bound when it has none
 _RELIST_INTERVAL = 1.0  # seconds: how often a reader waiting at a segment's end lists the folder
+_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # Linux 4.14+; elsewhere a nowait read always raises WouldBlock
+_NO_NOWAIT = (errno.EOPNOTSUPP, errno.EINVAL)  # a filesystem without RWF_NOWAIT reads (as if nothing were cached)
+
+
+class WouldBlock(Exception):
+    """A read with ``nowait=True`` would have to wait for the disk or do file work beyond
+    reading cached bytes (see the module docstring); read again without ``nowait``, off the
+    event loop. Never reaches a user: the client that asks for ``nowait`` catches it."""
 
 
 class _RawSource:
@@ -67,6 +83,24 @@ class _RawSource:
     def read(self, position: int, size: int) -> tuple[bytes, int]:
         with os_errors("read", self.ref.path):
             return os.pread(self.fd, size, position), 0
+
+    def read_cached(self, position: int, size: int) -> tuple[BlockData, int]:
+        """What of the ``size`` bytes at ``position`` the page cache holds from there on (b""
+        at the end of the file); :class:`WouldBlock` if the first is not cached."""
+        if not _RWF_NOWAIT:
+            raise WouldBlock
+        buf = bytearray(size)
+        try:
+            n = os.preadv(self.fd, [buf], position, _RWF_NOWAIT)
+        except BlockingIOError:
+            raise WouldBlock from None
+        except OSError as exc:
+            if exc.errno in _NO_NOWAIT:
+                raise WouldBlock from None
+            with os_errors("read", self.ref.path):
+                raise
+        del buf[n:]
+        return buf, 0
 
     def size(self) -> int:
         with os_errors("stat", self.ref.path):
@@ -214,17 +248,21 @@ class Cursor:
             f"{next_base} to read on past the hole"
         )
 
-    def read(self, max_records: int, layout: RecordLayout = RECORDS, max_bytes: int | None = None) -> list[Any]:
+    def read(
+        self, max_records: int, layout: RecordLayout = RECORDS, max_bytes: int | None = None, nowait: bool = False
+    ) -> list[Any]:
         """Up to ``max_records`` records that are in the files now (possibly none), decoded as
         ``layout`` says (:class:`Record` by default; any layout's records have ``offset``).
 
         With ``max_bytes``, the read also ends once its frames reach that many bytes: at least
         one record, and at most one read (a chunk, or one frame longer than a chunk) past the
-        bound. What a batch holds in memory is then bounded whatever the records' size."""
+        bound. What a batch holds in memory is then bounded whatever the records' size.
+        With ``nowait``, only what is in memory (the module docstring): :class:`WouldBlock`
+        if that is no record and more may be on disk."""
         with self._lock:
             self._check_open()
             while True:
-                out = self._read(max_records + max(0, self._skip_to - self.offset), layout, max_bytes)
+                out = self._read(max_records + max(0, self._skip_to - self.offset), layout, max_bytes, nowait)
                 if self._skip_to <= (out[0].offset if out else self.offset):
                     return out
                 if out and out[-1].offset >= self._skip_to:
@@ -232,7 +270,7 @@ class Cursor:
                 if not out:
                     return out
 
-    def _read(self, max_records: int, layout: RecordLayout, max_bytes: int | None) -> list[Any]:
+    def _read(self, max_records: int, layout: RecordLayout, max_bytes: int | None, nowait: bool) -> list[Any]:
         out: list[Any] = []
         room = _UNBOUNDED if max_bytes is None else max_bytes  # frame bytes this read may still decode
         while len(out) < max_records:
@@ -253,9 +291,9 @@ class Cursor:
                 if len(out) >= max_records or room <= 0:
                     break
             try:
-                if not self._fill():
+                if not self._fill(nowait):
                     break
-            except FileChannelError:
+            except (FileChannelError, WouldBlock):
                 if out:
                     break  # deliver what was read first; the next read raises again
                 raise
@@ -322,8 +360,9 @@ class Cursor:
             source, f"the frame there is damaged and a valid frame follows at byte {found}, so it is not a torn tail"
         )
 
-    def _fill(self) -> bool:
-        """Read the next chunk; False if there is nothing more in the files right now."""
+    def _fill(self, nowait: bool = False) -> bool:
+        """Read the next chunk; False if there is nothing more in the files right now.
+        ``nowait``: only a raw segment's cached bytes, else :class:`WouldBlock` (nothing changed)."""
         source = self._source
         assert source is not None  # the lock and _check_open keep a closed cursor out
         left = len(self._buf) - self._bpos
@@ -331,13 +370,25 @@ class Cursor:
         if left >= FRAME_HEADER_SIZE:
             want = FRAME_HEADER_SIZE + FRAME_HEADER.unpack_from(self._buf, self._bpos)[0]
             if want > need:  # a frame longer than a chunk, or a damaged length: never past the file
+                if nowait:
+                    raise WouldBlock
                 need = max(left, min(want, source.size() - self._pos))
-        data, start = source.read(self._pos, need)
+        if nowait:
+            if not isinstance(source, _RawSource):
+                raise WouldBlock
+            data, start = source.read_cached(self._pos, need)
+        else:
+            data, start = source.read(self._pos, need)
         if len(data) - start > left:
             self._buf, self._bpos = data, start
             if self._next is None and isinstance(source, _CompressedSource) and source.near_end:
                 self._read_ahead_next(source)
             return True
+        if nowait:  # the end of what this file holds now: a seal, a tail or the next segment are file work
+            if left or self._end is not None:
+                raise WouldBlock
+            self._buf, self._bpos = b"", 0
+            return False
         # Nothing new in this segment. Is it sealed?
         if self._end is None:
             assert isinstance(source, _RawSource)  # a compressed segment's end is known at once

@@ -1,11 +1,15 @@
 """Async producer and consumer under asyncio and trio."""
 
+import asyncio
+import inspect
 import time
 
 import anyio
 import pytest
 
 from filechannel.client import AsyncConsumer, AsyncProducer, TopicPartition
+from filechannel.client.aio import RecordDelivery
+from filechannel.errors import RecordTypeError
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -105,3 +109,56 @@ async def test_getmany_fetches_ahead_yet_positions_and_commits_cover_only_what_i
     async with AsyncConsumer("t", root=tmp_path, group_id="g", auto_offset_reset="earliest") as again:
         rest = (await again.getmany(timeout_ms=1000, max_records=6000))[tp]
         assert [r.offset for r in rest] == list(range(3000, 6000))
+
+
+# -- send(topic, value) made in C: an awaitable already done, a coroutine to asyncio -------------
+
+
+@pytest.mark.anyio
+async def test_a_send_buffers_its_record_when_called_and_its_await_gives_the_future(tmp_path, anyio_backend):
+    async with AsyncProducer(tmp_path) as producer:
+        sends = [producer.send("t", b"%d" % i) for i in range(3)]  # buffered now, in call order
+        deliveries = [await s for s in reversed(sends)]
+        assert [(await d).offset for d in deliveries] == [2, 1, 0]
+        with pytest.raises(RuntimeError, match="already awaited"):
+            await sends[0]  # as a coroutine awaited twice
+        keyed = producer.send("t", b"k", key=b"k")  # any other call: the async def, a coroutine
+        assert inspect.iscoroutine(keyed)
+        assert (await (await keyed)).offset == 3
+
+
+@pytest.mark.anyio
+async def test_a_sends_error_is_raised_by_its_await(tmp_path, anyio_backend):
+    async with AsyncProducer(tmp_path) as producer:
+        await producer.send_and_wait("t", b"first")  # the topic exists: the C path's route
+        bad = producer.send("t", "not bytes")  # as an async def: nothing raised by the call
+        with pytest.raises(RecordTypeError, match="must be bytes"):
+            await bad
+        assert (await producer.send_and_wait("t", b"next")).offset == 1  # nothing was written
+
+
+@pytest.mark.anyio
+async def test_an_fsync_always_send_gives_a_delivery_to_await(tmp_path, anyio_backend):
+    async with AsyncProducer(tmp_path, fsync="always") as producer:
+        delivery = await producer.send("t", b"durable")
+        assert isinstance(delivery, RecordDelivery)
+        assert (await delivery).offset == 0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_asyncio_takes_a_send_as_a_coroutine(tmp_path, anyio_backend):
+    async with AsyncProducer(tmp_path) as producer:
+        assert asyncio.iscoroutine(producer.send("t", b"0"))
+        task = asyncio.create_task(producer.send("t", b"1"))
+        assert (await (await task)).offset == 1
+        gathered = await asyncio.gather(*[producer.send("t", b"%d" % i) for i in range(2, 6)])
+        assert [(await d).offset for d in gathered] == [2, 3, 4, 5]
+        closed = producer.send("t", b"6")
+        closed.close()
+        with pytest.raises(RuntimeError):
+            await closed
+        thrown = producer.send("t", b"7")
+        with pytest.raises(ValueError, match="boom"):
+            thrown.throw(ValueError("boom"))
+        assert (await producer.send_and_wait("t", b"8")).offset == 8  # 6 and 7 were sent when called

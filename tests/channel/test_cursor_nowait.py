@@ -1,0 +1,138 @@
+"""Reads with ``nowait=True`` (the async consumer's reads on its event loop): only bytes already
+in the page cache, never file work that could wait; :class:`WouldBlock` where a read would,
+with nothing lost or skipped and the cursor where it was.
+
+Pages are made cold with ``fsync`` and ``POSIX_FADV_DONTNEED`` (Linux drops clean pages of
+a file on it); each such test first checks, with ``preadv(RWF_NOWAIT)`` itself, that the
+page it relies on really left the cache.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from filechannel import FileChannel
+from filechannel.engine.cursor import READ_CHUNK, WouldBlock
+
+SMALL = dict(segment_bytes=8 * 1024, compression_block_bytes=2048, maintenance_interval=0)
+
+
+def values(n, size=100):
+    return [b"%06d-" % i + b"x" * (size - 7) for i in range(n)]
+
+
+def write(ch, vals, batch=1000):
+    """``vals`` sent ``batch`` at a time (a segment rolls between batches)."""
+    s = ch.sender()
+    for i in range(0, len(vals), batch):
+        s.send_many(vals[i : i + batch])
+    s.flush()
+
+
+def drain(cursor, batch=5000):
+    got = []
+    while b := cursor.read(batch):
+        got += b
+    return got
+
+
+def evict(path: Path, at: int) -> None:
+    """Drop ``path``'s pages from the page cache (written back first); check that the one at ``at`` left."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        with pytest.raises(BlockingIOError):
+            os.preadv(fd, [bytearray(4096)], at, os.RWF_NOWAIT)
+    finally:
+        os.close(fd)
+
+
+def test_nowait_reads_cached_records_as_a_read_does_and_finds_the_end(tmp_path):
+    vals = values(10_000)  # about 1 MB: several read chunks
+    with FileChannel(tmp_path, compression="none", maintenance_interval=0) as ch:
+        write(ch, vals)
+        cursor = ch.receiver("earliest")._cursor
+        got = []
+        while batch := cursor.read(700, nowait=True):
+            got += batch
+        assert [r.value for r in got] == vals
+        assert [r.offset for r in got] == list(range(len(vals)))
+        assert cursor.read(10, nowait=True) == []  # the end of the log: nothing, as a read, not WouldBlock
+        ch.sender().send(b"late")
+        ch.sender().flush()
+        assert [(r.offset, r.value) for r in cursor.read(10, nowait=True)] == [(len(vals), b"late")]
+
+
+def test_nowait_never_reads_from_disk_and_loses_nothing(tmp_path):
+    vals = values(20_000)  # about 2 MB
+    with FileChannel(tmp_path, compression="none", maintenance_interval=0) as ch:
+        write(ch, vals)
+        cursor = ch.receiver("earliest")._cursor
+        got = cursor.read(10)  # an ordinary read: the cursor now holds its first chunk
+        (segment,) = tmp_path.glob("*.seg")
+        evict(segment, READ_CHUNK)
+        got += cursor.read(100_000, nowait=True)  # the rest of the chunk in hand, then it stops
+        assert 10 < len(got) < len(vals)
+        with pytest.raises(WouldBlock):
+            cursor.read(100, nowait=True)
+        assert cursor.position == len(got)  # where it was
+        got += drain(cursor)  # an ordinary read goes to the disk
+        assert [r.value for r in got] == vals
+
+
+def test_nowait_leaves_compressed_segments_to_a_read(tmp_path):
+    vals = values(1000, 60)
+    with FileChannel(tmp_path, **SMALL, compression="zstd") as ch:
+        write(ch, vals, batch=10)
+        assert ch.compress_sealed()
+        cursor = ch.receiver("earliest")._cursor
+        with pytest.raises(WouldBlock):  # decompressing (or a tier-2 fetch) is work for a worker
+            cursor.read(100, nowait=True)
+        assert cursor.position == 0
+        assert [r.value for r in drain(cursor)] == vals
+
+
+def test_nowait_stops_at_the_end_of_a_sealed_segment_and_a_read_moves_on(tmp_path):
+    vals = values(1000, 60)
+    with FileChannel(tmp_path, **SMALL, compression="none") as ch:
+        write(ch, vals, batch=10)
+        assert len(list(tmp_path.glob("*.seg"))) > 2
+        cursor = ch.receiver("earliest")._cursor
+        got = cursor.read(100_000, nowait=True)  # the first segment's records
+        assert 0 < len(got) < len(vals)
+        with pytest.raises(WouldBlock):  # opening the next segment is file work
+            cursor.read(100, nowait=True)
+        got += cursor.read(1)
+        while len(got) < len(vals):  # nowait reads each segment once a read has opened it
+            try:
+                got += cursor.read(100_000, nowait=True)
+            except WouldBlock:
+                got += cursor.read(1)
+        assert [r.value for r in got] == vals
+
+
+def test_nowait_leaves_a_record_longer_than_a_read_chunk_to_a_read(tmp_path):
+    big = os.urandom(READ_CHUNK + 1000)
+    with FileChannel(tmp_path, compression="none", maintenance_interval=0) as ch:
+        write(ch, [b"small", big, b"after"])
+        cursor = ch.receiver("earliest")._cursor
+        assert [r.value for r in cursor.read(10, nowait=True)] == [b"small"]
+        with pytest.raises(WouldBlock):
+            cursor.read(10, nowait=True)
+        assert [r.value for r in cursor.read(10)] == [big, b"after"]
+
+
+def test_nowait_leaves_a_partial_last_frame_to_a_read(tmp_path):
+    with FileChannel(tmp_path, compression="none", maintenance_interval=0) as ch:
+        write(ch, [b"whole"])
+        (segment,) = tmp_path.glob("*.seg")
+        with open(segment, "ab") as f:  # a frame's first bytes: a writer mid-write, or one that died
+            f.write(b"\x40\x00\x00\x00\x01")
+        cursor = ch.receiver("earliest")._cursor
+        assert [r.value for r in cursor.read(10, nowait=True)] == [b"whole"]
+        with pytest.raises(WouldBlock):  # telling a torn tail from damage scans the file
+            cursor.read(10, nowait=True)
+        assert cursor.read(10) == []  # a read waits on it, as ever
+        assert cursor.position == 1
