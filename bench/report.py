@@ -201,14 +201,17 @@ PRODUCER = "filechannel Producer/Consumer"
 ASYNC = "filechannel AsyncProducer/AsyncConsumer"
 GATHER = "filechannel AsyncProducer, asyncio.gather of sends"
 GATHER_CEILING = "asyncio.gather of no-op coroutines (reference)"
+GATHER_FLOOR = "asyncio.gather of done futures (reference)"
 
 
-def _gather_note(gather: Row | None, ceiling: Row | None) -> str:
-    """How the gather row compares with gathering coroutines that do nothing (one Task each)."""
+def _gather_note(gather: Row | None, ceiling: Row | None, futures: Row | None) -> str:
+    """How the gather row compares with gathering coroutines that do nothing (one Task each),
+    and what a gather of futures already done (no Task) runs at."""
     if ceiling is None:
         return ""
     note = f"asyncio.gather of no-op coroutines: {ceiling.msgs_per_s:,.0f}/s in this run"
-    return note + (f"; the gather of sends is {gather.msgs_per_s / ceiling.msgs_per_s:.2f}x that" if gather else "")
+    note += f"; the gather of sends is {gather.msgs_per_s / ceiling.msgs_per_s:.2f}x that" if gather else ""
+    return note + (f"; of done futures (no Task): {futures.msgs_per_s:,.0f}/s" if futures else "")
 
 
 SEND = "filechannel send/recv"
@@ -249,7 +252,11 @@ def client_targets(rows: list[Row]) -> list[dict[str, Any]]:
             gather,
             producer,
             0.5,
-            note=_gather_note(gather, _find(rows, "asyncio.gather ceiling", GATHER_CEILING, 0)),
+            note=_gather_note(
+                gather,
+                _find(rows, "asyncio.gather ceiling", GATHER_CEILING, 0),
+                _find(rows, "asyncio.gather ceiling", GATHER_FLOOR, 0),
+            ),
         )
         for api, backend in (("Consumer.poll", PRODUCER), ("AsyncConsumer.getmany", ASYNC)):
             target(f"{api} vs recv_many, {size} B", row("consume", backend), row("consume", SEND_MANY), 0.8)

@@ -231,7 +231,8 @@ def _gather_ceiling(count: int) -> list[dict[str, Any]]:
     """``asyncio.gather`` of coroutines that do nothing, as the gather row runs its sends:
     CHUNK at a time in a function called through an anyio blocking portal, best of
     ``REPEATS``. ``gather`` makes a Task of each coroutine, and that is the most any gather
-    of coroutines does on this machine; the gather row is measured against it.
+    of coroutines does on this machine; the gather row is measured against it. Beside it,
+    ``gather`` of futures already done (no Task: the least a gather does per item).
     """
     import asyncio
 
@@ -242,18 +243,29 @@ def _gather_ceiling(count: int) -> list[dict[str, Any]]:
     async def nothing() -> None:
         pass
 
-    async def chunk() -> None:
+    async def coroutines() -> None:
         await asyncio.gather(*[nothing() for _ in range(CHUNK)])
 
-    best = 0.0
+    async def done_futures() -> None:
+        loop = asyncio.get_running_loop()
+        futures = []
+        for _ in range(CHUNK):
+            future = loop.create_future()
+            future.set_result(None)
+            futures.append(future)
+        await asyncio.gather(*futures)
+
+    rows = []
     with start_blocking_portal() as portal:
-        for _ in range(REPEATS):
-            t0 = time.perf_counter()
-            for _ in range(count // CHUNK):
-                portal.call(chunk)
-            best = max(best, count // CHUNK * CHUNK / (time.perf_counter() - t0))
-    row = Row("asyncio.gather ceiling", "asyncio.gather of no-op coroutines (reference)", "none", 0, count, best)
-    return [row.to_json()]
+        for name, chunk in (("no-op coroutines", coroutines), ("done futures", done_futures)):
+            best = 0.0
+            for _ in range(REPEATS):
+                t0 = time.perf_counter()
+                for _ in range(count // CHUNK):
+                    portal.call(chunk)
+                best = max(best, count // CHUNK * CHUNK / (time.perf_counter() - t0))
+            rows.append(Row("asyncio.gather ceiling", f"asyncio.gather of {name} (reference)", "none", 0, count, best).to_json())
+    return rows
 
 
 def _threads(size: int, threads: int, seconds: float, api: str) -> list[dict[str, Any]]:

@@ -41,16 +41,20 @@ def test_client_targets_are_measured_from_the_rows():
 
 @pytest.mark.bench
 def test_the_gather_row_is_shown_against_gathering_coroutines_that_do_nothing():
-    (ceiling,) = (Row(**r) for r in _gather_ceiling(2000))
+    ceiling, futures = (Row(**r) for r in _gather_ceiling(2000))
     assert ceiling.backend == "asyncio.gather of no-op coroutines (reference)"
-    assert ceiling.n == 2000 and ceiling.msgs_per_s > 0 and not ceiling.ours
-    rows = throughput("fc-producer", 100, 2000, 1.0) + throughput("fc-async-gather", 100, 2000, 1.0) + [ceiling]
+    assert futures.backend == "asyncio.gather of done futures (reference)"
+    for row in (ceiling, futures):
+        assert row.n == 2000 and row.msgs_per_s > 0 and not row.ours
+    rows = throughput("fc-producer", 100, 2000, 1.0) + throughput("fc-async-gather", 100, 2000, 1.0) + [ceiling, futures]
     goals = {t["target"]: t for t in client_targets(rows)}
     goal = goals["AsyncProducer, asyncio.gather of sends vs Producer.send, 100 B"]
     assert goal["measured"] is not None
     assert goal["note"].startswith(
         f"asyncio.gather of no-op coroutines: {ceiling.msgs_per_s:,.0f}/s in this run; the gather of sends is "
     )
-    assert goals["AsyncProducer, asyncio.gather of sends vs Producer.send, 1024 B"]["note"].endswith(
-        "in this run"
+    assert goal["note"].endswith(f"; of done futures (no Task): {futures.msgs_per_s:,.0f}/s")
+    assert goals["AsyncProducer, asyncio.gather of sends vs Producer.send, 1024 B"]["note"] == (
+        f"asyncio.gather of no-op coroutines: {ceiling.msgs_per_s:,.0f}/s in this run; "
+        f"of done futures (no Task): {futures.msgs_per_s:,.0f}/s"
     )  # no 1 KiB row here
