@@ -43,6 +43,7 @@ _HONOURED = (
     "group_id",
     "heartbeat_interval_ms",
     "isolation_level",
+    "fetch_max_bytes",
     "key_deserializer",
     "max_partition_fetch_bytes",
     "max_poll_records",
@@ -90,6 +91,8 @@ _FETCH_BYTES = 1 << 20
 # About the most one fill (a trip of the async consumer to its worker thread, a step of the
 # iterator) fetches, or one fetch if more: max_poll_records (500) of 1 MB records took 500 MB.
 _FILL_BYTES = 8 << 20
+# About the most one fetch reads from all partitions by default (fetch_max_bytes, Kafka's 50 MiB).
+_FETCH_MAX_BYTES = 50 << 20
 _UNSIZED = 1 << 62  # a partition's fetch_records before its record sizes are seen
 
 
@@ -99,6 +102,14 @@ def _records_for_bytes(nbytes: int, batch: Sequence[Any]) -> int:
     first, last = batch[0].value, batch[-1].value
     size = (0 if first is None else len(first)) + (0 if last is None else len(last))
     return max(1, 2 * nbytes // max(1, size))
+
+
+def _bytes_about(batch: Sequence[Any]) -> int:
+    """About the bytes of ``batch``'s values (non-empty), judged from its first and last
+    records as :func:`_records_for_bytes` does: O(1)."""
+    first, last = batch[0].value, batch[-1].value
+    size = (0 if first is None else len(first)) + (0 if last is None else len(last))
+    return len(batch) * size // 2
 
 
 def _take_pending(pending: deque[ConsumerRecord], budget: int) -> list[ConsumerRecord]:
@@ -165,6 +176,8 @@ class Consumer:
     max_partition_fetch_bytes: about the most a fetch reads from one partition (default
         1 MiB, Kafka's; at least one record, at most one 256 KiB read beyond); what the
         iterator and the async consumer read ahead is about 8 MiB, or one such fetch if more.
+    fetch_max_bytes: about the most a fetch reads from all its partitions (default 50 MiB,
+        Kafka's; at least one record), and what a read-ahead holds if that is less than 8 MiB.
     key_deserializer / value_deserializer: turn bytes into objects (default: bytes as is).
     session_timeout_ms: a member that has not polled for this long is evicted (default 10000).
     heartbeat_interval_ms: how often a member heartbeats and looks for dead members (1000).
@@ -207,6 +220,7 @@ class Consumer:
             )
         metadata_max_age_ms = configs.get("metadata_max_age_ms", 1000)
         fetch_bytes = configs.get("max_partition_fetch_bytes", _FETCH_BYTES)
+        fetch_max_bytes = configs.get("fetch_max_bytes", _FETCH_MAX_BYTES)
         commit_callback = configs.get("default_offset_commit_callback")
         if commit_callback is not None and not callable(commit_callback):
             raise ConfigError(f"default_offset_commit_callback must be callable, not {commit_callback!r}")
@@ -219,6 +233,7 @@ class Consumer:
             ("heartbeat_interval_ms", heartbeat_interval_ms),
             ("metadata_max_age_ms", metadata_max_age_ms),
             ("max_partition_fetch_bytes", fetch_bytes),
+            ("fetch_max_bytes", fetch_max_bytes),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an int >= 1, not {value!r}")
@@ -234,7 +249,9 @@ class Consumer:
         self._auto_commit_interval = auto_commit_interval_ms / 1000
         self._next_auto_commit = time.monotonic() + self._auto_commit_interval
         self._max_poll_records = max_poll_records
-        self._fetch_bytes = fetch_bytes
+        self._fetch_bytes = min(fetch_bytes, fetch_max_bytes)  # what one partition's fetch reads, about
+        self._fetch_max_bytes = fetch_max_bytes
+        self._fill_bytes = min(_FILL_BYTES, fetch_max_bytes)
         self._key_de = key_deserializer
         self._value_de = value_deserializer
         self._layouts: dict[TopicPartition, RecordLayout] = {}  # by partition: how its records are decoded
@@ -501,15 +518,19 @@ class Consumer:
         All or nothing: if a partition raises (no position, out of range with reset "none",
         damage, a deserializer), what was already taken from the others goes back to their
         pending records and the failing partition's receiver back to its first record, so
-        the error costs no record. ``nowait`` (an event loop's fetch): only records in memory
-        (``Cursor.read``); :class:`WouldBlock`, all or nothing as well, where a partition needs
-        more (the disk, a seek, tier-2: a fetch without ``nowait`` does that).
+        the error costs no record. Reads stop at about ``fetch_max_bytes`` in all (after at
+        least one record; pending records were read before and do not count).
+
+        ``nowait`` (an event loop's fetch): only records in memory (``Cursor.read``);
+        :class:`WouldBlock`, all or nothing as well, where a partition needs more (the disk,
+        a seek, tier-2: a fetch without ``nowait`` does that).
         """
         result: dict[TopicPartition, list[ConsumerRecord]] = {}
         tps = list(self._parts) if only is None else [tp for tp in self._parts if tp in only]
         if not tps:
             return result
         self._rotation = (self._rotation + 1) % len(tps)
+        room = self._fetch_max_bytes  # bytes this fetch may still read, about
         try:
             for tp in tps[self._rotation :] + tps[: self._rotation]:
                 part = self._parts[tp]
@@ -525,12 +546,12 @@ class Consumer:
                         raise self._no_offset(tp)
                     layout = self._layouts.get(tp) or self._new_layout(tp)
                     try:
-                        raw = rx._read_now(budget, layout, self._fetch_bytes, nowait)
+                        raw = rx._read_now(budget, layout, min(self._fetch_bytes, room), nowait)
                     except OffsetOutOfRangeError:
                         if nowait:
                             raise WouldBlock from None
                         rx.seek(self._reset_offset(tp, part.channel))
-                        raw = rx._read_now(budget, layout, self._fetch_bytes)
+                        raw = rx._read_now(budget, layout, min(self._fetch_bytes, room))
                     if not raw:
                         if not nowait and rx.position > part.channel.end_offset:
                             # Past the end (a seek there, or a committed offset beyond a log that
@@ -544,8 +565,9 @@ class Consumer:
                         raise
                     result[tp] = recs
                     part.fetch_records = _records_for_bytes(self._fetch_bytes, raw)  # what a fetch holds (_fill_budget)
+                    room -= _bytes_about(raw)
                 budget -= len(recs)
-                if budget <= 0:
+                if budget <= 0 or room <= 0:
                     break
         except BaseException:
             self._unread(result)
@@ -588,7 +610,7 @@ class Consumer:
 
     def _fill_budget(self, asked: int, only: Collection[TopicPartition] | None, ahead: bool) -> int:
         """Records a fill fetches when ``asked`` are wanted: about ``_FILL_BYTES`` of them at
-        most, or one fetch if that is more (32 records of 256 KiB, not 500), counted in records
+        most (``fetch_max_bytes`` if less), or one fetch if that is more (32 records of 256 KiB, not 500), counted in records
         of the partition (of ``only``) with the most in a fetch (``max_partition_fetch_bytes``);
         until a partition's sizes are seen, ``asked`` (each fetch is bounded in bytes anyway).
         ``ahead`` (the async consumer, whose fills cost a trip to a worker thread): at least
@@ -599,7 +621,7 @@ class Consumer:
         if not sized:
             return asked
         per_fetch = max(sized)
-        return min(max(asked, per_fetch) if ahead else asked, per_fetch * max(1, _FILL_BYTES // self._fetch_bytes))
+        return min(max(asked, per_fetch) if ahead else asked, per_fetch * max(1, self._fill_bytes // self._fetch_bytes))
 
     def _take(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``budget`` pending records of unpaused partitions (of ``only``). Never blocks."""

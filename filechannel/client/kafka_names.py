@@ -76,7 +76,6 @@ CONSUMER_IGNORED = (_NETWORK - {"metadata_max_age_ms"}) | {
     "check_crcs",  # always checked: every frame's CRC32C is verified on read
     "enable_incremental_fetch_sessions",
     "exclude_internal_topics",  # there are no internal topics: groups live in ROOT/.groups, not a topic
-    "fetch_max_bytes",
     "fetch_max_wait_ms",
     "fetch_min_bytes",
     "max_poll_interval_ms",  # liveness is the member's flock plus session_timeout_ms heartbeats

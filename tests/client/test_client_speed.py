@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 import filechannel.client.producer as producer_module
-from filechannel.client import Admin, Consumer, Producer, RecordMetadata, TopicPartition
+from filechannel.client import Admin, AsyncConsumer, Consumer, Producer, RecordMetadata, TopicPartition
 from filechannel.client.futures import SentFuture
 from filechannel.errors import ChannelClosedError, ConfigError, MessageTooLargeError
 
@@ -284,3 +284,48 @@ def test_records_sent_from_threads_are_written_without_flush(tmp_path):
             got += batch
     assert [r.offset for r in got] == list(range(per * threads))
     assert sorted(r.value for r in got) == sorted(b"%d-%d" % (i, j) for i in range(threads) for j in range(per))
+
+
+def test_fetch_max_bytes_bounds_a_fetch_over_all_partitions(tmp_path):
+    """kafka-python's fetch_max_bytes is honoured: about that many bytes a fetch, all
+    partitions together, at least one record; the async consumer's read-ahead holds no more
+    either; a bad value is a ConfigError."""
+    Admin(tmp_path).create_topic("two", 2, fsync="never", compression="none")
+    values = {p: [bytes([p, i]) * (5 << 10) for i in range(100)] for p in (0, 1)}  # 1 MB a partition
+    with Producer(tmp_path) as producer:
+        for p, vs in values.items():
+            for v in vs:
+                producer.send("two", v, partition=p)
+
+    def consumer(**kwargs):
+        return Consumer("two", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False, **kwargs)
+
+    with consumer(max_partition_fetch_bytes=512 << 10) as c:  # Kafka's 50 MiB: both partitions a poll
+        assert sorted(tp.partition for tp in c.poll(timeout_ms=1000, max_records=1000)) == [0, 1]
+    with consumer(max_partition_fetch_bytes=512 << 10, fetch_max_bytes=100 << 10) as c:
+        got = {0: [], 1: []}
+        while batch := c.poll(timeout_ms=200, max_records=1000):
+            assert len(batch) == 1  # one partition's read passed the bound: the other waits
+            ((tp, recs),) = batch.items()
+            assert len(recs) <= 52  # 100 KiB, and at most one 256 KiB read beyond
+            got[tp.partition] += [r.value for r in recs]
+        assert got == values  # nothing lost, in order
+    with consumer(fetch_max_bytes=1) as c:  # at least one record
+        assert sum(map(len, c.poll(timeout_ms=1000).values())) >= 1
+    for bad in (0, -1, True, 1.5, "1"):
+        with pytest.raises(ConfigError, match="fetch_max_bytes"):
+            Consumer("two", root=tmp_path, fetch_max_bytes=bad)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_fetch_max_bytes_bounds_the_async_consumers_read_ahead(tmp_path, anyio_backend):
+    Admin(tmp_path).create_topic("t", fsync="never", compression="none")
+    with Producer(tmp_path) as producer:
+        for i in range(2000):
+            producer.send("t", b"%04d" % i + b"x" * 1020)  # 2 MB of 1 KiB records
+    async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest", fetch_max_bytes=300 << 10) as c:
+        got = [r.offset for r in (await c.getmany(timeout_ms=1000, max_records=1))[TopicPartition("t", 0)]]
+        pending = sum(len(part.pending) for part in c.consumer._parts.values())
+        # A trip read about 300 KiB ahead (and at most one 256 KiB read more), not 8 MiB (all 2,000)
+        assert got == [0] and 0 < pending <= 560
