@@ -74,6 +74,7 @@ class _Run:
     disk: int
     seen: int
     consume_s: float
+    consume_faults: int  # minor page faults of this process while it consumed
 
 
 def _run_once(key: str, size: int, n: int, cap_s: float, chunks: list[list[bytes]]) -> _Run:
@@ -95,16 +96,25 @@ def _run_once(key: str, size: int, n: int, cap_s: float, chunks: list[list[bytes
             backend.finish()
             produce_s = time.perf_counter() - t0
             disk = folder_bytes(folder)
+            faults = _minor_faults()
             t1 = time.perf_counter()
             backend.deadline = t1 + cap_s
             seen = backend.consume(done)
             consume_s = time.perf_counter() - t1
+            faults = _minor_faults() - faults
         finally:
             backend.close()
     read = seen // size  # every payload has the same size
     if seen % size or read > done or (read < done and consume_s < cap_s):
         raise RuntimeError(f"read back {seen} payload bytes, expected {done * size}")
-    return _Run(done, produce_s, disk, seen, consume_s)
+    return _Run(done, produce_s, disk, seen, consume_s, faults)
+
+
+def _minor_faults() -> int:
+    """This process's minor page faults so far. A consume row's count tells glibc's heap
+    being given back and faulted in again under each batch (README "Performance"), which can
+    halve a row's rate in one process and not in the next, from a run's own figures."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _throughput(key: str, size: int, n: int, cap_s: float) -> list[dict[str, Any]]:
@@ -139,7 +149,7 @@ def _throughput(key: str, size: int, n: int, cap_s: float) -> list[dict[str, Any
             msgs_per_s=c.seen // size / c.consume_s,
             mb_per_s=c.seen / c.consume_s / 1e6,
             peak_rss_mb=rss,
-            extra=dict(extra),
+            extra=dict(extra, faults_per_record=round(c.consume_faults / max(1, c.seen // size), 3)),
         ).to_json(),
     ]
 
