@@ -7,7 +7,7 @@ import time
 import anyio
 import pytest
 
-from filechannel.client import AsyncConsumer, AsyncProducer, TopicPartition
+from filechannel.client import AsyncConsumer, AsyncProducer, TopicPartition, aio
 from filechannel.client.aio import RecordDelivery
 from filechannel.errors import RecordTypeError
 
@@ -162,3 +162,15 @@ async def test_asyncio_takes_a_send_as_a_coroutine(tmp_path, anyio_backend):
         with pytest.raises(ValueError, match="boom"):
             thrown.throw(ValueError("boom"))
         assert (await producer.send_and_wait("t", b"8")).offset == 8  # 6 and 7 were sent when called
+
+
+@pytest.mark.anyio
+async def test_without_the_c_build_send_is_the_async_def(tmp_path, anyio_backend, monkeypatch):
+    monkeypatch.setattr(aio, "_CAsyncSend", None)
+    async with AsyncProducer(tmp_path) as producer:
+        first = producer.send("t", b"0")
+        assert inspect.iscoroutine(first)
+        assert (await (await first)).offset == 0
+        assert [(await (await producer.send("t", b"%d" % i))).offset for i in range(1, 4)] == [1, 2, 3]
+        with pytest.raises(RecordTypeError, match="must be bytes"):
+            await producer.send("t", "not bytes")
