@@ -195,8 +195,8 @@ class AsyncProducer:
         buffered when ``send`` is called, not when it is awaited, and an awaitable that is
         already done is returned (a coroutine to asyncio: ``create_task`` and ``gather``
         take it); its await gives the future, or raises what the send raised. An ``async
-        def`` cost a frame and its six arguments' binding per send: at 100 B, a fifth of
-        an async send (DESIGN.md, "Async producer").
+        def`` cost a frame and its six arguments' binding per send: at 100 B an async send
+        took 760-1,068 ns with it and 567-608 without (DESIGN.md, "Async producer").
         """
         if key is None and partition is None and timestamp_ms is None and headers is None:
             future = self._producer.send(topic, value)  # the form the producer's short path takes

@@ -96,20 +96,21 @@ _FETCH_MAX_BYTES = 50 << 20
 _UNSIZED = 1 << 62  # a partition's fetch_records before its record sizes are seen
 
 
-def _records_for_bytes(nbytes: int, batch: Sequence[Any]) -> int:
-    """About how many records like ``batch``'s first and last (non-empty, records with a
-    ``value``) make ``nbytes``; at least 1. O(1): sizes are judged from two records."""
+def _two_sizes(batch: Sequence[Any]) -> int:
+    """The value bytes of ``batch``'s first and last records together (non-empty, records with
+    a ``value``): how a batch's record size is judged, O(1)."""
     first, last = batch[0].value, batch[-1].value
-    size = (0 if first is None else len(first)) + (0 if last is None else len(last))
-    return max(1, 2 * nbytes // max(1, size))
+    return (0 if first is None else len(first)) + (0 if last is None else len(last))
+
+
+def _records_for_bytes(nbytes: int, batch: Sequence[Any]) -> int:
+    """About how many records like ``batch``'s make ``nbytes``; at least 1."""
+    return max(1, 2 * nbytes // max(1, _two_sizes(batch)))
 
 
 def _bytes_about(batch: Sequence[Any]) -> int:
-    """About the bytes of ``batch``'s values (non-empty), judged from its first and last
-    records as :func:`_records_for_bytes` does: O(1)."""
-    first, last = batch[0].value, batch[-1].value
-    size = (0 if first is None else len(first)) + (0 if last is None else len(last))
-    return len(batch) * size // 2
+    """About the bytes of ``batch``'s values."""
+    return len(batch) * _two_sizes(batch) // 2
 
 
 def _take_pending(pending: deque[ConsumerRecord], budget: int) -> list[ConsumerRecord]:
