@@ -378,7 +378,7 @@ class Consumer:
         appeared (or whose partition count changed) joins the group again with the new
         topic set, or, without a group, is simply opened.
         """
-        if self._manual or (not self._subscription and self._pattern is None):
+        if not self._follows_topics():
             return
         now = time.monotonic()
         topics_changed = False
@@ -611,9 +611,10 @@ class Consumer:
 
     def _fill_budget(self, asked: int, only: Collection[TopicPartition] | None, ahead: bool) -> int:
         """Records a fill fetches when ``asked`` are wanted: about ``_FILL_BYTES`` of them at
-        most (``fetch_max_bytes`` if less), or one fetch if that is more (32 records of 256 KiB, not 500), counted in records
-        of the partition (of ``only``) with the most in a fetch (``max_partition_fetch_bytes``);
-        until a partition's sizes are seen, ``asked`` (each fetch is bounded in bytes anyway).
+        most (``fetch_max_bytes`` if less), or one fetch if that is more (32 records of 256
+        KiB, not 500), counted in records of the partition (of ``only``) with the most in a
+        fetch (``max_partition_fetch_bytes``); until a partition's sizes are seen, ``asked``
+        (each fetch is bounded in bytes anyway).
         ``ahead`` (the async consumer, whose fills cost a trip to a worker thread): at least
         one such fetch, past ``asked``, as aiokafka fetches ``max_partition_fetch_bytes`` ahead
         of what ``getmany`` hands out (at 100 B about 10,000 records a trip, not 500). They
@@ -926,17 +927,24 @@ class Consumer:
         listing of the topics (every ``metadata_max_age_ms``), or joining or heartbeating the
         group. A group's state file is not looked at (that is a stat): a rebalance is then
         seen at the next heartbeat, as a Kafka member learns of one from a heartbeat's answer."""
-        now = time.monotonic()
-        if self._auto_commit and self._parts and now >= self._next_auto_commit:
+        if self._auto_commit_due():
             return True
-        if self._manual or (not self._subscription and self._pattern is None):
+        if not self._follows_topics():
             return False
-        if now >= self._next_metadata:
+        if time.monotonic() >= self._next_metadata:
             return True
         return self._group is not None and (not self._joined or self._group.heartbeat_due())
 
+    def _follows_topics(self) -> bool:
+        """A subscription (topics or a pattern), not a manual assignment: its partitions are
+        looked for again and, in a group, rebalanced (:meth:`_refresh_assignment`)."""
+        return not self._manual and (bool(self._subscription) or self._pattern is not None)
+
+    def _auto_commit_due(self) -> bool:
+        return self._auto_commit and bool(self._parts) and time.monotonic() >= self._next_auto_commit
+
     def _maybe_auto_commit(self) -> None:
-        if self._auto_commit and self._parts and time.monotonic() >= self._next_auto_commit:
+        if self._auto_commit_due():
             self._commit_quietly(self._positions())
 
     # -- flow control and lifecycle ------------------------------------------------------------
