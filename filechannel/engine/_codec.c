@@ -15,7 +15,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <structmember.h>
+#include <errno.h>
 #include <sched.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -685,6 +687,55 @@ scan_frames(PyObject *self, PyObject *args)
     }
     return Py_BuildValue("nLLLO", p, offset, since, max_ts, invalid ? Py_True : Py_False);
 }
+
+#ifdef RWF_NOWAIT
+PyDoc_STRVAR(pread_nowait_doc,
+             "pread_nowait(fd, size, position) -> bytes\n\n"
+             "os.preadv(fd, [buffer], position, os.RWF_NOWAIT) into a new bytes object: up to size\n"
+             "bytes the page cache holds from position on (b\"\" at the end of the file); OSError\n"
+             "(BlockingIOError if the first page is not cached) as os.preadv raises it. A bytearray\n"
+             "for os.preadv is zeroed first, which cost an event loop's 64 KiB reads a fifth of\n"
+             "their rate (cursor._RawSource.read_cached).");
+
+static PyObject *
+pread_nowait(PyObject *self, PyObject *args)
+{
+    int fd;
+    Py_ssize_t size;
+    long long position;
+    if (!PyArg_ParseTuple(args, "inL", &fd, &size, &position)) {
+        return NULL;
+    }
+    if (size < 0 || position < 0) {
+        PyErr_SetString(PyExc_ValueError, "pread_nowait: size and position must not be negative");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) {
+        return NULL;
+    }
+    struct iovec iov = {PyBytes_AS_STRING(out), (size_t)size};
+    ssize_t n;
+    int err;
+    do {
+        Py_BEGIN_ALLOW_THREADS n = preadv2(fd, &iov, 1, (off_t)position, RWF_NOWAIT);
+        err = errno;
+        Py_END_ALLOW_THREADS
+    } while (n < 0 && err == EINTR && PyErr_CheckSignals() == 0);
+    if (n < 0) {
+        Py_DECREF(out);
+        if (err != EINTR) { /* else PyErr_CheckSignals set the error */
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+        }
+        return NULL;
+    }
+    if (n != size && _PyBytes_Resize(&out, n) < 0) {
+        return NULL;
+    }
+    return out;
+}
+#endif
 
 /* -- the per-message append -------------------------------------------------------------
  *
@@ -1477,6 +1528,9 @@ static PyMethodDef codec_methods[] = {
     {"shaped", shaped, METH_VARARGS, shaped_doc},
     {"decode_plain", decode_plain, METH_VARARGS, decode_plain_doc},
     {"scan_frames", scan_frames, METH_VARARGS, scan_frames_doc},
+#ifdef RWF_NOWAIT
+    {"pread_nowait", pread_nowait, METH_VARARGS, pread_nowait_doc},
+#endif
     {NULL, NULL, 0, NULL},
 };
 

@@ -68,6 +68,19 @@ _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # Linux 4.14+; elsewhere a nowait re
 _NO_NOWAIT = (errno.EOPNOTSUPP, errno.EINVAL)  # a filesystem without RWF_NOWAIT reads (as if nothing were cached)
 
 
+def _pread_nowait_py(fd: int, size: int, position: int) -> bytearray:
+    """``_codec.pread_nowait`` without the C build: the same read into a bytearray (zeroed first)."""
+    buf = bytearray(size)
+    del buf[os.preadv(fd, [buf], position, _RWF_NOWAIT) :]
+    return buf
+
+
+try:
+    from ._codec import pread_nowait as _pread_nowait
+except ImportError:  # no C build, or a platform without RWF_NOWAIT
+    _pread_nowait = _pread_nowait_py
+
+
 class WouldBlock(Exception):
     """A read with ``nowait=True`` would have to wait for the disk or do file work beyond
     reading cached bytes (see the module docstring); read again without ``nowait``, off the
@@ -89,9 +102,8 @@ class _RawSource:
         at the end of the file); :class:`WouldBlock` if the first is not cached."""
         if not _RWF_NOWAIT:
             raise WouldBlock
-        buf = bytearray(size)
         try:
-            n = os.preadv(self.fd, [buf], position, _RWF_NOWAIT)
+            return _pread_nowait(self.fd, size, position), 0
         except BlockingIOError:
             raise WouldBlock from None
         except OSError as exc:
@@ -99,8 +111,6 @@ class _RawSource:
                 raise WouldBlock from None
             with os_errors("read", self.ref.path):
                 raise
-        del buf[n:]
-        return buf, 0
 
     def size(self) -> int:
         with os_errors("stat", self.ref.path):

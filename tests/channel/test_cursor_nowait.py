@@ -13,9 +13,49 @@ from pathlib import Path
 import pytest
 
 from filechannel import FileChannel
+from filechannel.engine import cursor as cursor_module
 from filechannel.engine.cursor import READ_CHUNK, WouldBlock
 
 SMALL = dict(segment_bytes=8 * 1024, compression_block_bytes=2048, maintenance_interval=0)
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def reader(request, monkeypatch):
+    """Every test with the C read (``_codec.pread_nowait``, no zeroed buffer) and without it."""
+    if request.param == "python":
+        monkeypatch.setattr(cursor_module, "_pread_nowait", cursor_module._pread_nowait_py)
+    elif cursor_module._pread_nowait is cursor_module._pread_nowait_py:
+        pytest.skip("the C extension is not built")
+    return cursor_module._pread_nowait
+
+
+def test_the_c_read_and_its_python_fallback_read_the_same(tmp_path, reader):
+    path = tmp_path / "f"
+    data = os.urandom(300_000)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for size, at in [
+            (0, 0),
+            (1, 0),
+            (4096, 5),
+            (READ_CHUNK, 1000),
+            (500_000, 0),
+            (10, 299_995),
+            (10, 300_000),
+            (10, 400_000),
+        ]:
+            got = reader(fd, size, at)
+            assert bytes(got) == data[at : at + size] == bytes(cursor_module._pread_nowait_py(fd, size, at))
+        evict(path, 200_000)  # its check may start a readahead there, not before it
+        with pytest.raises(BlockingIOError):
+            reader(fd, 100, 8192)
+        with pytest.raises(ValueError):
+            reader(fd, -1, 0)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        reader(fd, 10, 0)  # closed
 
 
 def values(n, size=100):
