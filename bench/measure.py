@@ -117,12 +117,13 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def _throughput(key: str, size: int, n: int, cap_s: float) -> list[dict[str, Any]]:
-    """In the child: produce then consume, repeated if quick (best produce and best consume kept)."""
+def _throughput(key: str, size: int, n: int, cap_s: float, best_of: int) -> list[dict[str, Any]]:
+    """In the child: produce then consume, repeated if quick, up to ``best_of`` runs in all
+    (best produce and best consume kept)."""
     chunks = _payload_chunks(size, n)
     runs = [_run_once(key, size, n, cap_s, chunks)]
     if runs[0].produce_s + runs[0].consume_s < REPEAT_UNDER_S:
-        for _ in range(REPEATS - 1):
+        for _ in range(best_of - 1):
             os.sync()  # the last run's writeback is not this one's
             runs.append(_run_once(key, size, n, cap_s, chunks))
     p = max(runs, key=lambda r: r.done / r.produce_s)
@@ -191,9 +192,11 @@ def in_child(fn: Any, *args: Any, timeout: float = 600) -> Any:
     return value
 
 
-def throughput(key: str, size: int, n: int, cap_s: float) -> list[Row]:
+def throughput(key: str, size: int, n: int, cap_s: float, best_of: int = REPEATS) -> list[Row]:
+    """Produce then consume ``key``'s backend in a fresh process; its two rows (with the
+    error as their note if it failed). ``best_of=1``: one run however short (``--quick``)."""
     try:
-        return [Row(**r) for r in in_child(_throughput, key, size, n, cap_s, timeout=cap_s * 6 + 120)]
+        return [Row(**r) for r in in_child(_throughput, key, size, n, cap_s, best_of, timeout=cap_s * 6 + 120)]
     except Exception as exc:
         backend = BACKENDS[key]()
         first_line = str(exc).splitlines()[0]
