@@ -118,8 +118,8 @@ def _minor_faults() -> int:
 
 
 def _throughput(key: str, size: int, n: int, cap_s: float, best_of: int) -> list[dict[str, Any]]:
-    """In the child: produce then consume, repeated if quick, up to ``best_of`` runs in all
-    (best produce and best consume kept)."""
+    """In the child: produce then consume, repeated if that took under ``REPEAT_UNDER_S``,
+    up to ``best_of`` runs in all (best produce and best consume kept)."""
     chunks = _payload_chunks(size, n)
     runs = [_run_once(key, size, n, cap_s, chunks)]
     if runs[0].produce_s + runs[0].consume_s < REPEAT_UNDER_S:
