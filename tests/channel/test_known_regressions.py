@@ -126,3 +126,35 @@ def test_a_reader_holding_a_segment_that_gc_deletes(tmp_path, compressed):
         # Seeking to the first retained offset continues normally.
         reader.seek(ch.first_offset)
         assert reader.recv().offset == ch.first_offset
+
+
+@pytest.mark.parametrize("size", [40_000, 65_536, 100_000])
+def test_records_of_one_size_are_read_about_once_not_a_third_again(tmp_path, monkeypatch, size):
+    # A chunk read ending inside a frame reads that frame again with the next chunk. With
+    # 256 KiB chunks, 64 KiB records were read a third again (three records and the head of a
+    # fourth a chunk); chunks of whole frames read each record's bytes once.
+    from filechannel.engine import cursor
+
+    values = [os.urandom(size) for _ in range(60)]
+    read = []
+    real = cursor._RawSource.read
+
+    def counted(self, position, n):
+        data, start = real(self, position, n)
+        read.append(len(data))
+        return data, start
+
+    monkeypatch.setattr(cursor._RawSource, "read", counted)
+    with FileChannel(tmp_path / "ch", compression="none", **CONFIG) as ch:
+        ch.sender().send_many(values)
+        ch.sender().flush()
+        for batch in (1, 7, 100):  # recv_many of one, a few and many records
+            rx = ch.receiver("earliest")
+            read.clear()
+            got = []
+            while len(got) < len(values):
+                got += rx.recv_many(batch, timeout=0)
+            assert [r.value for r in got] == values
+            frames = sum(len(v) + 17 for v in values)
+            # Once each, plus the first chunk's partial frame (its length is unknown until read).
+            assert sum(read) <= frames + size + 17, (batch, sum(read) / frames)
