@@ -548,6 +548,9 @@ class Consumer:
                     layout = self._layouts.get(tp) or self._new_layout(tp)
                     try:
                         raw = rx._read_now(budget, layout, min(self._fetch_bytes, room), nowait)
+                    except WouldBlock as exc:
+                        exc.partition = tp
+                        raise
                     except OffsetOutOfRangeError:
                         if nowait:
                             raise WouldBlock from None

@@ -88,7 +88,17 @@ except ImportError:  # no C build, or a platform without RWF_NOWAIT
 class WouldBlock(Exception):
     """A read with ``nowait=True`` would have to wait for the disk or do file work beyond
     reading cached bytes (see the module docstring); read again without ``nowait``, off the
-    event loop. Never reaches a user: the client that asks for ``nowait`` catches it."""
+    event loop. Never reaches a user: the client that asks for ``nowait`` catches it.
+
+    ``segment_end``: the read stopped at the end of what its segment holds (the seal to find,
+    the next segment to open, a partial tail to check), which a read of one record gets past;
+    otherwise pages were not cached, or the segment is compressed or in tier-2. ``partition``:
+    whose read it was, where a client reading several says (``Consumer._fetch``)."""
+
+    def __init__(self, segment_end: bool = False) -> None:
+        super().__init__()
+        self.segment_end = segment_end
+        self.partition: object = None
 
 
 class _RawSource:
@@ -403,7 +413,7 @@ class Cursor:
             return True
         if nowait:  # the end of what this file holds now: a seal, a tail or the next segment are file work
             if left or self._end is not None:
-                raise WouldBlock
+                raise WouldBlock(segment_end=True)
             self._buf, self._bpos = b"", 0
             return False
         # Nothing new in this segment. Is it sealed?

@@ -142,3 +142,28 @@ async def test_a_loop_reading_in_memory_still_auto_commits(tmp_path, anyio_backe
         # an auto-commit came due every 20 ms: the last one covers most of what was handed out
         assert committed is not None and 0 < committed <= got
         assert committed > got // 2
+
+
+@pytest.mark.anyio
+async def test_past_a_segment_end_the_worker_fetches_one_record_of_that_partition(tmp_path, anyio_backend, trips, monkeypatch):
+    # Past the end of a segment the loop may not go (a seal to find, the next file to open):
+    # a trip does that and fetches one record of the partition there, not a fill (values of
+    # 64 KiB a worker read cost a page fault a page: DESIGN.md "Async consumer").
+    monkeypatch.setattr(aio, "_INLINE_SPAN", 60.0)  # no trips for fairness here
+    values = [[value(p, i, 4096) for i in range(400)] for p in (0, 1)]
+    produce(tmp_path, values, segment_bytes=64 * 1024, compression="none")
+    segments = [len(list((tmp_path / "t" / str(p)).glob("*.seg"))) for p in (0, 1)]
+    assert min(segments) > 10
+    got = {0: [], 1: []}
+    async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        while len(got[0]) + len(got[1]) < 800:
+            for tp, recs in (await c.getmany(timeout_ms=1000, max_records=50)).items():
+                got[tp.partition] += [r.value for r in recs]
+    assert got == {0: values[0], 1: values[1]}
+    # The first trip positions the consumer and fills (reading past a few segment ends);
+    # every later one was a segment end the loop met: one record of that partition.
+    first, *later = trips
+    assert first[2:] != (1, False)
+    assert later and all(args[2:] == (1, False) and len(args[0]) == 1 for args in later)
+    ends = {p: sum(1 for args in later if TopicPartition("t", p) in args[0]) for p in (0, 1)}
+    assert all(0 < ends[p] < segments[p] for p in (0, 1)), (ends, segments)
