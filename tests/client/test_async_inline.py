@@ -45,6 +45,17 @@ def value(p, i, size=90):
     return b"%d-%06d-" % (p, i) + b"x" * (size - 10)
 
 
+async def read_two_partitions(root, total):
+    """The values of partitions 0 and 1 an AsyncConsumer from earliest hands out, 50 a call,
+    until ``total`` of them."""
+    got = {0: [], 1: []}
+    async with AsyncConsumer("t", root=root, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        while len(got[0]) + len(got[1]) < total:
+            for tp, recs in (await c.getmany(timeout_ms=1000, max_records=50)).items():
+                got[tp.partition] += [r.value for r in recs]
+    return got
+
+
 @pytest.mark.anyio
 async def test_a_consumer_tailing_a_producer_reads_on_the_loop_not_a_trip_a_batch(tmp_path, anyio_backend, trips):
     Admin(tmp_path).create_topic("t", 1, fsync="never", compression="none")
@@ -89,12 +100,7 @@ async def test_compressed_segments_come_from_the_worker_and_nothing_is_lost(tmp_
     with Producer(tmp_path) as p:
         for v in values[1]:
             p.send("t", v, partition=1)
-    got = {0: [], 1: []}
-    async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
-        while len(got[0]) + len(got[1]) < 12_000:
-            for tp, recs in (await c.getmany(timeout_ms=1000, max_records=50)).items():
-                got[tp.partition] += [r.value for r in recs]
-    assert got == {0: values[0], 1: values[1]}
+    assert await read_two_partitions(tmp_path, 12_000) == {0: values[0], 1: values[1]}
     assert blocked  # the loop's reads met the compressed segments, and gave them to the worker
 
 
@@ -154,12 +160,7 @@ async def test_past_a_segment_end_the_worker_fetches_one_record_of_that_partitio
     produce(tmp_path, values, segment_bytes=64 * 1024, compression="none")
     segments = [len(list((tmp_path / "t" / str(p)).glob("*.seg"))) for p in (0, 1)]
     assert min(segments) > 10
-    got = {0: [], 1: []}
-    async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
-        while len(got[0]) + len(got[1]) < 800:
-            for tp, recs in (await c.getmany(timeout_ms=1000, max_records=50)).items():
-                got[tp.partition] += [r.value for r in recs]
-    assert got == {0: values[0], 1: values[1]}
+    assert await read_two_partitions(tmp_path, 800) == {0: values[0], 1: values[1]}
     # The first trip positions the consumer and fills (reading past a few segment ends);
     # every later one was a segment end the loop met: one record of that partition.
     first, *later = trips
