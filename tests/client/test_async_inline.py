@@ -168,3 +168,17 @@ async def test_past_a_segment_end_the_worker_fetches_one_record_of_that_partitio
     assert later and all(args[2:] == (1, False) and len(args[0]) == 1 for args in later)
     ends = {p: sum(1 for args in later if TopicPartition("t", p) in args[0]) for p in (0, 1)}
     assert all(0 < ends[p] < segments[p] for p in (0, 1)), (ends, segments)
+
+
+@pytest.mark.anyio
+async def test_a_segment_end_seen_before_a_pause_makes_no_one_record_trip(tmp_path, anyio_backend, trips):
+    # The loop's last read stopped at partition 0's segment end, then the user paused it: a
+    # one-record fill of partition 0 would wait a whole step for nothing (paused partitions
+    # are not fetched); the trip fetches the others instead.
+    produce(tmp_path, [[value(0, i) for i in range(10)], [value(1, i) for i in range(10)]], compression="none")
+    async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        c.pause(TP0)
+        c._past_end = TP0  # as a loop's read at partition 0's segment end leaves it
+        got = await c.getmany(timeout_ms=5000)
+        assert [r.value for r in got[TP1]] == [value(1, i) for i in range(10)] and TP0 not in got
+    assert trips and all(args[2:] != (1, False) for args in trips)
