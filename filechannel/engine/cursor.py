@@ -60,6 +60,7 @@ from ..errors import (
     os_errors,
 )
 from .compressed import BlockData
+from .heap import make_room
 from .log import Log, SegmentRef
 from .readahead import READAHEAD_BLOCKS
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORDS, RecordLayout, decode_records
@@ -183,6 +184,7 @@ class Cursor:
     """Reads records from a given offset onward (see the module docstring)."""
 
     def __init__(self, log: Log, offset: int) -> None:
+        make_room()  # batches of values freed without glibc giving the heap back (heap.py)
         self._log = log
         self._lock = threading.Lock()  # held by read, seek and close: close waits for a read
         self._closed = False
