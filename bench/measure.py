@@ -51,10 +51,14 @@ def peak_rss_mb() -> float:
 
 def _payload_chunks(size: int, n: int) -> list[list[bytes]]:
     """Lists of CHUNK payloads (fewer if n is smaller) cycling through ``POOL_BYTES`` of
-    distinct random ones (at most n of them)."""
+    distinct random ones (at most n of them).
+
+    Each payload is made on its own: one 4 MiB block cut into them, once freed, raised
+    glibc's malloc thresholds for the rest of the process, so every row ran in a process
+    that a user's need not be (README "Performance": a fresh process's batches of large
+    values gave the heap back and faulted it in again)."""
     distinct = max(1, min(n, -(-POOL_BYTES // size)))
-    data = os.urandom(size * distinct)
-    pool = [data[i : i + size] for i in range(0, size * distinct, size)]
+    pool = [os.urandom(size) for _ in range(distinct)]
     per = min(CHUNK, n)
     refs = [pool[i % distinct] for i in range(-(-distinct // per) * per)]
     return [refs[i : i + per] for i in range(0, len(refs), per)]
