@@ -26,16 +26,14 @@ freed (``calloc``'d and never touched, so no page of it is faulted in), nothing 
 
 from __future__ import annotations
 
+import functools
+
 # Bytes a consumer's fill reads at most (client/consumer.py, _FILL_BYTES): batches up to
 # twice that are freed without giving the heap back.
 HEAP_ROOM = 8 << 20
 
-_made = False
 
-
+@functools.cache
 def make_room() -> None:
-    """Raise glibc's malloc thresholds to ``HEAP_ROOM`` (and twice it) once per process."""
-    global _made
-    if not _made:
-        _made = True
-        bytes(HEAP_ROOM)  # calloc'd (memory-mapped, as larger than the threshold) and freed at once
+    """Raise glibc's malloc thresholds to ``HEAP_ROOM`` (and twice it); once per process."""
+    bytes(HEAP_ROOM)  # calloc'd (memory-mapped, as larger than the threshold) and freed at once
