@@ -4,10 +4,15 @@ A cursor reads its current segment in large chunks (``pread`` of a raw segment, 
 decompressed block of a compressed one) and decodes whole frames out of the chunk.
 A partial frame at the end of a chunk is never kept: the next read starts at that
 frame again, so bytes of a torn frame that a writer later trims are never trusted.
-So that this rereads little, a chunk is a whole number of the last such frame's length
-(at most ``READ_CHUNK``): records of one size then end where a chunk ends. With 256 KiB
-chunks of 64 KiB records, every chunk read held three records and the head of a fourth,
-read again with the next: a third more bytes copied from the page cache than the records.
+So that this rereads little, a chunk is a whole number of the last such frame's length:
+records of one size then end where a chunk ends. With 256 KiB chunks of 64 KiB records,
+every chunk read held three records and the head of a fourth, read again with the next: a
+third more bytes copied from the page cache than the records. A chunk holds
+``CHUNK_FRAMES`` such frames, and at least ``READ_CHUNK`` and at most ``READ_CHUNK_MAX``
+bytes: small records read 256 KiB at a time, and 64 KiB records 15 at a time, not three
+(``recv_many`` of them 129 k -> 145 k records a second, DESIGN.md "Reading"); a frame
+longer than ``READ_CHUNK_MAX`` is read whole, alone. A read bounded in bytes asks for no
+more whole frames of that length than reach its bound.
 
 At the end of a raw segment it moves on only once the next segment exists, and reads
 the old one once more after seeing it (a writer's last frames land before the roll).
@@ -66,7 +71,9 @@ from .readahead import READAHEAD_BLOCKS
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORDS, RecordLayout, decode_records
 from .segment import SEGMENT_HEADER_SIZE, damage_after
 
-READ_CHUNK = 256 * 1024
+READ_CHUNK = 256 * 1024  # bytes of a raw chunk read, and the least a chunk of whole frames holds
+READ_CHUNK_MAX = 1024 * 1024  # the most a chunk of whole frames holds (CHUNK_FRAMES of 64 KiB records)
+CHUNK_FRAMES = 16  # frames a chunk of long frames holds, within those bounds
 _UNBOUNDED = 1 << 62  # a read's byte bound when it has none
 _RELIST_INTERVAL = 1.0  # seconds: how often a reader waiting at a segment's end lists the folder
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # Linux 4.14+; elsewhere a nowait read always raises WouldBlock
@@ -193,6 +200,7 @@ class Cursor:
         self._end: int | None = None  # end offset of the current segment once known sealed
         self._buf: BlockData = b""  # a raw chunk or a decompressed block
         self._chunk = READ_CHUNK  # bytes a raw chunk read asks for (see the module docstring)
+        self._frame = 0  # the length of the frames _chunk holds whole (0: not known yet)
         self._bpos = 0
         self._pos = 0  # segment position of _buf[_bpos]
         self._tail_seen: tuple[int, int] | None = None  # (position, file size) of a bad tail found alone
@@ -318,7 +326,7 @@ class Cursor:
                 if len(out) >= max_records or room <= 0:
                     break
             try:
-                if not self._fill(nowait):
+                if not self._fill(nowait, room):
                     break
             except (FileChannelError, WouldBlock):
                 if out:
@@ -387,21 +395,27 @@ class Cursor:
             source, f"the frame there is damaged and a valid frame follows at byte {found}, so it is not a torn tail"
         )
 
-    def _fill(self, nowait: bool = False) -> bool:
+    def _fill(self, nowait: bool = False, room: int = _UNBOUNDED) -> bool:
         """Read the next chunk; False if there is nothing more in the files right now.
-        ``nowait``: only a raw segment's cached bytes, else :class:`WouldBlock` (nothing changed)."""
+        ``nowait``: only a raw segment's cached bytes, else :class:`WouldBlock` (nothing changed).
+        ``room``: frame bytes the read may still decode; a raw chunk of frames of a known
+        length asks for no more whole frames than cover it (at least one)."""
         source = self._source
         assert source is not None  # the lock and _check_open keep a closed cursor out
         left = len(self._buf) - self._bpos
         need = self._chunk
         if left >= FRAME_HEADER_SIZE:
             want = FRAME_HEADER_SIZE + FRAME_HEADER.unpack_from(self._buf, self._bpos)[0]
-            if want > READ_CHUNK:  # a frame longer than a chunk, or a damaged length: never past the file
+            if want > READ_CHUNK_MAX:  # a frame longer than a chunk, or a damaged length: never past the file
                 if nowait:
                     raise WouldBlock
                 need = max(left, min(want, source.size() - self._pos))
             else:  # chunks of whole frames of this length from here on (the module docstring)
-                self._chunk = need = READ_CHUNK - READ_CHUNK % want
+                chunk = min(READ_CHUNK_MAX, max(READ_CHUNK, CHUNK_FRAMES * want))
+                self._chunk, self._frame = chunk - chunk % want, want
+                need = self._chunk
+        if self._frame and room < need <= self._chunk:  # not past the whole frames that cover room
+            need = max(self._frame, room + -room % self._frame)
         if nowait:
             if not isinstance(source, _RawSource):
                 raise WouldBlock

@@ -255,6 +255,25 @@ def test_recv_many_bounded_in_bytes_returns_about_that_many_and_loses_nothing(tm
                 rx.recv_many(10, timeout=0, max_bytes=bad)
 
 
+def test_long_records_are_read_in_large_chunks_yet_a_byte_bound_holds_to_the_frame(tmp_path):
+    """Frames of 64 KiB are read up to 16 at a time (a chunk of up to 1 MiB), but a read
+    bounded in bytes asks for no more whole frames than reach its bound: each batch ends at
+    the frame that reaches it, as with 256 KiB chunks, and the next goes on from there."""
+    values = [bytes([i]) * (64 << 10) for i in range(40)]
+    frame = 8 + 9 + (64 << 10)
+    with FileChannel(tmp_path, compression="none", maintenance_interval=0) as ch:
+        s = ch.sender()
+        s.send_many(values)
+        s.flush()
+        rx = ch.receiver("earliest")
+        batches = []
+        while batch := rx.recv_many(100, timeout=0, max_bytes=3 * frame + 1):
+            batches.append(batch)
+        assert [r.value for b in batches for r in b] == values
+        assert [len(b) for b in batches] == [4] * 10
+        assert [r.value for r in ch.receiver(5).recv_many(100, timeout=0)] == values[5:]
+
+
 def test_segment_ms_rolls_by_age(tmp_path):
     with FileChannel(tmp_path, segment_ms=1, maintenance_interval=0) as ch:
         s = ch.sender()

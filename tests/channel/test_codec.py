@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 from unittest.mock import patch
 
 import pytest
-from hypothesis import given, settings
+from crc32c import crc32c as crc32c_package
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from filechannel.client.records import AIOKAFKA_RECORDS, KAFKA_PYTHON_RECORDS
@@ -90,16 +91,57 @@ def test_c_and_python_decode_agree_on_whole_torn_and_corrupted_buffers(buf, max_
         assert all(type(v) is bytes for r in from_view[3] for _k, v in r.headers)
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.fixture(params=["fold", "no fold"])
+def crc_fold(request):
+    """Both ways C computes a long buffer's CRC: folded (AVX-512 VPCLMULQDQ, where the CPU has
+    it) and three interleaved crc32 streams (every other x86-64 CPU)."""
+    if record._codec is None:
+        yield request.param
+        return
+    if request.param == "fold" and not record._codec.set_fold(True):
+        record._codec.set_fold(False)
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+        if " vpclmulqdq" in flags and " avx512f" in flags:
+            pytest.fail("this CPU has AVX-512F and VPCLMULQDQ, yet the C codec does not fold")
+    before = record._codec.set_fold(request.param == "fold")
+    try:
+        yield request.param
+    finally:
+        record._codec.set_fold(before)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.binary(max_size=6000) | st.integers(0, 70_000).map(lambda n: random.Random(n).randbytes(n)),
+    start=st.integers(0, 63),
+    previous=st.integers(0, 2**32 - 1),
+)
+def test_c_crc32c_equals_the_crc32c_package_folded_or_not(data, start, previous):
+    # Every length (the fold takes whole 256-byte rounds from 512 bytes on, a tail follows),
+    # every alignment of the start, every state to continue from.
+    if record._codec is None:
+        pytest.skip("no C codec on this CPU")
+    view = memoryview(data)[start:]
+    want = crc32c_package(view, previous)
+    for fold in (True, False):
+        before = record._codec.set_fold(fold)
+        try:
+            assert record._codec.crc32c(view, previous) == want
+        finally:
+            record._codec.set_fold(before)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sizes=st.lists(st.integers(900, 70_000), min_size=1, max_size=4),
     flip=st.none() | st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)),
     cut=st.integers(0, 64),
 )
-def test_long_values_copied_while_their_crc_is_checked_agree_with_python(sizes, flip, cut):
+def test_long_values_copied_while_their_crc_is_checked_agree_with_python(crc_fold, sizes, flip, cut):
     # From 1 KiB on, C copies a value into its bytes in the same pass that checks its CRC
-    # (three interleaved streams, then a tail): a flipped byte anywhere in it, or in its
-    # frame's head, is found at the same frame as Python finds it, and whole values are exact.
+    # (folded, or three interleaved streams, then a tail): a flipped byte anywhere in it, or in
+    # its frame's head, is found at the same frame as Python finds it, and whole values are exact.
     frames: list[bytes] = []
     for i, size in enumerate(sizes):
         encode_record_frames(frames, random.Random(i).randbytes(size), None, None, 7, 1 << 20)
@@ -135,6 +177,7 @@ needs_c = pytest.mark.skipif(record._codec is None, reason="no C codec on this C
 
 
 @needs_c
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     values=st.lists(st.binary(max_size=2000), max_size=50),
     ts=timestamps,
@@ -144,7 +187,7 @@ needs_c = pytest.mark.skipif(record._codec is None, reason="no C codec on this C
     pos0=st.integers(32, 2**31),
     max_before=timestamps,
 )
-def test_c_and_python_batch_heads_and_index_entries_agree(values, ts, interval, since, rel_start, pos0, max_before):
+def test_c_and_python_batch_heads_and_index_entries_agree(crc_fold, values, ts, interval, since, rel_start, pos0, max_before):
     args = (ts, interval, since, rel_start, pos0, max_before)
     c = record._codec.encode_batch(values, *args)
     if values:

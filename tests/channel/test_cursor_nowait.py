@@ -17,7 +17,7 @@ import pytest
 
 from filechannel import FileChannel
 from filechannel.engine import cursor as cursor_module
-from filechannel.engine.cursor import READ_CHUNK, WouldBlock
+from filechannel.engine.cursor import READ_CHUNK, READ_CHUNK_MAX, WouldBlock
 
 SMALL = dict(segment_bytes=8 * 1024, compression_block_bytes=2048, maintenance_interval=0)
 
@@ -163,8 +163,8 @@ def test_nowait_stops_at_the_end_of_a_sealed_segment_and_a_read_moves_on(tmp_pat
 
 
 def test_nowait_leaves_a_record_longer_than_a_read_chunk_to_a_read(tmp_path):
-    big = os.urandom(READ_CHUNK + 1000)
-    with FileChannel(tmp_path, compression="none", maintenance_interval=0) as ch:
+    big = os.urandom(READ_CHUNK_MAX + 1000)
+    with FileChannel(tmp_path, compression="none", maintenance_interval=0, max_record_bytes=2 << 20) as ch:
         write(ch, [b"small", big, b"after"])
         cursor = ch.receiver("earliest")._cursor
         assert [r.value for r in cursor.read(10, nowait=True)] == [b"small"]

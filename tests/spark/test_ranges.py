@@ -51,5 +51,5 @@ def test_batches_are_bounded_in_bytes_as_well_as_rows(tmp_path):
         s.send_many(values)
     batches = list(read_range(OffsetRange(str(root), "t", 0, 0, 40), batch_bytes=2 << 20))
     assert pa.Table.from_batches(batches).column("value").to_pylist() == values
-    # each decode reads about 1 MiB, a 256 KiB chunk at a time (12 records here): two reach 2 MiB
-    assert [b.num_rows for b in batches] == [24, 16]
+    # each decode ends at the record that reaches 1 MiB (the 11th here): two reach 2 MiB
+    assert [b.num_rows for b in batches] == [22, 18]
