@@ -19,11 +19,9 @@
 #include <sched.h>
 #include <sys/uio.h>
 #include <time.h>
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
 #define FC_HAVE_SSE42 1
 #else
 #define FC_HAVE_SSE42 0

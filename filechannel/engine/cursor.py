@@ -72,7 +72,7 @@ from .record import FRAME_HEADER, FRAME_HEADER_SIZE, RECORDS, RecordLayout, deco
 from .segment import SEGMENT_HEADER_SIZE, damage_after
 
 READ_CHUNK = 256 * 1024  # bytes of a raw chunk read, and the least a chunk of whole frames holds
-READ_CHUNK_MAX = 1024 * 1024  # the most a chunk of whole frames holds (CHUNK_FRAMES of 64 KiB records)
+READ_CHUNK_MAX = 1024 * 1024  # the most a chunk of whole frames holds (15 frames of 64 KiB records)
 CHUNK_FRAMES = 16  # frames a chunk of long frames holds, within those bounds
 _UNBOUNDED = 1 << 62  # a read's byte bound when it has none
 _RELIST_INTERVAL = 1.0  # seconds: how often a reader waiting at a segment's end lists the folder
