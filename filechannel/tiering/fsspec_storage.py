@@ -17,6 +17,20 @@ anything else (HDFS, WebHDFS, SFTP...)     one ``pipe_file``, atomic only if the
                                            (HDFS shows a file being written; its rename does not replace).
 =========================================  =============================================================
 
+``create_new`` (write only if the name is free) is a real conditional create where the filesystem
+has one, and ``atomic_create`` says so:
+
+- local: a temporary file, then ``os.link`` to the name (EEXIST if taken; never a rename, which
+  replaces). Not fsynced, as ``write``.
+- s3fs: ``pipe_file(mode="create")``, a PUT with ``If-None-Match: *`` (a 412 is False; a 409
+  ``ConditionalRequestConflict`` is tried again after a jittered wait).
+- ``memory`` and every other filesystem: ``exists`` then ``pipe_file`` under a lock of this process.
+  Not atomic across processes (nor against other users of the filesystem): ``atomic_create`` is False.
+
+``list`` and ``info`` give ``modified_ms`` from the first of the fields ``mtime``, ``LastModified``,
+``last_modified``, ``updated``, ``created`` the filesystem reports (seconds, datetimes or ISO 8601
+strings), None if it reports none.
+
 ``concat`` exists only where it is real: on the local filesystem (the new object is written from the
 sources through a temporary file and renamed). fsspec has no portable concat (and HDFS through
 pyarrow none), so ``supports_concat`` is False elsewhere; ``append`` and ``truncate`` are not offered.
@@ -31,18 +45,26 @@ private to each storage (never shared through fsspec's instance cache).
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 import sys
-import uuid
+import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import AccessDeniedError, ConfigError, ObjectNotFoundError, StorageFullError, StorageUnavailableError, TierError
-from .storage import ChunkStorage, ObjectInfo, is_valid_name
+from .local_storage import link_new, temp_name
+from .retry import Backoff
+from .storage import ChunkStorage, ObjectInfo, is_valid_name, log
 
+# The check-then-write create_new of filesystems without a conditional create: one lock for the whole process.
+_CREATE_LOCK = threading.Lock()
+_CONFLICT_RETRIES = Backoff(attempts=5)
+_MODIFIED_FIELDS = ("mtime", "LastModified", "last_modified", "updated", "created")
 _UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH}
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _COPY_CHUNK = 1 << 20
@@ -51,7 +73,8 @@ _COPY_CHUNK = 1 << 20
 class FsspecStorage(ChunkStorage):
     """Objects under one root path of an fsspec filesystem (see the module docstring for atomicity).
 
-    ``supports_concat`` is an instance attribute here: True on the local filesystem only.
+    ``supports_concat`` and ``atomic_create`` are instance attributes here: ``supports_concat`` is True
+    on the local filesystem only, ``atomic_create`` on the local filesystem and s3fs.
     """
 
     def __init__(self, url: str, **storage_options: Any) -> None:
@@ -66,6 +89,8 @@ class FsspecStorage(ChunkStorage):
         self._root = root.rstrip("/")
         self._local = isinstance(fs, LocalFileSystem)
         self.supports_concat = self._local  # type: ignore[misc]
+        self._s3 = _is_s3fs_with_create(fs)
+        self.atomic_create = self._local or self._s3  # type: ignore[misc]
 
     def _path(self, name: str) -> str:
         return f"{self._root}/{name}"
@@ -83,7 +108,7 @@ class FsspecStorage(ChunkStorage):
         info = self._fs.info(self._path(name))
         if info.get("type") != "file":
             raise ObjectNotFoundError(f"no object {name!r} in {self.url}: it is a folder of objects")
-        return ObjectInfo(name, int(info["size"]))
+        return ObjectInfo(name, int(info["size"]), modified_ms(info))
 
     def _do_read(self, name: str, offset: int, length: int) -> bytes:
         path = self._path(name)
@@ -111,7 +136,7 @@ class FsspecStorage(ChunkStorage):
         for path, info in found.items():
             name = path[len(root) :] if path.startswith(root) else ""
             if info.get("type") == "file" and is_valid_name(name) and name.startswith(prefix):
-                result.append(ObjectInfo(name, int(info["size"])))
+                result.append(ObjectInfo(name, int(info["size"]), modified_ms(info)))
         return result
 
     def _do_delete(self, name: str) -> None:
@@ -125,6 +150,48 @@ class FsspecStorage(ChunkStorage):
             self._fs.pipe_file(self._path(name), bytes(data))
             return
         self._replace(name, lambda temp: self._fs.pipe_file(temp, bytes(data)))
+
+    def _do_create_new(self, name: str, data: memoryview) -> bool:
+        if self._local:
+            final = self._path(name)
+            self._fs.makedirs(final.rpartition("/")[0], exist_ok=True)
+            temp = temp_name(final)
+            try:
+                self._fs.pipe_file(temp, bytes(data))
+            except BaseException:
+                try:
+                    self._fs.rm_file(temp)
+                except OSError:
+                    pass
+                raise
+            return link_new(temp, final)  # removes temp whatever happens
+        if self._s3:
+            return self._s3_create_new(name, bytes(data))
+        with _CREATE_LOCK:  # not atomic across processes: atomic_create is False
+            if self._do_exists(name):
+                return False
+            self._fs.pipe_file(self._path(name), bytes(data))
+            return True
+
+    def _s3_create_new(self, name: str, body: bytes) -> bool:
+        """s3fs's conditional PUT: s3fs raises FileExistsError for a 412 that names its condition, else an
+        OSError caused by the ClientError (SeaweedFS's 412 names none); a 409 is tried again."""
+        failures = 0
+        while True:
+            try:
+                self._fs.pipe_file(self._path(name), body, mode="create")
+                return True
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                code = _client_error_code(exc)
+                if code in ("PreconditionFailed", "412"):
+                    return False
+                if code != "ConditionalRequestConflict" or failures + 1 >= _CONFLICT_RETRIES.attempts:
+                    raise
+                failures += 1
+                log.debug("tier create_new %s %r: a concurrent conditional write (409), trying again", self.url, name)
+                _CONFLICT_RETRIES.sleep(failures)
 
     def _do_concat(self, target: str, sources: list[str]) -> None:
         def fill(temp: str) -> None:
@@ -144,7 +211,7 @@ class FsspecStorage(ChunkStorage):
         """Write ``name`` through ``fill(temp_path)`` then a rename over it (local filesystem only)."""
         final = self._path(name)
         self._fs.makedirs(final.rpartition("/")[0], exist_ok=True)
-        temp = f"{final}~{uuid.uuid4().hex}.tmp"
+        temp = temp_name(final)
         try:
             fill(temp)
             os.replace(temp, final)  # fsspec's mv would move the file into a folder of that name
@@ -158,7 +225,7 @@ class FsspecStorage(ChunkStorage):
     def _translate_error(self, exc: Exception, op: str, name: str) -> TierError | None:
         where = f"{op} {name!r} in {self.url}"
         reason = str(exc) or type(exc).__name__
-        if isinstance(exc, IsADirectoryError | NotADirectoryError) and op in ("write", "concat"):
+        if isinstance(exc, IsADirectoryError | NotADirectoryError) and op in ("write", "concat", "create_new"):
             return TierError(f"cannot {where}: an object and a folder of objects would share a name ({reason})")
         if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
             return ObjectNotFoundError(f"cannot {where}: no such object ({reason})")
@@ -166,11 +233,58 @@ class FsspecStorage(ChunkStorage):
             return AccessDeniedError(f"cannot {where}: access denied ({reason}); check the credentials and permissions")
         if _is_unreachable(exc):
             return StorageUnavailableError(f"cannot {where}: the storage is unreachable ({reason}); retry later")
+        if _client_error_code(exc) == "ConditionalRequestConflict":  # s3fs, 409 still after our tries
+            return StorageUnavailableError(
+                f"cannot {where}: concurrent conditional writes to the key kept conflicting ({reason}); retry later"
+            )
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
             return StorageFullError(f"cannot {where}: the storage is full or over quota ({reason})")
         if isinstance(exc, OSError) or _is_botocore(exc):
             return TierError(f"cannot {where}: {reason}")
         return None
+
+
+def modified_ms(info: dict[str, Any]) -> int | None:
+    """The last-modified time in an fsspec ``info`` entry, in milliseconds since the epoch; None if absent.
+
+    Seconds as a number (local ``mtime``, memory ``created`` in listings), a datetime (s3fs ``LastModified``,
+    memory ``created`` in ``info``; a naive one is taken as UTC) or an ISO 8601 string (gcsfs ``updated``).
+    """
+    for field in _MODIFIED_FIELDS:
+        value = info.get(field)
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                continue
+        if isinstance(value, datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=UTC)
+            return int(value.timestamp() * 1000)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return int(value * 1000)
+    return None
+
+
+def _is_s3fs_with_create(fs: fsspec.AbstractFileSystem) -> bool:
+    """True for s3fs whose ``pipe_file`` takes ``mode="create"`` (a PUT with If-None-Match: *).
+
+    An older s3fs would take ``mode`` into its kwargs and filter it out: a silent overwrite, so it is checked.
+    """
+    module = sys.modules.get("s3fs")
+    if module is None or not isinstance(fs, module.S3FileSystem):
+        return False
+    pipe = getattr(type(fs), "_pipe_file", None)
+    return pipe is not None and "mode" in inspect.signature(pipe).parameters
+
+
+def _client_error_code(exc: BaseException) -> str:
+    """The S3 error code of the botocore ClientError that ``exc`` (an s3fs OSError) was made from, or ""."""
+    cause = exc.__cause__
+    response = getattr(cause, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    return str(response.get("Error", {}).get("Code", ""))
 
 
 def _is_botocore(exc: Exception) -> bool:

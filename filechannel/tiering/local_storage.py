@@ -5,6 +5,10 @@ file beside the target (its name holds a ``~``, which no object name has, so lis
 skip it), is fsynced, renamed over the target and the folder is fsynced: after
 ``write`` returns the object survives a machine crash, and a reader never sees a
 prefix of it. ``concat`` builds the new object the same way from its sources.
+``create_new`` fills and fsyncs a temporary file the same way, then publishes it with
+``os.link`` (never a rename, which replaces): the link fails with EEXIST if the name is
+taken, atomically, across processes (``atomic_create``); the temporary file is then
+unlinked and the folder fsynced. The folder's filesystem must offer hard links.
 ``append`` and ``truncate`` change the file in place and fsync it (not atomic: a crash
 during ``append`` may leave part of the data).
 
@@ -16,21 +20,58 @@ a writer creating an object in them.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import stat
 import uuid
 from collections.abc import Callable
+from functools import partial
 from urllib.parse import unquote, urlsplit
 
 from ..errors import AccessDeniedError, ConfigError, ObjectNotFoundError, StorageFullError, TierError
-from .storage import ChunkStorage, ObjectInfo, is_valid_name
+from .storage import ChunkStorage, ObjectInfo, is_valid_name, log
 
 _NOT_FOUND = {errno.ENOENT, errno.EISDIR, errno.ENOTDIR}
 _DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _COPY_CHUNK = 1 << 20
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP}  # what link(2) answers on a filesystem without hard links
+
+
+class NoHardLinksError(OSError):
+    """link(2) is refused by the filesystem (FAT, some FUSE or network mounts): create_new cannot work there."""
+
+
+def link_new(temp: str, final: str) -> bool:
+    """Publish the file ``temp`` as ``final`` only if ``final`` does not exist (a hard link); ``temp`` is removed.
+
+    True if ``final`` was created; False if a file of that name exists (it is left alone). A folder
+    of that name raises IsADirectoryError; a filesystem without hard links raises NoHardLinksError.
+    """
+    try:
+        try:
+            os.link(temp, final)
+        except FileExistsError:
+            try:
+                is_folder = stat.S_ISDIR(os.lstat(final).st_mode)
+            except FileNotFoundError:  # deleted since: it existed when we tried, so the answer stands
+                return False
+            if not is_folder:
+                return False
+            raise IsADirectoryError(errno.EISDIR, "a folder of objects has this name", final) from None
+        except OSError as exc:
+            if exc.errno in _NO_LINKS:
+                reason = f"the filesystem offers no hard links, which create_new needs ({exc.strerror or exc})"
+                raise NoHardLinksError(exc.errno, reason, final) from exc
+            raise
+        return True
+    finally:
+        try:
+            os.unlink(temp)
+        except OSError as exc:  # the object is there or not: a leftover temporary file is never listed
+            log.debug("cannot remove the temporary file %r: %s", temp, exc)
 
 
 def fsync_dir(path: str) -> None:
@@ -66,6 +107,7 @@ class LocalStorage(ChunkStorage):
     supports_concat = True
     supports_append = True
     supports_truncate = True
+    atomic_create = True
 
     def __init__(self, root: str) -> None:
         root = os.path.abspath(root)
@@ -98,7 +140,7 @@ class LocalStorage(ChunkStorage):
         st = os.stat(self._path(name))
         if not stat.S_ISREG(st.st_mode):
             raise ObjectNotFoundError(f"no object {name!r} in {self.url}: it is a folder of objects")
-        return ObjectInfo(name, st.st_size)
+        return ObjectInfo(name, st.st_size, st.st_mtime_ns // 1_000_000)
 
     def _do_read(self, name: str, offset: int, length: int) -> bytes:
         fd = os.open(self._path(name), os.O_RDONLY)
@@ -137,9 +179,10 @@ class LocalStorage(ChunkStorage):
                     self._walk(name, prefix, found)
             elif entry.is_file(follow_symlinks=False) and name.startswith(prefix):
                 try:
-                    found.append(ObjectInfo(name, entry.stat().st_size))
+                    st = entry.stat()
                 except FileNotFoundError:  # deleted since scandir
                     continue
+                found.append(ObjectInfo(name, st.st_size, st.st_mtime_ns // 1_000_000))
 
     def _do_delete(self, name: str) -> None:
         try:
@@ -148,12 +191,10 @@ class LocalStorage(ChunkStorage):
             return
 
     def _do_write(self, name: str, data: memoryview) -> None:
-        def fill(fd: int) -> None:
-            written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
+        self._replace_atomically(name, partial(_write_all, data=data))
 
-        self._replace_atomically(name, fill)
+    def _do_create_new(self, name: str, data: memoryview) -> bool:
+        return self._through_temp(name, partial(_write_all, data=data), link_new)
 
     def _do_concat(self, target: str, sources: list[str]) -> None:
         def fill(fd: int) -> None:
@@ -170,6 +211,11 @@ class LocalStorage(ChunkStorage):
 
     def _replace_atomically(self, name: str, fill: Callable[[int], None]) -> None:
         """Write ``name`` through a temporary file: fill, fsync, rename over, fsync the folder."""
+        self._through_temp(name, fill, _rename_over)
+
+    def _through_temp(self, name: str, fill: Callable[[int], None], publish: Callable[[str, str], bool]) -> bool:
+        """Fill and fsync a temporary file beside ``name``, then ``publish(temp, final)``; fsync the folder if
+        that published it. Returns what ``publish`` did; the temporary file never stays (but after a crash)."""
         folder, _, _ = name.rpartition("/")
         folder_path = make_dirs(self.root, folder)
         final = self._path(name)
@@ -181,14 +227,14 @@ class LocalStorage(ChunkStorage):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.rename(temp, final)
+            published = publish(temp, final)
         except BaseException:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(temp)
-            except OSError:
-                pass
             raise
-        fsync_dir(folder_path)
+        if published:
+            fsync_dir(folder_path)
+        return published
 
     def _do_append(self, name: str, data: memoryview) -> None:
         fd = os.open(self._path(name), os.O_WRONLY | os.O_APPEND)  # no O_CREAT: a missing object is ENOENT
@@ -216,8 +262,10 @@ class LocalStorage(ChunkStorage):
             return None
         reason = exc.strerror or str(exc)
         where = f"{name!r} in {self.url}" if name else self.url
-        if exc.errno in (errno.EISDIR, errno.ENOTDIR, errno.EEXIST) and op in ("write", "concat"):
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR, errno.EEXIST) and op in ("write", "concat", "create_new"):
             return TierError(f"cannot {op} {where}: an object and a folder of objects would share a name ({reason})")
+        if isinstance(exc, NoHardLinksError):
+            return TierError(f"cannot {op} {where}: {reason}; use a folder on a local filesystem")
         if exc.errno in _NOT_FOUND:
             return ObjectNotFoundError(f"cannot {op} {where}: no such object ({reason})")
         if exc.errno in _DENIED:
@@ -225,3 +273,14 @@ class LocalStorage(ChunkStorage):
         if exc.errno in _FULL:
             return StorageFullError(f"cannot {op} {where}: {reason}; free some space or raise the quota, then retry")
         return TierError(f"cannot {op} {where}: {reason}")
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    written = 0
+    while written < len(data):
+        written += os.write(fd, data[written:])
+
+
+def _rename_over(temp: str, final: str) -> bool:
+    os.rename(temp, final)
+    return True

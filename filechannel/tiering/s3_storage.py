@@ -5,6 +5,11 @@ The object ``a/b`` is the key ``prefix/a/b``. What each operation does, and why:
 - ``write``: one ``put_object`` up to ``multipart_threshold`` bytes, else a multipart upload of
   ``part_size`` parts (``max_concurrency`` in flight), aborted if any step fails. Both are
   atomic in S3: the key shows the old object or the whole new one.
+- ``create_new``: one ``put_object`` with ``If-None-Match: *`` whatever the size (up to S3's 5 GiB
+  for one PUT; a conditional create is for small control objects): the server refuses an existing
+  key with 412 ``PreconditionFailed`` (False), atomically (``atomic_create``). A 409
+  ``ConditionalRequestConflict`` (AWS: another conditional write to the key in flight) is tried
+  again after a jittered wait, up to ``max_attempts`` times. SeaweedFS refuses an existing key too.
 - ``read``: a ranged GET (``Range: bytes=a-b``). botocore retries a request that fails before its
   response, but not a body cut half-way; the reader then asks again from the byte it reached,
   with ``If-Match`` on the first answer's ETag (so a replaced object is never stitched to the old
@@ -28,6 +33,7 @@ import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -152,6 +158,11 @@ def _status(exc: bce.ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
 
 
+def _millis(when: object) -> int | None:
+    """A ``LastModified`` datetime as milliseconds since the epoch (None if absent)."""
+    return int(when.timestamp() * 1000) if isinstance(when, datetime) else None
+
+
 def _positive(value: object, what: str, minimum: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ConfigError(f"{what} must be an int >= {minimum}, not {value!r}")
@@ -174,6 +185,7 @@ class S3Storage(ChunkStorage):
     """
 
     supports_concat = True
+    atomic_create = True
 
     _OPTIONS = frozenset(
         {
@@ -301,7 +313,8 @@ class S3Storage(ChunkStorage):
         return True
 
     def _do_info(self, name: str) -> ObjectInfo:
-        return ObjectInfo(name, int(self._head(name)["ContentLength"]))
+        head = self._head(name)
+        return ObjectInfo(name, int(head["ContentLength"]), _millis(head.get("LastModified")))
 
     def _do_read(self, name: str, offset: int, length: int) -> bytes:
         return self._read_key(self._key(name), offset, length)
@@ -346,7 +359,7 @@ class S3Storage(ChunkStorage):
             for item in page.get("Contents", ()):
                 name = item["Key"][len(root) :]
                 if is_valid_name(name):
-                    found.append(ObjectInfo(name, int(item["Size"])))
+                    found.append(ObjectInfo(name, int(item["Size"]), _millis(item.get("LastModified"))))
         return found
 
     def _do_delete(self, name: str) -> None:
@@ -359,6 +372,27 @@ class S3Storage(ChunkStorage):
             return
         ranges = [(start, min(start + self._part_size, len(data))) for start in range(0, len(data), self._part_size)]
         self._multipart(key, len(ranges), lambda number, upload_id: self._upload_part(key, upload_id, number, data, ranges))
+
+    def _do_create_new(self, name: str, data: memoryview) -> bool:
+        if len(data) > MAX_PART:
+            raise ConfigError(
+                f"cannot create_new {name!r} in {self.url}: {len(data)} bytes is more than one S3 PUT takes (5 GiB); "
+                "a conditional create is for small control objects"
+            )
+        body = bytes(data)
+        failures = 0
+        while True:
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=self._key(name), Body=body, IfNoneMatch="*")
+                return True
+            except bce.ClientError as exc:
+                if _code(exc) == "PreconditionFailed" or _status(exc) == 412:
+                    return False
+                if _code(exc) != "ConditionalRequestConflict" or failures + 1 >= self._backoff.attempts:
+                    raise
+                failures += 1
+                log.debug("tier create_new %s %r: a concurrent conditional write (409), trying again", self.url, name)
+                self._backoff.sleep(failures)
 
     def _upload_part(self, key: str, upload_id: str, number: int, data: memoryview, ranges: list[tuple[int, int]]) -> str:
         start, end = ranges[number - 1]
@@ -446,6 +480,10 @@ class S3Storage(ChunkStorage):
                 return ObjectNotFoundError(f"cannot {where}: no such object ({said})")
             if code == "PreconditionFailed":  # If-Match of a resumed read, or of a concat's source
                 return TierError(f"cannot {where}: the object was replaced during the operation ({said}); do it again")
+            if code == "ConditionalRequestConflict":  # 409: still conflicting after our own tries
+                return StorageUnavailableError(
+                    f"cannot {where}: concurrent conditional writes to the key kept conflicting ({said}); retry later"
+                )
             if code in _FULL or status == 507:  # before 403: a quota can be refused with a 403
                 return StorageFullError(f"cannot {where}: the storage is full or over quota ({said})")
             if code in _DENIED or status == 403:

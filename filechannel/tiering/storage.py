@@ -13,10 +13,18 @@ Invariants every binding keeps:
 - ``read(name, offset, length)`` returns ``min(length, size - offset)`` bytes
   (empty at or past the end), and raises :class:`ObjectNotFoundError` for a
   missing object whatever the range (``length == 0`` included).
+- ``create_new(name, data)`` writes ``name`` only if no object of that name exists, as
+  atomically as ``write``, and says whether it did: of callers racing on one name, exactly
+  one gets True, and the others get False and write nothing. Bindings whose backend offers
+  a conditional create (a hard link, S3's ``If-None-Match: *``) set ``atomic_create``; the
+  others (fsspec's memory filesystem and any without one) check then write under a lock of
+  this process, which is not atomic across processes, and leave ``atomic_create`` False.
 - ``delete`` of a missing object succeeds (idempotent, as Kafka's remote storage).
 - ``list(prefix)`` returns the objects whose name starts with ``prefix``, sorted
   by name; names are relative to the storage root. Files that are not valid
-  object names (temporary files, foreign files) are not listed.
+  object names (temporary files, foreign files) are not listed. ``list`` and ``info`` give
+  each object's last-modified time in ``modified_ms`` wherever the backend reports one
+  (every binding here does; None is allowed for a filesystem that does not).
 - Errors from the layer below never leak: they are translated at this boundary
   into :class:`TierError` and its subclasses, with the operation, the object
   name and the storage URL in the message, and never a credential.
@@ -33,7 +41,7 @@ import time
 import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigError, FileChannelError, InvalidNameError, TierError
@@ -49,10 +57,16 @@ Data = bytes | bytearray | memoryview
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """One object of a chunk storage: its name (relative to the root) and its length in bytes."""
+    """One object of a chunk storage: its name (relative to the root), its length in bytes, and its
+    last-modified time in milliseconds since the epoch, as the backend's clock gives it (S3 in whole
+    seconds), or None where the backend reports none.
+
+    ``modified_ms`` is not part of equality: two listings of the same objects compare equal.
+    """
 
     name: str
     length: int
+    modified_ms: int | None = field(default=None, compare=False)
 
 
 def is_valid_name(name: object) -> bool:
@@ -116,6 +130,9 @@ class ChunkStorage(ABC):
     supports_concat: ClassVar[bool] = False
     supports_append: ClassVar[bool] = False
     supports_truncate: ClassVar[bool] = False
+    #: True where :meth:`create_new` is a conditional create of the backend (atomic across processes and
+    #: machines); False where it is a check then a write under a lock of this process only.
+    atomic_create: ClassVar[bool] = False
 
     def __init__(self, url: str) -> None:
         self.url = redact_url(url)
@@ -143,6 +160,26 @@ class ChunkStorage(ABC):
         view = _byte_view(name, data)
         self._call("write", name, lambda: self._do_write(name, view), len(view))
 
+    def create_new(self, name: str, data: Data) -> bool:
+        """Store ``data`` as the object ``name`` only if no object of that name exists: True if it did.
+
+        The object appears whole or not at all (as with :meth:`write`). False means an object of that
+        name exists and nothing was written. Of callers racing on one name, exactly one gets True
+        (across processes and machines only where :attr:`atomic_create` is True). A False after an
+        error-free call can still follow this caller's own earlier attempt whose answer was lost (a
+        retried request): to claim something, put a token of your own in ``data`` and, on False,
+        read the object back and compare.
+        """
+        validate_name(name)
+        view = _byte_view(name, data)
+        return self._call(
+            "create_new",
+            name,
+            lambda: self._do_create_new(name, view),
+            len(view),
+            outcome=lambda created: "created" if created else "exists, nothing written",
+        )
+
     def read(self, name: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``name`` from ``offset``; fewer (or none) past the end of the object."""
         validate_name(name)
@@ -153,7 +190,7 @@ class ChunkStorage(ABC):
         return self._call("read", name, lambda: self._do_read(name, offset, length), length)
 
     def info(self, name: str) -> ObjectInfo:
-        """The object's length; :class:`ObjectNotFoundError` if it does not exist."""
+        """The object's length and last-modified time; :class:`ObjectNotFoundError` if it does not exist."""
         validate_name(name)
         return self._call("info", name, lambda: self._do_info(name))
 
@@ -207,6 +244,9 @@ class ChunkStorage(ABC):
     def _do_write(self, name: str, data: memoryview) -> None: ...
 
     @abstractmethod
+    def _do_create_new(self, name: str, data: memoryview) -> bool: ...
+
+    @abstractmethod
     def _do_read(self, name: str, offset: int, length: int) -> bytes: ...
 
     @abstractmethod
@@ -244,8 +284,18 @@ class ChunkStorage(ABC):
         if not getattr(self, flag):
             raise TierError(f"{op} is not supported by {self.url} ({type(self).__name__}.{flag} is False): check the flag first")
 
-    def _call(self, op: str, name: str, fn: Callable[[], _T], nbytes: int | None = None) -> _T:
-        """Run ``fn`` (one operation), translating errors and logging at DEBUG (never credentials)."""
+    def _call(
+        self,
+        op: str,
+        name: str,
+        fn: Callable[[], _T],
+        nbytes: int | None = None,
+        outcome: Callable[[_T], str] | None = None,
+    ) -> _T:
+        """Run ``fn`` (one operation), translating errors and logging at DEBUG (never credentials).
+
+        ``outcome(result)``, if given, is said in the log line (what happened, never data).
+        """
         if self._closed:
             raise TierError(f"cannot {op} {name!r}: the storage {self.url} is closed")
         start = time.perf_counter()
@@ -263,11 +313,12 @@ class ChunkStorage(ABC):
         if log.isEnabledFor(logging.DEBUG):
             size = nbytes if nbytes is not None else len(result) if isinstance(result, bytes) else None
             log.debug(
-                "tier %s %s %r%s in %.1f ms",
+                "tier %s %s %r%s%s in %.1f ms",
                 op,
                 self.url,
                 name,
                 f" ({size} bytes)" if size is not None else "",
+                f": {outcome(result)}" if outcome is not None else "",
                 (time.perf_counter() - start) * 1000,
             )
         return result

@@ -7,6 +7,8 @@ import logging
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,7 @@ from filechannel.errors import (
     InvalidNameError,
     ObjectNotFoundError,
     StorageFullError,
+    StorageUnavailableError,
     TierError,
 )
 from filechannel.tiering import ChunkStorage, ObjectInfo, open_storage
@@ -172,6 +175,73 @@ def test_overwrite_replaces_the_whole_object(storage: ChunkStorage) -> None:
     assert storage.list() == [ObjectInfo("obj", 10)]
 
 
+ATOMIC_CREATE = {"local": True, "s3": True, "fsspec-local": True, "fsspec-memory": False, "s3fs": True}
+
+
+def test_create_new_creates_then_refuses(storage: ChunkStorage, kind: str) -> None:
+    assert storage.atomic_create is ATOMIC_CREATE[kind]  # the fallback (check then write) says so
+    data = os.urandom(300_000)
+    assert storage.create_new("claims/owner", data) is True
+    assert storage.read("claims/owner", 0, len(data) + 1) == data  # whole
+    assert storage.info("claims/owner").length == len(data)
+    assert storage.create_new("claims/owner", b"someone else") is False
+    assert storage.read("claims/owner", 0, len(data) + 1) == data  # unchanged
+    storage.write("claims/written", b"by write")
+    assert storage.create_new("claims/written", b"x") is False  # whoever made it
+    assert storage.read("claims/written", 0, 100) == b"by write"
+    assert storage.create_new("claims/empty", b"") is True and storage.create_new("claims/empty", b"x") is False
+    assert storage.read("claims/empty", 0, 10) == b""
+    storage.delete("claims/owner")
+    assert storage.create_new("claims/owner", memoryview(b"again")[1:]) is True  # free again after a delete
+    assert storage.read("claims/owner", 0, 100) == b"gain"
+
+
+def test_create_new_racing_threads_have_one_winner(make_storage: Factory) -> None:
+    """8 threads, each with its own storage (its own client or file handles), race on one name per round."""
+    storages = [make_storage() for _ in range(8)]
+    for round_ in range(3):
+        name = f"race/epoch-{round_}"
+        barrier = threading.Barrier(len(storages))
+
+        def claim(index: int, name: str = name, barrier: threading.Barrier = barrier) -> bool:
+            barrier.wait(timeout=60)
+            return storages[index].create_new(name, f"thread {index} ".encode() * 1000)
+
+        with ThreadPoolExecutor(len(storages)) as pool:
+            results = list(pool.map(claim, range(len(storages))))
+        assert results.count(True) == 1, results
+        winner = results.index(True)
+        expected = f"thread {winner} ".encode() * 1000
+        assert storages[0].read(name, 0, 10**6) == expected  # the winner's bytes, whole
+    assert [o.name for o in storages[0].list("race/")] == ["race/epoch-0", "race/epoch-1", "race/epoch-2"]
+
+
+def test_modified_ms_is_reported(storage: ChunkStorage) -> None:
+    before = time.time()
+    storage.write("m/written", b"x" * 100)
+    assert storage.create_new("m/created", b"y")
+    after = time.time()
+    infos = [storage.info("m/written"), storage.info("m/created"), *storage.list("m/")]
+    for info in infos:
+        assert info.modified_ms is not None, info  # every binding here reports it
+        assert isinstance(info.modified_ms, int)
+        # S3 says whole seconds (rounded down): a few seconds of slack either side.
+        assert before * 1000 - 3000 <= info.modified_ms <= after * 1000 + 3000, (info, before, after)
+    assert ObjectInfo("m/created", 1, 5) == ObjectInfo("m/created", 1)  # not part of equality
+
+
+def test_listing_after_create_new_is_sorted_and_skips_temporary_files(storage: ChunkStorage, kind: str, tmp_path) -> None:
+    names = ["n/b", "n/a/2", "n/c", "n/a/1", "n/a=0"]
+    for name in names:
+        assert storage.create_new(name, name.encode())
+    assert not storage.create_new("n/c", b"refused")
+    assert storage.list("n/") == [ObjectInfo(n, len(n)) for n in sorted(names)]
+    assert [o.name for o in storage.list()] == sorted(names)
+    if kind in ("local", "fsspec-local"):  # no temporary file is left beside the objects
+        left = [f for _, _, files in os.walk(tmp_path / "objects") for f in files]
+        assert sorted(left) == ["1", "2", "a=0", "b", "c"]
+
+
 BAD_NAMES = ["", "/a", "a/", "a//b", "..", "../a", "a/../b", "a/./b", ".", "a b", "a\x00b", "é", "a~b", "a" * 1025, 5, None]
 
 
@@ -181,6 +251,7 @@ def test_invalid_arguments_are_refused_before_any_io(make_storage: Factory) -> N
     for name in BAD_NAMES:
         for call in (
             partial(storage.write, name, b"x"),
+            partial(storage.create_new, name, b"x"),
             partial(storage.read, name, 0, 1),
             partial(storage.info, name),
             partial(storage.exists, name),
@@ -199,6 +270,8 @@ def test_invalid_arguments_are_refused_before_any_io(make_storage: Factory) -> N
             storage.read("ok", offset, length)
     with pytest.raises(ConfigError):
         storage.write("ok", "text")
+    with pytest.raises(ConfigError):
+        storage.create_new("ok", "text")
     with pytest.raises(ConfigError):
         storage.concat("ok", [])
     with pytest.raises(TierError, match="closed"):
@@ -303,7 +376,10 @@ def test_operations_are_logged_at_debug_without_the_data(storage: ChunkStorage, 
     storage.read("log/obj", 0, 7)
     with pytest.raises(ObjectNotFoundError):
         storage.info("log/missing")
+    assert storage.create_new("log/new", b"payload-bytes") and not storage.create_new("log/new", b"payload-bytes")
     lines = [r.getMessage() for r in caplog.records if r.name == "filechannel"]
+    assert any(line.startswith(f"tier create_new {storage.url} 'log/new' (13 bytes): created in") for line in lines), lines
+    assert any(line.startswith(f"tier create_new {storage.url} 'log/new' (13 bytes): exists, nothing written") for line in lines)
     assert any(line.startswith(f"tier write {storage.url} 'log/obj' (13 bytes)") for line in lines), lines
     assert any(line.startswith(f"tier read {storage.url} 'log/obj' (7 bytes)") for line in lines), lines
     assert any(line.startswith(f"tier info {storage.url} 'log/missing' failed") for line in lines), lines
@@ -405,3 +481,128 @@ def test_local_permission_denied_is_access_denied(tmp_path) -> None:
     lines = out.stdout.decode().splitlines()
     assert len(lines) == 3 and all(line.startswith("AccessDeniedError") for line in lines), [*lines, out.stderr.decode()]
     assert "'obj'" in lines[0] and "'obj'" in lines[1] and "permissions" in lines[2]
+
+
+_CREATE_CHILD = """
+import sys
+from filechannel.tiering import open_storage
+url, backend, who = sys.argv[1], sys.argv[2], sys.argv[3]
+storage = open_storage(url, backend="fsspec") if backend == "fsspec" else open_storage(url)
+print("ready", flush=True)
+sys.stdin.readline()  # every child is ready: go
+for round_ in range(3):
+    print(round_, storage.create_new(f"race/epoch-{round_}", f"{who} ".encode() * 10_000), flush=True)
+"""
+
+
+@pytest.mark.parametrize("backend", ["local", "fsspec"])
+def test_local_create_new_racing_processes_have_one_winner(tmp_path, backend: str) -> None:
+    url = f"file://{tmp_path}/objects"
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CREATE_CHILD, url, backend, f"child-{i}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    try:
+        for child in children:
+            assert child.stdout.readline() == "ready\n", child.stderr.read()
+        for child in children:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        outputs = [child.communicate(timeout=60) for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert all(child.returncode == 0 for child in children), [err for _, err in outputs]
+    results = [dict(line.split() for line in out.splitlines()) for out, _ in outputs]
+    storage = open_storage(url)
+    for round_ in range(3):
+        won = [i for i, r in enumerate(results) if r[str(round_)] == "True"]
+        assert len(won) == 1, results
+        assert storage.read(f"race/epoch-{round_}", 0, 10**6) == f"child-{won[0]} ".encode() * 10_000
+    left = [f for _, _, files in os.walk(tmp_path / "objects") for f in files]
+    assert sorted(left) == ["epoch-0", "epoch-1", "epoch-2"]  # no temporary file left behind
+
+
+def test_local_create_new_on_a_folder_name_is_refused(make_storage: Factory, kind: str) -> None:
+    if kind not in ("local", "fsspec-local"):
+        return  # S3 (and fsspec's memory filesystem) let an object and a "folder" share a name
+    storage = make_storage()
+    storage.write("d/obj", b"x")
+    with pytest.raises(TierError, match=r"share a name|folder"):
+        storage.create_new("d", b"x")  # a folder of objects has that name: an error, not "exists"
+    with pytest.raises(TierError, match=r"share a name|folder|exists"):
+        storage.create_new("d/obj/below", b"x")  # an object is in the way of the folder
+    assert storage.list() == [ObjectInfo("d/obj", 1)]
+
+
+def _s3_error(code: str, status: int) -> Exception:
+    import botocore.exceptions
+
+    return botocore.exceptions.ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject"
+    )
+
+
+def test_s3_create_new_maps_412_and_retries_409() -> None:
+    """No server: botocore's Stubber answers, for the answers SeaweedFS does not give (409 is AWS's)."""
+    from botocore.stub import Stubber
+
+    storage = open_storage(
+        "s3://fc-stub/p", endpoint_url="http://127.0.0.1:9", aws_access_key_id="k", aws_secret_access_key="s", max_attempts=3
+    )
+    with storage, Stubber(storage._client) as stub:  # type: ignore[attr-defined]
+        wanted = {"Bucket": "fc-stub", "Key": "p/claim", "Body": b"me", "IfNoneMatch": "*"}
+        stub.add_client_error("put_object", "ConditionalRequestConflict", http_status_code=409, expected_params=wanted)
+        stub.add_response("put_object", {}, wanted)
+        assert storage.create_new("claim", b"me") is True  # the 409 was tried again
+        stub.add_client_error("put_object", "PreconditionFailed", http_status_code=412, expected_params=wanted)
+        assert storage.create_new("claim", b"me") is False
+        for _ in range(3):
+            stub.add_client_error("put_object", "ConditionalRequestConflict", http_status_code=409)
+        with pytest.raises(StorageUnavailableError, match=r"'claim'.*conflicting"):
+            storage.create_new("claim", b"me")  # still conflicting after max_attempts tries
+        stub.assert_no_pending_responses()
+
+
+def test_s3fs_create_new_maps_412_and_retries_409(monkeypatch) -> None:
+    """s3fs raises FileExistsError for a 412 naming its condition (AWS), an OSError caused by it otherwise (SeaweedFS)."""
+    storage = open_storage("s3://fc-stub/p", backend="fsspec", key="k", secret="s", endpoint_url="http://127.0.0.1:9")
+    assert storage.atomic_create is True
+    calls: list[dict[str, object]] = []
+    answers: list[Exception | None] = []
+
+    def pipe_file(path: str, value: bytes, **kwargs: object) -> None:
+        calls.append({"path": path, **kwargs})
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+
+    def caused_by(exc: Exception) -> OSError:
+        err = OSError(5, str(exc))
+        err.__cause__ = exc
+        return err
+
+    monkeypatch.setattr(storage._fs, "pipe_file", pipe_file)  # type: ignore[attr-defined]
+    with storage:
+        answers[:] = [caused_by(_s3_error("ConditionalRequestConflict", 409)), None]
+        assert storage.create_new("claim", b"me") is True
+        assert calls == [{"path": "fc-stub/p/claim", "mode": "create"}] * 2
+        answers[:] = [FileExistsError("claim")]
+        assert storage.create_new("claim", b"me") is False
+        answers[:] = [caused_by(_s3_error("PreconditionFailed", 412))]
+        assert storage.create_new("claim", b"me") is False
+        answers[:] = [caused_by(_s3_error("ConditionalRequestConflict", 409)) for _ in range(5)]
+        with pytest.raises(StorageUnavailableError, match=r"'claim'.*conflicting"):
+            storage.create_new("claim", b"me")  # still conflicting after 5 tries
+        assert answers == []
+        answers[:] = [caused_by(_s3_error("AccessDenied", 403))]
+        with pytest.raises(TierError, match="'claim'"):
+            storage.create_new("claim", b"me")
