@@ -116,6 +116,14 @@ class FencedError(TierError):
     """A newer uploader took over (its epoch is newer); this one must stop."""
 
 
+class NotOwnerError(TierError):
+    """Another root owns this tier-2 prefix (its claim is in the bucket): this root uploads, sweeps and deletes nothing there."""
+
+
+class MetadataDamagedError(TierError):
+    """The local tier-2 index (``metadata.db``) is damaged or not a database; it is rebuilt from the bucket."""
+
+
 class DataLossError(OffsetOutOfRangeError):
     """Records a Spark query needs are gone (retention, garbage collection, a truncated log)."""
 

@@ -373,6 +373,8 @@ def tier_fsck(ctx: click.Context, tier_root: str | None, deep: bool, repair: boo
         )
     for finding in report.findings:
         click.echo(finding.line(), err=True)
+    for note in report.notes:
+        click.echo(f"note: {note.line()}", err=True)
     read = f", {report.deep_bytes} bytes read and decoded" if deep else ""
     summary = f"{report.segments} segment(s), {report.objects} object(s){read}: {len(report.findings)} finding(s)"
     if repair:

@@ -50,7 +50,7 @@ def finish_interrupted_compressions(log: Log) -> None:
             else:
                 logger.warning("channel %s: rolling back the interrupted compression of %s", log.path, raw)
                 unlink_if_exists(ref.path)
-    log.list_segments()
+    log.refresh_local()
 
 
 def compress_sealed(log: Log) -> list[int]:
@@ -89,7 +89,7 @@ def compress_sealed(log: Log) -> list[int]:
         _remove_raw(log, ref.base_offset)
         done.append(ref.base_offset)
     if done:
-        log.list_segments()
+        log.refresh_local()
     return done
 
 

@@ -375,10 +375,9 @@ class Cursor:
         if not relist and now - self._listed_at < _RELIST_INTERVAL:
             return
         self._listed_at = now
-        for ref in self._log.list_segments():
-            if ref.base_offset > source.ref.base_offset:
-                self._end = ref.base_offset
-                return
+        following = self._log.following(source.ref.base_offset)
+        if following is not None:
+            self._end = following
 
     def _check_tail(self, source: _RawSource) -> None:
         """The active segment ends in a bad or partial frame at ``_pos``: raise if a valid frame

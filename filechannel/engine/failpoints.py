@@ -4,12 +4,15 @@ Crash tests of code that runs inside processes a test does not start itself (Spa
 Python workers) cannot send SIGKILL at the right moment. With ``FILECHANNEL_FAILPOINTS``
 set to a folder, :func:`hit` kills the process (``os._exit``, like a crash: no cleanup, no
 flush) the first time the file ``<folder>/<name>`` exists, deleting it first so a retry
-goes on. Unset (always, outside tests), a failpoint costs one environment lookup.
+goes on; a file holding ``stop`` makes the process stop itself instead (SIGSTOP: a pause
+at that exact point, which the test ends with SIGCONT). Unset (always, outside tests), a
+failpoint costs one environment lookup.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 
 ENV = "FILECHANNEL_FAILPOINTS"
 EXIT_CODE = 86
@@ -21,7 +24,12 @@ def hit(name: str) -> None:
         return
     path = os.path.join(folder, name)
     try:
+        with open(path, "rb") as f:
+            action = f.read().strip()
         os.unlink(path)
     except FileNotFoundError:
+        return
+    if action == b"stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
         return
     os._exit(EXIT_CODE)

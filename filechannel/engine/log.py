@@ -42,7 +42,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import ChannelConfig
 from ..errors import (
@@ -73,10 +73,8 @@ from .segment import (
 )
 from .writer_state import WriterState, read_state
 
-if TYPE_CHECKING:  # the engine never imports tiering at run time: the tier is handed in
+if TYPE_CHECKING:
     from .compressed import BlockData
-    from .tiering.context import TierContext
-    from .tiering.layout import SegmentRecord
 
 log = logging.getLogger("filechannel")
 
@@ -93,7 +91,39 @@ class SegmentRef:
     base_offset: int
     compressed: bool
     path: str
-    remote: SegmentRecord | None = None
+    remote: RemoteSegment | None = None
+
+
+class RemoteSegment(Protocol):
+    """What the engine reads of a tier-2 segment's record (``tiering.layout.SegmentRecord``)."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def end_offset(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+
+
+class TierView(Protocol):
+    """The engine's seam to tier-2: point questions only, none of which lists the catalogue.
+
+    Implemented by ``tiering.context.TierContext`` (the engine never imports tiering: the
+    tier is handed in by :class:`~filechannel.channel.FileChannel`). Every answer comes
+    from the local index, kept true to the bucket by tiering.
+    """
+
+    name: str
+
+    def uploaded_segments(self) -> list[Any]: ...
+    def segment_at(self, offset: int) -> Any | None: ...
+    def floor_segment(self, offset: int) -> Any | None: ...
+    def segment_after(self, base_offset: int) -> Any | None: ...
+    def bounds(self) -> tuple[int, int] | None: ...
+    def end_offset(self) -> int: ...
+    def where(self, record: Any) -> str: ...
+    def open_blocks(self, record: Any) -> CompressedBlocks: ...
+    def info(self, record: Any) -> CompressedInfo: ...
 
 
 class CompressedBlocks(Protocol):
@@ -111,7 +141,7 @@ class CompressedBlocks(Protocol):
 class Log:
     """The segments of one channel folder (see the module docstring)."""
 
-    def __init__(self, path: str, config: ChannelConfig, *, tier: TierContext | None = None, read_only: bool = False) -> None:
+    def __init__(self, path: str, config: ChannelConfig, *, tier: TierView | None = None, read_only: bool = False) -> None:
         self.path = path
         self.config = config
         self.tier = tier  # tier-2 of this channel, built by FileChannel; None without tiering
@@ -145,6 +175,21 @@ class Log:
         locally). Where the tiers do not meet, the gap is a hole, as between local files."""
         local = self.local_segments()
         refs = self._remote_below(local[0].base_offset if local else None) + local
+        self._cache(refs)
+        return refs
+
+    def refresh_local(self) -> list[SegmentRef]:
+        """List the local folder again for the writer and maintenance (recovery, rolls, compression,
+        garbage collection), keeping the remote part of the cached listing as it was: Tier-1 never
+        waits on tier-2, and a damaged or unreachable tier-2 index never stops local sends."""
+        local = self.local_segments()
+        first = local[0].base_offset if local else None
+        with self._mutex:
+            remote = [r for r in self._refs if r.remote is not None and (first is None or r.base_offset < first)]
+        self._cache(remote + local)
+        return local
+
+    def _cache(self, refs: list[SegmentRef]) -> None:
         with self._mutex:
             self._refs = refs
             self._bases = [r.base_offset for r in refs]
@@ -152,7 +197,6 @@ class Log:
             for cache in (self._sealed_index, self._z_info):
                 for b in [b for b in cache if b not in live]:
                     del cache[b]
-        return refs
 
     def local_segments(self) -> list[SegmentRef]:
         """The segments in the channel folder, oldest first (what recovery, compression and
@@ -175,26 +219,23 @@ class Log:
         """The uploaded segments below ``first_local`` (all of them if None), as refs."""
         if self.tier is None:
             return []
-        records = self.tier.metadata.segments(self.tier.name)
+        records = self.tier.uploaded_segments()
         return [self._remote_ref(r) for r in records if first_local is None or r.base_offset < first_local]
 
-    def _remote_ref(self, record: SegmentRecord) -> SegmentRef:
+    def _remote_ref(self, record: RemoteSegment) -> SegmentRef:
         assert self.tier is not None
-        return SegmentRef(record.base_offset, True, self.tier.object_url(record.chunks[0].name), record)
+        return SegmentRef(record.base_offset, True, self.tier.where(record), record)
 
     def tier_end_offset(self) -> int:
         """One past the last uploaded offset (0 without tiering or with nothing uploaded):
         where an empty folder of a tiered channel starts, never 0 below uploaded records."""
-        if self.tier is None:
-            return 0
-        records = self.tier.metadata.segments(self.tier.name)
-        return records[-1].end_offset if records else 0
+        return 0 if self.tier is None else self.tier.end_offset()
 
     def open_compressed(self, ref: SegmentRef) -> CompressedBlocks:
         """The blocks of compressed segment ``ref``, from its local file or from tier-2."""
         if ref.remote is not None:
             assert self.tier is not None
-            return self.tier.reader.open(ref.remote)
+            return self.tier.open_blocks(ref.remote)
         return LocalBlocks(ref.path)
 
     def segments(self) -> list[SegmentRef]:
@@ -204,21 +245,29 @@ class Log:
         return refs or self.list_segments()
 
     def locate(self, offset: int) -> tuple[SegmentRef, int | None]:
-        """The segment that holds (or will hold) ``offset``, and its end offset if sealed.
+        """The segment that holds (or will hold) ``offset``, and where the next segment starts
+        (None for the last one).
 
-        Lists the folder afresh. Raises :class:`OffsetOutOfRangeError` if ``offset`` lies
-        below the first segment (retention or garbage collection deleted it).
+        Lists the local folder afresh; below its first segment, asks tier-2 two point
+        questions (the segment at or before ``offset``, the one after it), never its whole
+        catalogue. Raises :class:`OffsetOutOfRangeError` if ``offset`` lies below the first
+        segment (retention or garbage collection deleted it).
         """
-        refs = self.list_segments()
-        if not refs or offset < refs[0].base_offset:
-            first = refs[0].base_offset if refs else 0
+        local = self.refresh_local()
+        if local and offset >= local[0].base_offset:
+            i = bisect.bisect_right([r.base_offset for r in local], offset) - 1
+            return local[i], local[i + 1].base_offset if i + 1 < len(local) else None
+        record = None if self.tier is None else self.tier.floor_segment(offset)
+        if record is None:
+            first = self.first_offset
             raise OffsetOutOfRangeError(
                 f"offset {offset} is below the first retained offset {first} of channel {self.path!r} "
                 "(its segment was deleted by retention or garbage collection); seek to the first offset or later"
             )
-        i = bisect.bisect_right([r.base_offset for r in refs], offset) - 1
-        end = refs[i + 1].base_offset if i + 1 < len(refs) else None
-        return refs[i], end
+        assert self.tier is not None
+        after = self.tier.segment_after(record.base_offset)
+        ends = [b for b in (after.base_offset if after else None, local[0].base_offset if local else None) if b is not None]
+        return self._remote_ref(record), min(ends) if ends else None
 
     def next_segment(self, end_offset: int, remote: bool = False) -> SegmentRef | None:
         """The segment that starts at ``end_offset`` if it exists (one stat per file kind;
@@ -228,24 +277,37 @@ class Log:
             if os.path.exists(path):
                 return SegmentRef(end_offset, z, path)
         if remote and self.tier is not None:
-            record = self.tier.metadata.segment_for(self.tier.name, end_offset)
+            record = self.tier.segment_at(end_offset)
             if record is not None and record.base_offset == end_offset:
                 return self._remote_ref(record)
         return None
 
+    def following(self, base_offset: int) -> int | None:
+        """Where the segment after the one based at ``base_offset`` starts, in either tier, or None
+        (a listing of the folder; below it, one probe of tier-2's index)."""
+        local = self.refresh_local()
+        first_local = local[0].base_offset if local else None
+        if self.tier is not None and (first_local is None or base_offset < first_local):
+            after = self.tier.segment_after(base_offset)
+            if after is not None and (first_local is None or after.base_offset < first_local):
+                return after.base_offset
+        return next((r.base_offset for r in local if r.base_offset > base_offset), None)
+
     @property
     def first_offset(self) -> int:
-        refs = self.list_segments()
-        return refs[0].base_offset if refs else 0
+        """The first offset held, in either tier (a listing of the folder, two probes of tier-2's index)."""
+        local = self.refresh_local()
+        bounds = None if self.tier is None else self.tier.bounds()
+        firsts = [b for b in (local[0].base_offset if local else None, bounds[0] if bounds else None) if b is not None]
+        return min(firsts) if firsts else 0
 
     def end_offset(self) -> int:
-        """The next offset to be written, as the files show it now (no lock taken)."""
-        refs = self.list_segments()
+        """The next offset to be written, as the files show it now (no lock taken); with no local
+        segment, tier-2's end."""
+        refs = self.refresh_local()
         if not refs:
-            return 0
+            return 0 if self.tier is None else self.tier.end_offset()
         last = refs[-1]
-        if last.remote is not None:
-            return last.remote.end_offset
         if last.compressed:
             return self.compressed_info(last).end_offset
         state = read_state(self.writer_lock.fd, self.writer_lock.path)
@@ -402,16 +464,15 @@ class Log:
         return ref.base_offset
 
     def compressed_info(self, ref: SegmentRef) -> CompressedInfo:
+        if ref.remote is not None:  # tier-2 keeps its own bounded cache of tables: history is unbounded
+            assert self.tier is not None
+            return self.tier.info(ref.remote)
         with self._mutex:
             info = self._z_info.get(ref.base_offset)
         if info is None:
-            if ref.remote is not None:
-                assert self.tier is not None
-                info = self.tier.reader.info(ref.remote)
-            else:
-                seg = CompressedSegment.open(ref.path)
-                info = seg.info
-                seg.close()
+            seg = CompressedSegment.open(ref.path)
+            info = seg.info
+            seg.close()
             with self._mutex:
                 self._z_info[ref.base_offset] = info
         return info

@@ -63,13 +63,12 @@ def recover(log: Log) -> WriterState:
     last frame with nothing valid after it anywhere in the log. Damage followed by
     valid data raises :class:`LogCorruptedError` and nothing is cut (see :meth:`repair`).
     """
-    log.list_segments()  # the cached listing the writer uses from now on
-    refs = log.local_segments()
+    refs = log.refresh_local()  # the cached listing the writer uses from now on (local files only)
     never = log.config.fsync == "never"
     rebooted = True
     if not refs:
         state = _create_active(log, log.tier_end_offset(), 0, sync_dir=not never)
-        log.list_segments()
+        log.refresh_local()
     else:
         point = read_recovery_point(log.recovery_point_path)
         rebooted = point is None or not point.this_boot
@@ -80,7 +79,7 @@ def recover(log: Log) -> WriterState:
             # The active segment is never compressed; a lost roll can leave a sealed one last.
             info = log.compressed_info(last)
             state = _create_active(log, info.end_offset, info.segment_id + 1, sync_dir=not never)
-            log.list_segments()
+            log.refresh_local()
         else:
             state = _recover_active(log, last, refs)
     log.recovered = True
@@ -96,7 +95,7 @@ def create_first_segment(log: Log) -> None:
         base = log.tier_end_offset()
         _create_active(log, base, 0, sync_dir=log.config.fsync != "never")
         write_recovery_point(log.recovery_point_path, base)
-        log.list_segments()
+        log.refresh_local()
 
 
 def _create_active(log: Log, base_offset: int, segment_id: int, sync_dir: bool) -> WriterState:
@@ -302,7 +301,7 @@ def roll(log: Log, state: WriterState) -> WriterState:
     record's segment is never lost): :meth:`sync_sealed` does the rest in the background.
     """
     new = _create_active(log, state.end_offset, state.segment_id + 1, sync_dir=log.config.fsync == "always")
-    log.list_segments()
+    log.refresh_local()
     return new
 
 
@@ -433,5 +432,5 @@ def _cut_after(log: Log, refs: list[SegmentRef], i: int, torn_at: int) -> list[S
         os.truncate(torn.path, torn_at)
     fsync_if_exists(torn.path)
     fsync_dir(log.path)
-    log.list_segments()
+    log.refresh_local()
     return log.local_segments()

@@ -105,6 +105,6 @@ def delete_sealed_prefix(log: Log, upto: int) -> list[int]:
         deleted.append(ref.base_offset)
     if deleted:
         fsync_dir(log.path)
-        log.list_segments()
+        log.refresh_local()
         logger.info("channel %s: deleted %d sealed segment(s) below offset %d", log.path, len(deleted), upto)
     return deleted

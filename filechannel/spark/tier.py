@@ -56,6 +56,7 @@ from ..errors import AccessDeniedError, CorruptRecordError, OffsetOutOfRangeErro
 from ..tiering.context import ROOT_METADATA
 from ..tiering.layout import SegmentRecord
 from ..tiering.metadata import TierMetadata
+from ..tiering.reindex import open_index
 from ..tiering.remote_segment import RemoteReader, RemoteSegment
 from ..tiering.storage import ChunkStorage, open_storage, redact_url
 from .errors import data_loss
@@ -144,7 +145,7 @@ class TierPlanner:
         if self._metadata is None:
             if not os.path.exists(path):
                 return []  # nothing was ever uploaded under this root
-            self._metadata = TierMetadata(path)
+            self._metadata = open_index(path)  # a damaged index is moved aside and rebuilt, not a failed query
         return self._metadata.segments(f"{topic}/{partition}")
 
     def split_tiers(self, r: OffsetRange) -> list[TierRange | OffsetRange]:

@@ -12,22 +12,40 @@ Where things are (the shared decision of issue 19):
 - a topic's partition (opened by the client's TopicStore): one metadata store per root,
   ``ROOT/.tier/metadata.db``, and the name ``TOPIC/PARTITION``.
 
+The engine reads tier-2 through the point questions of :class:`~filechannel.engine.log.TierView`
+(:meth:`TierContext.uploaded_segments`, :meth:`segment_at`, :meth:`end_offset`, the blocks
+of a segment), which this class answers from the local index, kept true to the bucket by
+:mod:`.reindex`: checked against the channel's head when first opened, healed when damaged
+or replaced under it, retried once after a heal.
+
 Thread-safe: the lazy opening happens under a lock, and both objects it opens are thread-safe.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..config import ChannelConfig
-from ..errors import TierError
+from ..engine.compressed import CompressedInfo
+from ..engine.log import CompressedBlocks
+from ..errors import MetadataDamagedError, TierError, os_errors
 from .block_cache import BlockCache, DiskBlockCache
+from .heads import read_head
 from .layout import SegmentRecord, validate_channel
 from .metadata import TierMetadata
+from .ownership import IDENTITY_FILE, root_identity
+from .reindex import bring_up, open_index, quarantine
 from .remote_segment import RemoteReader
 from .storage import ChunkStorage, open_storage, redact_url
+
+log = logging.getLogger("filechannel")
+_T = TypeVar("_T")
+RECHECK_INTERVAL_S = 10.0  # an index the bucket could not confirm is checked again at most this often
 
 STANDALONE_METADATA = os.path.join("tier", "metadata.db")
 ROOT_TIER_DIR = ".tier"
@@ -64,6 +82,8 @@ class TierContext:
         self._metadata: TierMetadata | None = None
         self._reader: RemoteReader | None = None
         self._closed = False
+        self._unchecked: TierError | None = None  # why the index could not be checked against the bucket
+        self._checked_at = 0.0  # when it was last tried (time.monotonic)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -80,13 +100,136 @@ class TierContext:
 
     @property
     def metadata(self) -> TierMetadata:
-        """The metadata store, opened on first use (its folder is created)."""
+        """The index of tier-2, opened on first use (its folder is created), checked against the
+        channel's head in the bucket, healed if damaged, reopened if the file was replaced."""
         with self._lock:
             self._check_open()
-            if self._metadata is None:
+            metadata = self._metadata
+        if metadata is not None and not metadata.replaced():
+            return metadata
+        return self._reopen(metadata)
+
+    def _reopen(self, stale: TierMetadata | None) -> TierMetadata:
+        with self._lock:
+            self._check_open()
+            if self._metadata is not stale:  # another thread reopened it meanwhile
+                assert self._metadata is not None
+                return self._metadata
+            with os_errors("create tier folder", os.path.dirname(self.metadata_path)):
                 os.makedirs(os.path.dirname(self.metadata_path) or ".", exist_ok=True)
-                self._metadata = TierMetadata(self.metadata_path)
-            return self._metadata
+            metadata = open_index(self.metadata_path)
+            if stale is not None:
+                stale.close()
+            self._metadata = metadata
+        self._bring_up(metadata)
+        return metadata
+
+    def _bring_up(self, metadata: TierMetadata) -> None:
+        """Compare the index with the bucket for this channel; a storage that cannot be read leaves it
+        as it is (Tier-1 never waits on tier-2), with a warning, and the check is tried again by the
+        next question about tier-2 (see :meth:`_checked`)."""
+        self._checked_at = time.monotonic()
+        try:
+            line = bring_up(self.storage, metadata, self.name, self._root_id())
+        except MetadataDamagedError:
+            raise
+        except TierError as exc:
+            if self._unchecked is None:
+                log.warning(
+                    "tier: cannot check the index of %s against %s (%s); using it as it is", self.name, redact_url(self.url), exc
+                )
+            self._unchecked = exc
+            return
+        self._unchecked = None
+        if line is not None:
+            log.warning("tier: %s", line)
+
+    def _checked(self, metadata: TierMetadata) -> None:
+        """Before answering about tier-2 from an index the bucket could not confirm: check again;
+        if it still cannot be, and the index is new (made since it was lost or damaged) while a
+        daemon of this root once ran (so tier-2 may hold the channel's history), raise instead of
+        answering "nothing": a reader must never jump past offloaded records in silence."""
+        if self._unchecked is None:
+            return
+        if time.monotonic() - self._checked_at >= RECHECK_INTERVAL_S:
+            self._bring_up(metadata)
+        lost = metadata.bounds(self.name) is None and metadata.current_epoch() == 0  # a new index: it knows nothing
+        if self._unchecked is not None and lost and self._root_id() is not None:
+            raise TierError(
+                f"cannot tell what tier-2 holds of {self.name}: the local index {self.metadata_path} has nothing of it "
+                f"and {redact_url(self.url)} cannot be read ({self._unchecked}); retry once the storage is reachable"
+            ) from self._unchecked
+
+    def _root_id(self) -> str | None:
+        """This root's identity, if a daemon of it ever ran (see :mod:`.ownership`); None otherwise."""
+        tier_dir = os.path.dirname(self.metadata_path)
+        return root_identity(tier_dir) if os.path.exists(os.path.join(tier_dir, IDENTITY_FILE)) else None
+
+    def _indexed(self, fn: Callable[[TierMetadata], _T]) -> _T:
+        """``fn`` on the index; once more on a healed index if it turns out damaged."""
+        metadata = self.metadata
+        try:
+            self._checked(metadata)
+            return fn(metadata)
+        except MetadataDamagedError as exc:
+            with self._lock:
+                if self._metadata is metadata:
+                    self._metadata = None
+            quarantine(metadata, exc)
+            return fn(self._reopen(None))
+
+    # -- the engine's point questions (engine.log.TierView) -------------------------------------
+
+    def uploaded_segments(self) -> list[SegmentRecord]:
+        """The segments readers list (uploaded, and lost ones whose reads raise), by base offset."""
+        return self._indexed(lambda m: m.segments(self.name))
+
+    def segment_at(self, offset: int) -> SegmentRecord | None:
+        """The listed segment holding ``offset``, or None (one probe of the index)."""
+        return self._indexed(lambda m: m.segment_for(self.name, offset))
+
+    def floor_segment(self, offset: int) -> SegmentRecord | None:
+        """The listed segment with the greatest base offset <= ``offset`` (it may end before it), or None."""
+        return self._indexed(lambda m: m.floor(self.name, offset))
+
+    def segment_after(self, base_offset: int) -> SegmentRecord | None:
+        """The listed segment with the least base offset > ``base_offset``, or None."""
+        return self._indexed(lambda m: m.after(self.name, base_offset))
+
+    def bounds(self) -> tuple[int, int] | None:
+        """First and end offsets of the listed segments, or None if there are none (two probes)."""
+        return self._indexed(lambda m: m.bounds(self.name))
+
+    def end_offset(self) -> int:
+        """One past the last uploaded offset (0 if nothing is uploaded): where an empty folder of the
+        channel starts. Two probes of the index; when it holds nothing of the channel and a daemon of
+        this root ever ran, the head in the bucket decides, and a bucket that cannot be read raises
+        (never a start below uploaded offsets)."""
+        bounds = self.bounds()
+        if bounds is not None:
+            return bounds[1]
+        if not os.path.exists(os.path.join(os.path.dirname(self.metadata_path), IDENTITY_FILE)):
+            return 0  # no daemon of this root ever ran (it takes its identity first): nothing of it was uploaded
+        try:
+            head = read_head(self.storage, self.name)
+        except TierError as exc:
+            raise TierError(
+                f"cannot start the empty folder of {self.name}: where its offsets continue is in tier-2 "
+                f"({redact_url(self.url)}), which cannot be read: {exc}; retry once it is reachable"
+            ) from exc
+        return 0 if head is None else head.end_offset
+
+    def where(self, record: SegmentRecord) -> str:
+        """Where a segment's bytes start, for messages (opens nothing)."""
+        return self.object_url(record.chunks[0].name)
+
+    def open_blocks(self, record: SegmentRecord) -> CompressedBlocks:
+        """The blocks of an uploaded segment, read in ranges."""
+        return self.reader.open(record)
+
+    def info(self, record: SegmentRecord) -> CompressedInfo:
+        """The header and block table of an uploaded segment (cached)."""
+        return self.reader.info(record)
 
     def object_url(self, name: str) -> str:
         """Where object ``name`` is, for messages; opens nothing (a listing names remote

@@ -1,14 +1,21 @@
 """The tiering daemon: uploads sealed segments of every tiered topic of a root, and applies retention.
 
 One daemon per root, enforced by ``flock`` on ``ROOT/.tier/daemon.lock``; uploading is
-its own role, never part of a client's maintenance thread. At start it takes a new epoch
-in ``ROOT/.tier/metadata.db`` (fencing every older uploader). Then each pass, for every
-partition of every topic whose settings have ``tier``:
+its own role, never part of a client's maintenance thread. At start it opens the index
+``ROOT/.tier/metadata.db`` (a damaged one is moved aside and made anew, :mod:`.reindex`)
+and takes a new epoch above every epoch the index and the reachable storages record
+(fencing every older uploader, even after the index was lost). On first use of a storage
+it claims the prefix for this root and records its epoch there (:mod:`.ownership`): a
+prefix another root owns fails each of its partitions in one line, and nothing is
+uploaded, swept or deleted there. Then each pass, for every partition of every topic
+whose settings have ``tier``:
 
 0. clean up: finish "deleting" rows (objects, then row), abandon "uploading" rows (of a
    dead epoch, or this epoch's failed attempt: objects, then row), and, on the
-   partition's first pass of this epoch, delete objects of older epochs that no row
-   names (late writes of a fenced uploader), and copy the topic's description to
+   partition's first pass of this epoch, bring the index up to the bucket if it is behind
+   the partition's head, delete objects of older epochs that no row and no manifest
+   names, older than ``ORPHAN_GRACE_MS`` (late writes of a fenced uploader), write the
+   partition's head, and copy the topic's description to
    ``<topic>/topic.json`` in tier-2, in the shape of the local one (name, partitions,
    settings): the bucket describes itself, and ``tier rebuild`` reads it;
 1. compress sealed raw segments (under the channel's ``maintenance.lock``, as the
@@ -37,6 +44,8 @@ Invariants:
   one, the first commit (or object write) raises :class:`FencedError` and the daemon stops.
 - A crash anywhere leaves at worst an "uploading" or "deleting" row and objects it names,
   or orphan objects: the next start cleans each of them up.
+- After a pass changed a partition's uploaded range (uploads, total retention), its head in
+  tier-2 is written again from the index (:mod:`.heads`).
 
 The daemon reads each partition through a :class:`~filechannel.engine.log.Log` without a tier
 context: its listing is the local files only, which is what it uploads and deletes.
@@ -66,9 +75,12 @@ from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
 from .context import ROOT_METADATA, ROOT_TIER_DIR, STANDALONE_METADATA
-from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel, objects_per_segment
+from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel
+from .heads import ChannelHead, write_head
 from .layout import DELETING, LOST, STATES, UPLOADED, UPLOADING, SegmentRecord, manifest_name, parse_object_name
 from .metadata import TierMetadata
+from .ownership import PrefixGuard, newest_epoch, root_identity
+from .reindex import bring_up, open_index, referenced_by_manifests
 from .storage import ChunkStorage, open_storage, redact_url
 from .uploader import RateLimiter, SegmentToUpload, SegmentUpload, abandon, delete_objects, start_upload
 
@@ -79,6 +91,7 @@ STATUS_FILE = "status.json"
 STAGING_DIR = "staging"
 DELETED_DIR = "deleted"  # ROOT/.tier/deleted/TOPIC: a deleted tiered topic whose tier-2 copies are not purged yet
 STAGING_LEVEL = 1  # zstd level of the staged .seg.z of a compression="none" channel
+ORPHAN_GRACE_MS = 10 * 60 * 1000  # an object younger than this is never an orphan (another writer's, under way)
 
 Progress = Callable[[str], None]
 
@@ -154,7 +167,8 @@ class TieringDaemon:
     ``wait``: if another daemon holds the root's lock, wait for it (else raise TierError at
     :meth:`start`). ``progress`` receives one line per action (defaults to the logger).
     ``defrag``: merge small objects of idle partitions (None: never; ``tier defrag`` does it
-    on demand); ``max_merges`` per partition and pass keeps a pass short.
+    on demand); ``max_merges`` per partition and pass keeps a pass short. ``orphan_grace_ms``:
+    how old an object no row and no manifest names must be before the sweep deletes it.
     Use as a context manager, or call :meth:`start` and :meth:`close`.
     """
 
@@ -169,6 +183,7 @@ class TieringDaemon:
         progress: Progress | None = None,
         defrag: DefragSettings | None = None,
         max_merges: int = 4,
+        orphan_grace_ms: int = ORPHAN_GRACE_MS,
     ) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.defrag = defrag
@@ -189,7 +204,11 @@ class TieringDaemon:
         self._storages: dict[tuple[str, str], ChunkStorage] = {}
         self._last_errors: dict[str, str] = {}
         self._swept: set[str] = set()  # partitions whose orphans this epoch deleted
+        self._guards: dict[tuple[str, str], PrefixGuard] = {}  # storages entered: claimed, this epoch marked
+        self.root_id = ""
         self.epoch = 0
+        self.orphan_grace_ms = orphan_grace_ms
+        self._fresh_index = False  # the index was made anew at start: its partitions' manifests are read
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -206,14 +225,45 @@ class TieringDaemon:
             )
         self._lock = lock
         try:
-            self._metadata = TierMetadata(self.metadata_path)
-            self.epoch = self._metadata.take_epoch(self.owner)
+            self.root_id = root_identity(self.tier_dir)
+            self._metadata = open_index(self.metadata_path)
+            self._fresh_index = self._metadata.current_epoch() == 0
+            self.epoch = self._metadata.take_epoch(self.owner, above=self._newest_in_buckets())
             self._progress(f"epoch {self.epoch} taken by {self.owner}")
             for name in os.listdir(os.path.join(self.tier_dir, STAGING_DIR)):
                 unlink_if_exists(os.path.join(self.tier_dir, STAGING_DIR, name))
         except BaseException:
             self.close()
             raise
+
+    def _newest_in_buckets(self) -> int:
+        """The newest epoch recorded in the storages of the root's tiered partitions that can be
+        read now (a lost index must not make this daemon reuse an epoch); one that cannot is
+        checked when first used (:meth:`_enter`)."""
+        newest = 0
+        try:
+            partitions = self._partitions()
+        except FileChannelError as exc:
+            self._progress(f"cannot list the tiered partitions yet: {exc}")
+            return 0
+        for part in partitions:
+            try:
+                newest = max(newest, newest_epoch(self._storage(part.config)))
+            except FileChannelError as exc:
+                self._progress(f"{part.name}: cannot read the epochs of its storage now: {exc}")
+        return newest
+
+    def _enter(self, config: ChannelConfig) -> PrefixGuard:
+        """This daemon's standing on the storage of ``config``: claimed and its epoch marked, once."""
+        storage = self._storage(config)
+        key = (storage.url, json.dumps(config.tier_options or {}, sort_keys=True))
+        guard = self._guards.get(key)
+        if guard is None:
+            guard = PrefixGuard(storage, self.root_id, self.owner, self.epoch)
+            guard.enter()
+            self._guards[key] = guard
+            self._progress(f"{redact_url(storage.url)}: owned by this root, epoch {self.epoch} recorded there")
+        return guard
 
     def _partitions(self) -> list[Partition]:
         if self._channel is None:
@@ -223,19 +273,28 @@ class TieringDaemon:
 
     def _sweep_orphans(self, part: Partition, storage: ChunkStorage) -> None:
         """Delete objects of this channel written by an older epoch that nothing names: no chunk or
-        manifest of a row, no merge in progress, no garbage waiting for its delay."""
+        manifest of a row, no merge in progress, no garbage waiting for its delay, no manifest in
+        the bucket (:func:`.reindex.referenced_by_manifests`), and older than ``orphan_grace_ms``
+        where the storage tells an object's age. The index is never the only reason to delete."""
         rows = self.metadata.segments(part.name, states=STATES)
         known = {c.name for r in rows for c in r.chunks} | {r.manifest for r in rows if r.manifest}
         known |= {manifest_name(part.name, r.base_offset, r.epoch) for r in rows}  # an upload's, before its manifest
         known |= set(self.metadata.garbage(part.name))
         known |= {n for m in self.metadata.merges(part.name) for n in (m.name, *m.sources)}
-        orphans = []
-        for info in storage.list(part.name + "/"):
+        listing = storage.list(part.name + "/")
+        young = _now_ms() - self.orphan_grace_ms
+        candidates = []
+        for info in listing:
             parsed = parse_object_name(info.name)
-            if parsed is None or parsed.channel != part.name or parsed.epoch >= self.epoch:
+            if parsed is None or parsed.channel != part.name or parsed.epoch >= self.epoch or info.name in known:
                 continue
-            if info.name not in known:
-                orphans.append(info.name)
+            if info.modified_ms is not None and info.modified_ms > young:
+                continue  # within the grace period: possibly another writer's, under way
+            candidates.append(info.name)
+        vouched = referenced_by_manifests(storage, listing, part.name, candidates) if candidates else set()
+        orphans = [name for name in candidates if name not in vouched]
+        if vouched:
+            self._progress(f"{part.name}: {len(vouched)} object(s) the index lacks are named by manifests: kept")
         if orphans:
             delete_objects(storage, orphans)
             self._progress(f"{part.name}: deleted {len(orphans)} orphan object(s) of older epochs")
@@ -306,6 +365,15 @@ class TieringDaemon:
         the pass goes on with the next; a :class:`FencedError` stops the pass at once.
         """
         report = PassReport()
+        if self.metadata.replaced():  # moved aside or deleted under us: our commits would go nowhere
+            self._progress(f"the tier index {self.metadata_path} was replaced; reopened, and brought up to the bucket")
+            self.metadata.close()
+            self._metadata = open_index(self.metadata_path)
+            self._fresh_index = self._metadata.current_epoch() == 0
+            self.epoch = self._metadata.take_epoch(self.owner, above=self._newest_in_buckets())
+            self._guards.clear()
+            self._swept.clear()
+            self._progress(f"epoch {self.epoch} taken by {self.owner}")
         if self._channel is None:
             self._purge_deleted_topics(report)
         for part in self._partitions():
@@ -337,7 +405,7 @@ class TieringDaemon:
                 if raw is None:
                     continue
                 mark = json.loads(raw)
-                storage = self._storage(ChannelConfig(tier=mark["tier"], tier_options=mark["tier_options"]))
+                storage = self._enter(ChannelConfig(tier=mark["tier"], tier_options=mark["tier_options"])).storage
                 for channel in [c for c in self.metadata.channels() if c.startswith(topic + "/")]:
                     for merge in self.metadata.merges(channel):  # its objects go with the topic's, below
                         self.metadata.abandon_merge(self.epoch, merge.name)
@@ -365,8 +433,10 @@ class TieringDaemon:
         write_atomically(os.path.join(self.tier_dir, STATUS_FILE), json.dumps(status, sort_keys=True).encode())
 
     def _pass(self, part: Partition, report: PassReport) -> None:
-        storage = self._storage(part.config)
+        guard = self._enter(part.config)
+        storage = guard.storage
         uploaded_before = report.uploaded
+        deleted_before = report.deleted_remote
         log_ = Log(part.path, part.config)  # no tier context: the local listing only
         try:
             with locked(log_):
@@ -378,12 +448,16 @@ class TieringDaemon:
                 self._progress(f"{part.name}: abandoned the upload of epoch {record.epoch} at offset {record.base_offset}")
             for line in clean_up(storage, self.metadata, self.epoch, part.name, _now_ms()):
                 self._progress(line)
-            if part.name not in self._swept:
+            fresh = part.name not in self._swept
+            if fresh:
+                line = bring_up(storage, self.metadata, part.name, self.root_id, fresh=self._fresh_index)
+                if line is not None:
+                    self._progress(f"{part.name}: {line}")
                 self._sweep_orphans(part, storage)
                 self._copy_settings(part, storage)
                 self._swept.add(part.name)
             try:
-                self._upload(part, log_, storage, report)
+                self._upload(part, log_, storage, report, guard)
             except FencedError:
                 raise
             except FileChannelError:
@@ -392,6 +466,8 @@ class TieringDaemon:
                 raise
             self._local_retention(part, log_, report)
             self._total_retention(part, log_, storage, report)
+            if fresh or report.uploaded != uploaded_before or report.deleted_remote != deleted_before:
+                self._write_head(part, storage)
             if self.defrag is not None and report.uploaded == uploaded_before and not self._stop.is_set():
                 merged = DefragReport()
                 defrag_channel(
@@ -404,12 +480,19 @@ class TieringDaemon:
                     max_merges=self.max_merges,
                     stop=self._stop.is_set,
                     say=self._progress,
+                    guard=guard.verify,
                 )
                 report.merges += merged.merges
         finally:
             log_.close()
 
-    def _upload(self, part: Partition, log_: Log, storage: ChunkStorage, report: PassReport) -> None:
+    def _write_head(self, part: Partition, storage: ChunkStorage) -> None:
+        """Write the partition's head in tier-2 from the index (after its commits: see :mod:`.heads`)."""
+        bounds = self.metadata.bounds(part.name)
+        first, end = bounds if bounds is not None else (0, 0)
+        write_head(storage, ChannelHead(part.name, first, end, self.epoch))
+
+    def _upload(self, part: Partition, log_: Log, storage: ChunkStorage, report: PassReport, guard: PrefixGuard) -> None:
         """Upload the partition's sealed segments not yet in tier-2, oldest first, while each is eligible.
 
         Segments overlap: the next one is begun and its chunks queued on the pass's pool (of
@@ -421,8 +504,9 @@ class TieringDaemon:
         when one fails, the later ones are abandoned and the error raised.
         """
         config = part.config
-        uploaded = {r.base_offset for r in self.metadata.segments(part.name)}
         refs = log_.list_segments()
+        # only what the local segments overlap, never the whole history (no local segment: nothing to upload)
+        uploaded = {r.base_offset for r in self.metadata.segments(part.name, from_offset=refs[0].base_offset)} if refs else set()
         point = read_recovery_point(os.path.join(part.path, RECOVERY_POINT_FILE))
         limiter = RateLimiter(config.tier_upload_bytes_per_s)
         window = config.tier_concurrency
@@ -465,6 +549,7 @@ class TieringDaemon:
                             chunk_bytes=config.tier_chunk_bytes,
                             pool=pool,
                             limiter=limiter,
+                            guard=guard.verify,
                         )
                         under_way.append((upload, staged.pop_all()))
                 while under_way:
@@ -507,7 +592,11 @@ class TieringDaemon:
             return
         with locked(log_):
             refs = log_.list_segments()
-            uploaded = {r.base_offset for r in self.metadata.segments(part.name, states=(UPLOADED,))}
+            if not refs:
+                return
+            uploaded = {
+                r.base_offset for r in self.metadata.segments(part.name, states=(UPLOADED,), from_offset=refs[0].base_offset)
+            }
             ends = [r.base_offset for r in refs[1:]]
             sizes = [log_.segment_bytes_on_disk(r) for r in refs]
             total = sum(sizes)
@@ -578,26 +667,36 @@ class TieringDaemon:
 
 def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress: Progress | None = None) -> DefragReport:
     """Defragment every tiered partition of ``root`` now (``filechannel tier defrag``): under the
-    daemon's lock (TierError if a daemon runs) and an epoch of its own; merges left by a crash are
-    abandoned and due garbage deleted first."""
+    daemon's lock (TierError if a daemon runs) and an epoch of its own, above every epoch the
+    bucket records and recorded there (a prefix another root owns is refused); merges left by a
+    crash are abandoned and due garbage deleted first."""
     root = os.path.abspath(os.fspath(root))
     say = progress or (lambda line: log.info("tier: %s", line))
     report = DefragReport()
     tier_dir = os.path.join(root, ROOT_TIER_DIR)
     if not os.path.exists(os.path.join(root, ROOT_METADATA)):
         return report  # nothing was ever uploaded
+    owner = f"tier defrag:{socket.gethostname()}:{os.getpid()}"
     storages: dict[tuple[str, str], ChunkStorage] = {}
-    with exclusive(tier_dir, "defragment"), TierMetadata(os.path.join(root, ROOT_METADATA)) as metadata:
-        epoch = metadata.take_epoch(f"tier defrag:{socket.gethostname()}:{os.getpid()}")
+    guards: dict[tuple[str, str], PrefixGuard] = {}
+    with exclusive(tier_dir, "defragment"), open_index(os.path.join(root, ROOT_METADATA)) as metadata:
         try:
-            for part in tiered_partitions(root):
+            partitions = tiered_partitions(root)
+            for part in partitions:
                 assert part.config.tier is not None
                 key = (part.config.tier, json.dumps(part.config.tier_options or {}, sort_keys=True))
                 if key not in storages:
                     storages[key] = open_storage(part.config.tier, **(part.config.tier_options or {}))
+            epoch = metadata.take_epoch(owner, above=max((newest_epoch(s) for s in storages.values()), default=0))
+            root_id = root_identity(tier_dir)
+            for part in partitions:
+                key = (str(part.config.tier), json.dumps(part.config.tier_options or {}, sort_keys=True))
+                if key not in guards:
+                    guards[key] = PrefixGuard(storages[key], root_id, owner, epoch)
+                    guards[key].enter()
                 for line in clean_up(storages[key], metadata, epoch, part.name, _now_ms()):
                     say(line)
-                defrag_channel(storages[key], metadata, epoch, part.name, settings, report, say=say)
+                defrag_channel(storages[key], metadata, epoch, part.name, settings, report, say=say, guard=guards[key].verify)
         finally:
             for storage in storages.values():
                 storage.close()
@@ -685,8 +784,12 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
                 sizes = [log_.segment_bytes_on_disk(r) for r in refs]
             finally:
                 log_.close()
-            remote = metadata.segments(part.name) if metadata is not None else []
-            bases = {r.base_offset for r in remote}
+            # aggregates in SQLite, and the rows the local segments overlap: no list of the whole history
+            summary = metadata.summary(part.name) if metadata is not None else []
+            uploaded = summary[0].segments[UPLOADED] + summary[0].segments[LOST] if summary else 0
+            tier_bytes = summary[0].bytes[UPLOADED] + summary[0].bytes[LOST] if summary else 0
+            overlapped = metadata.segments(part.name, from_offset=refs[0].base_offset) if metadata is not None and refs else []
+            bases = {r.base_offset for r in overlapped}
             ends = [r.base_offset for r in refs[1:]]
             waiting = [(i, r) for i, r in enumerate(refs[:-1]) if r.base_offset not in bases and ends[i] != r.base_offset]
             result.append(
@@ -694,9 +797,9 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
                     part.name,
                     len(refs),
                     sum(sizes),
-                    len(remote),
-                    objects_per_segment(remote)[0],
-                    sum(r.size for r in remote),
+                    uploaded,
+                    metadata.object_count(part.name) if metadata is not None else 0,
+                    tier_bytes,
                     len(waiting),
                     sum(sizes[i] for i, _ in waiting),
                     sum(ends[i] - r.base_offset for i, r in waiting),

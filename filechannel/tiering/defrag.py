@@ -40,13 +40,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..engine import failpoints
-from ..errors import ConfigError, CorruptRecordError, FencedError
+from ..errors import ConfigError, CorruptRecordError, FencedError, NotOwnerError
 from .layout import UPLOADED, ChunkRecord, SegmentRecord, encode_manifest, merged_name, object_extents
 from .metadata import Merge, TierMetadata
+from .reindex import referenced_by_manifests
 from .storage import ChunkStorage
 from .uploader import check_fence, delete_objects
 
 log = logging.getLogger("filechannel")
+
+ABANDONED_MERGE_DELAY_MS = 10 * 60 * 1000  # an abandoned merge's object is deleted this long after
 
 Say = Callable[[str], None]
 
@@ -184,13 +187,27 @@ def _cumulative(sizes: tuple[int, ...]) -> list[int]:
 
 
 def merge_run(
-    storage: ChunkStorage, metadata: TierMetadata, epoch: int, channel: str, run: Run, settings: DefragSettings
+    storage: ChunkStorage,
+    metadata: TierMetadata,
+    epoch: int,
+    channel: str,
+    run: Run,
+    settings: DefragSettings,
+    guard: Callable[[], None] | None = None,
 ) -> list[str]:
-    """Merge one run (steps 1 to 4 of the module docstring); return the objects now garbage."""
+    """Merge one run (steps 1 to 4 of the module docstring); return the objects now garbage.
+
+    ``guard`` runs after the manifests are written and before the swap is committed (the
+    bucket's claim and epoch marks read again: :meth:`.ownership.PrefixGuard.verify`). A
+    merger found overtaken there, or by the index's fence while writing them, writes the
+    manifests it changed back to the layout they had (the newer epoch's index keeps that
+    one; a newer merge's layout is mended by its garbage deletion, see :func:`clean_up`).
+    """
     name = merged_name(channel, run.records[0].base_offset, epoch, run.records[-1].end_offset, secrets.token_hex(8))
     merge = Merge(name, channel, epoch, run.sources, layout_after(run, name))
     metadata.begin_merge(epoch, merge)
     failpoints.hit("defrag-merge-begun")
+    written = False
     try:
         check_fence(metadata, epoch)
         if storage.supports_concat:
@@ -205,11 +222,17 @@ def merge_run(
         failpoints.hit("defrag-object-written")
         for r in run.records:
             check_fence(metadata, epoch)
+            failpoints.hit("defrag-manifest-next")
+            written = True
             storage.write(r.manifest or "", encode_manifest(replace(r, chunks=merge.layout[r.base_offset])))
         failpoints.hit("defrag-manifests-written")
+        if guard is not None:
+            guard()
         return metadata.finish_merge(epoch, name, settings.garbage_delay_ms)
-    except FencedError:
-        raise  # the newer epoch abandons it
+    except (FencedError, NotOwnerError):
+        if written:
+            _restore_manifests(storage, run)
+        raise  # the newer epoch (or the prefix's owner) abandons the merge
     except BaseException:
         try:
             abandon_merge(storage, metadata, epoch, merge)
@@ -218,19 +241,33 @@ def merge_run(
         raise
 
 
+def _restore_manifests(storage: ChunkStorage, run: Run) -> None:
+    """Write the manifests of ``run`` back as they were before the merge (best effort: what is
+    left wrong, the newer epoch's garbage deletion mends from its index)."""
+    for r in run.records:
+        try:
+            storage.write(r.manifest or "", encode_manifest(r))
+        except Exception as exc:
+            log.warning("tier: an overtaken merge left the manifest %s to mend: %s", r.manifest, exc)
+
+
 def abandon_merge(storage: ChunkStorage, metadata: TierMetadata, epoch: int, merge: Merge) -> None:
-    """Undo a merge that was not swapped: manifests again from the metadata, the object deleted, the row dropped."""
+    """Undo a merge that was not swapped: manifests again from the metadata, the row dropped and
+    its object made garbage due in ``ABANDONED_MERGE_DELAY_MS`` (not deleted at once: an overtaken
+    defragmenter may still write a manifest naming it, which the deletion then mends first)."""
     for r in metadata.segments(merge.channel, states=(UPLOADED,)):
         if r.base_offset in merge.layout and r.manifest and all(c.name != merge.name for c in r.chunks):
             storage.write(r.manifest, encode_manifest(r))
-    delete_objects(storage, [merge.name])
-    metadata.abandon_merge(epoch, merge.name)
+    metadata.abandon_merge(epoch, merge.name, ABANDONED_MERGE_DELAY_MS)
 
 
 def clean_up(storage: ChunkStorage, metadata: TierMetadata, epoch: int, channel: str, now_ms: int) -> list[str]:
     """Abandon the merges of ``channel`` left by a crash or a failure, delete its garbage due by ``now_ms``.
 
     Only where no merge of this process is running (a daemon's pass, ``tier defrag`` under the lock).
+    No garbage object a manifest of the bucket still names is deleted: such a manifest (a late
+    write of an overtaken defragmenter) is first written again from the index, whose layout
+    never names garbage; one that cannot be mended keeps its objects, with a warning.
     """
     lines = []
     for merge in metadata.merges(channel):
@@ -238,10 +275,32 @@ def clean_up(storage: ChunkStorage, metadata: TierMetadata, epoch: int, channel:
         lines.append(f"{channel}: abandoned the merge into {merge.name} (epoch {merge.epoch})")
     due = metadata.garbage(channel, due_by_ms=now_ms)
     if due:
-        delete_objects(storage, due)
-        metadata.forget_garbage(epoch, due)
-        lines.append(f"{channel}: deleted {len(due)} object(s) replaced by merges")
+        kept = _mend_manifests_naming(storage, metadata, channel, due)
+        gone = [n for n in due if n not in kept]
+        delete_objects(storage, gone)
+        metadata.forget_garbage(epoch, gone)
+        lines.append(f"{channel}: deleted {len(gone)} object(s) replaced by merges")
+        if kept:
+            log.warning(
+                "tier: %s: %d garbage object(s) still named by manifests the index disagrees with: kept", channel, len(kept)
+            )
     return lines
+
+
+def _mend_manifests_naming(storage: ChunkStorage, metadata: TierMetadata, channel: str, names: list[str]) -> set[str]:
+    """Write again from the index every manifest that names one of ``names``; return those still named after."""
+    decoded: dict[str, SegmentRecord | None] = {}
+    kept = referenced_by_manifests(storage, storage.list(channel + "/"), channel, names, decoded=decoded)
+    if not kept:
+        return kept
+    for manifest, record in decoded.items():
+        if record is None or not any(c.name in kept for c in record.chunks):
+            continue
+        row = metadata.segment_for(channel, record.base_offset)
+        if row is not None and row.manifest == manifest and not any(c.name in kept for c in row.chunks):
+            storage.write(manifest, encode_manifest(row))
+            log.warning("tier: %s named garbage (an overtaken merge's late write); written again from the index", manifest)
+    return referenced_by_manifests(storage, storage.list(channel + "/"), channel, names)
 
 
 def defrag_channel(
@@ -255,8 +314,10 @@ def defrag_channel(
     max_merges: int | None = None,
     stop: Callable[[], bool] | None = None,
     say: Say | None = None,
+    guard: Callable[[], None] | None = None,
 ) -> None:
-    """Merge the runs of small objects of ``channel`` (at most ``max_merges``), adding to ``report``."""
+    """Merge the runs of small objects of ``channel`` (at most ``max_merges``), adding to ``report``;
+    ``guard`` as :func:`merge_run`'s."""
     records = metadata.segments(channel, states=(UPLOADED,))
     before, segments = objects_per_segment(records)
     done = 0
@@ -268,7 +329,7 @@ def defrag_channel(
         if say is not None:
             first, end = run.records[0].base_offset, run.records[-1].end_offset
             say(f"{channel}: merging {len(run.sources)} objects of offsets [{first}, {end})")
-        merge_run(storage, metadata, epoch, channel, run, settings)
+        merge_run(storage, metadata, epoch, channel, run, settings, guard)
         done += 1
         report.bytes += sum(run.sizes)
         line = (

@@ -3,34 +3,44 @@
 What is checked, per tiered partition of a root (one line per finding, naming the object
 and the offsets it affects):
 
-- every chunk of every uploaded segment is listed, with the length the metadata says
-  (``missing``, ``length``);
+- every chunk of every uploaded segment is listed, at least as long as the furthest chunk
+  in it (``missing``, ``length``: an object too short). An object longer than that is
+  whole: its ``extra bytes`` are a note (:attr:`FsckReport.notes`), not damage; no read
+  ever reaches them (reads, ``deep`` included, ask for the chunks' ranges only);
 - its manifest is there, decodes, and says what the metadata says, or what a merge in
   progress will make it say (a merge writes the manifests before it swaps the rows)
   (``manifest``);
 - the uploaded (and lost) segments follow each other without a gap, and the first local
   segment begins at or below the tier's end (``gap``);
-- no object is an ``orphan``: one that parses as a chunk or manifest name of the channel
-  but that no row names. The grace rule needs no clock: an object counts as an orphan
-  only if neither the metadata read *before* the listing nor the one read *after* it
-  names it. An upload commits its row before it writes a byte, and a delete removes the
-  objects before the row, so an object of a live upload or delete is always named by one
-  of the two reads; only a fenced uploader's late writes, or an upload whose abandon
-  died half-way, are left;
+- no object is an ``orphan``. The bucket is the truth and the metadata store its index, so
+  an object of the channel is an orphan only if (a) nothing in the store names it (no
+  row's chunk or manifest, no merge, no garbage), and (b) no manifest in the bucket keeps
+  it (:func:`referenced_by_manifests`). (a) needs no clock: an object counts only if
+  neither the store read *before* the listing nor the one read *after* it names it (an
+  upload commits its row before it writes a byte, a delete removes the objects before
+  the row). (b) makes a lost, empty or stale ``metadata.db`` harmless: what the manifests
+  describe is never called an orphan. Left are a fenced uploader's late writes, an upload
+  whose abandon died half-way, objects a finished merge replaced;
+- a readable manifest that the store lacks (kept by (b), named by no row) is reported as
+  ``unindexed``: the store is behind the bucket (``filechannel tier rebuild`` makes a
+  root from the bucket); it is never deleted;
 - a ``lost`` segment is reported as such (its offsets are known gone);
 - with ``deep``: every uploaded segment is read whole from tier-2 through the readers'
   own code (the header and block-table CRC via :func:`~filechannel.engine.compressed.decode_table`,
   every block decompressed, every record's CRC via :func:`~filechannel.engine.record.decode_records`):
   ``damaged``.
 
-``repair`` (only while no daemon runs: it holds the daemon's lock and takes an epoch):
-orphans are deleted; a missing, short or damaged chunk is written again from the local
-``.seg.z`` when it is still there and is the same segment (same table, same size: the
-bytes tier-2 holds are the local file's, unchanged); a missing or disagreeing manifest is
-written again from the row (the metadata is the truth); otherwise the segment is marked
-``lost`` (:meth:`TierMetadata.mark_lost`): reads of its offsets raise
-:class:`~filechannel.errors.TierDataLostError` naming them, nothing guesses. Gaps are
-reported, not repaired (there is nothing to repair them from).
+``repair`` (only while no daemon runs: it holds the daemon's lock, and takes an epoch
+unless the store is empty or absent, which it leaves so for ``tier import``): orphans are
+deleted; a missing, short or damaged chunk is written again from the local ``.seg.z`` when
+it is still there and is the same segment (same table, same size: the bytes tier-2 holds
+are the local file's, unchanged); a missing or disagreeing manifest is written again from
+the row (what readers follow); otherwise the segment is marked ``lost``
+(:meth:`TierMetadata.mark_lost`): reads of its offsets raise
+:class:`~filechannel.errors.TierDataLostError` naming them, nothing guesses. A segment is
+never marked lost while its records read back intact (read again whole first). Gaps and
+unindexed manifests are reported, not repaired (nothing to repair them from, nothing to
+delete).
 """
 
 from __future__ import annotations
@@ -38,16 +48,18 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 
 from ..engine.log import Log
 from ..engine.record import Record, decode_records
-from ..errors import CorruptRecordError, FileChannelError, os_errors
+from ..errors import CorruptRecordError, FileChannelError, TierError, os_errors
 from .context import ROOT_METADATA, ROOT_TIER_DIR
 from .daemon import Partition, exclusive, tiered_partitions
 from .layout import (
     LISTED,
     LOST,
+    MANIFEST_SUFFIX,
     STATES,
     UPLOADED,
     SegmentRecord,
@@ -56,7 +68,9 @@ from .layout import (
     object_extents,
     parse_object_name,
 )
-from .metadata import TierMetadata
+from .metadata import Merge, TierMetadata
+from .ownership import not_owner, read_claim, root_identity
+from .reindex import referenced_by_manifests
 from .remote_segment import RemoteReader
 from .storage import ChunkStorage, open_storage
 from .uploader import SegmentToUpload, checked_size
@@ -71,7 +85,7 @@ _DEEP_CACHE_BYTES = 8 << 20
 class Finding:
     """One inconsistency: its kind, the channel, the object (if one), the offsets ``[first, end)`` it affects."""
 
-    kind: str  # missing, length, manifest, orphan, gap, lost, damaged
+    kind: str  # missing, length, manifest, orphan, unindexed, gap, lost, damaged; notes: extra bytes
     channel: str
     name: str | None
     first: int | None
@@ -86,9 +100,14 @@ class Finding:
 
 @dataclass
 class FsckReport:
-    """What a check found, what a repair did, and how much it looked at."""
+    """What a check found, what a repair did, and how much it looked at.
+
+    ``findings`` are inconsistencies (exit 1); ``notes`` are not (``extra bytes``: an object
+    longer than its chunks need, whole and readable).
+    """
 
     findings: list[Finding] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     segments: int = 0
     objects: int = 0
@@ -116,25 +135,38 @@ def fsck(
 
     ``say`` gets one line per repair action; ``advance(nbytes)`` is called as a deep check
     reads. Raises TierError if ``repair`` and a daemon runs, or the storage cannot be reached.
+
+    A missing ``metadata.db`` is an empty store: the bucket is still checked (its manifests
+    are ``unindexed``, true orphans are found), and the file is not created. A repair takes an
+    epoch only in a store that has one already, so an empty store stays empty (``tier import``
+    loads only into an empty store): it has no row to mark lost anyway.
     """
     root = os.path.abspath(os.fspath(root))
     path = os.path.join(root, ROOT_METADATA)
     report = FsckReport()
-    if not os.path.exists(path):
-        return report  # nothing was ever uploaded
+    if not os.path.exists(path) and not tiered_partitions(root):
+        return report  # nothing is tiered
     say = say or (lambda line: None)
-    if not repair:
-        with TierMetadata(path) as metadata:
-            _check_root(root, metadata, None, deep, report, say, advance)
-        return report
-    with exclusive(os.path.join(root, ROOT_TIER_DIR), "repair tier-2"), TierMetadata(path) as metadata:
-        epoch = metadata.take_epoch(f"fsck --repair:{os.getpid()}")
-        _check_root(root, metadata, epoch, deep, report, say, advance)
+    with ExitStack() as stack:
+        if repair:
+            stack.enter_context(exclusive(os.path.join(root, ROOT_TIER_DIR), "repair tier-2"))
+        metadata = stack.enter_context(TierMetadata(path)) if os.path.exists(path) else None
+        epoch = None
+        if repair and metadata is not None and metadata.current_epoch():
+            epoch = metadata.take_epoch(f"fsck --repair:{os.getpid()}")
+        _check_root(root, _Store(metadata, path), repair, epoch, deep, report, say, advance)
     return report
 
 
 def _check_root(
-    root: str, metadata: TierMetadata, epoch: int | None, deep: bool, report: FsckReport, say: Say, advance: Bytes | None
+    root: str,
+    store: _Store,
+    repair: bool,
+    epoch: int | None,
+    deep: bool,
+    report: FsckReport,
+    say: Say,
+    advance: Bytes | None,
 ) -> None:
     storages: dict[tuple[str, str], ChunkStorage] = {}
     try:
@@ -143,7 +175,11 @@ def _check_root(
             key = (part.config.tier, repr(sorted((part.config.tier_options or {}).items())))
             if key not in storages:
                 storages[key] = open_storage(part.config.tier, **(part.config.tier_options or {}))
-            _check_partition(part, storages[key], metadata, epoch, deep, report, say, advance)
+                if repair:  # a repair deletes and rewrites: only in a prefix this root owns (or nobody claimed)
+                    claim = read_claim(storages[key])
+                    if claim is not None and claim.root_id != root_identity(os.path.join(root, ROOT_TIER_DIR)):
+                        raise not_owner(storages[key], claim)
+            _check_partition(part, storages[key], store, repair, epoch, deep, report, say, advance)
     finally:
         for storage in storages.values():
             storage.close()
@@ -153,10 +189,38 @@ def _named(records: list[SegmentRecord]) -> set[str]:
     return {c.name for r in records for c in r.chunks} | {r.manifest for r in records if r.manifest}
 
 
+@dataclass(frozen=True)
+class _Store:
+    """The metadata store as fsck reads it: ``metadata``, or None while ``path`` does not exist
+    (then it is empty, and read from ``path`` if it appears meanwhile)."""
+
+    metadata: TierMetadata | None
+    path: str
+
+    def rows(self, channel: str) -> list[SegmentRecord]:
+        return [] if self.metadata is None else self.metadata.segments(channel, states=STATES)
+
+    def merges(self, channel: str) -> list[Merge]:
+        return [] if self.metadata is None else self.metadata.merges(channel)
+
+    def names(self, channel: str) -> set[str]:
+        """Every object name the store keeps for ``channel``: its rows' chunks and manifests,
+        merges in progress (the object and its sources), garbage waiting for its delay."""
+        if self.metadata is None:
+            if not os.path.exists(self.path):
+                return set()
+            with TierMetadata(self.path) as metadata:
+                return _Store(metadata, self.path).names(channel)
+        merges = self.metadata.merges(channel)
+        named = _named(self.metadata.segments(channel, states=STATES)) | set(self.metadata.garbage(channel))
+        return named | {m.name for m in merges} | {n for m in merges for n in m.sources}
+
+
 def _check_partition(
     part: Partition,
     storage: ChunkStorage,
-    metadata: TierMetadata,
+    store: _Store,
+    repair: bool,
     epoch: int | None,
     deep: bool,
     report: FsckReport,
@@ -164,41 +228,67 @@ def _check_partition(
     advance: Bytes | None,
 ) -> None:
     channel = part.name
-    before = metadata.segments(channel, states=STATES)
+    named = store.names(channel)  # the store read before the listing...
     listing = storage.list(channel + "/")
-    rows = metadata.segments(channel, states=STATES)
+    rows = store.rows(channel)
+    named |= store.names(channel)  # ...and after it (see the module docstring)
+    merges = store.merges(channel)
     report.objects += len(listing)
     sizes = {o.name: o.length for o in listing}
     found: list[Finding] = []
 
-    # orphans: named by neither read of the metadata (see the module docstring), nor by a merge
-    # in progress or the garbage of one (objects replaced, deleted after the garbage delay)
-    merges = metadata.merges(channel)
-    named = _named(before) | _named(rows) | set(metadata.garbage(channel))
-    named |= {m.name for m in merges} | {n for m in merges for n in m.sources}
-    orphans = [
+    # orphans: objects of the channel that neither read of the store names, nor a manifest in the
+    # bucket keeps (the manifests are read only for these: none when the store names everything)
+    unnamed = [
         o for o in listing if (p := parse_object_name(o.name)) is not None and p.channel == channel and o.name not in named
     ]
-    found += [Finding("orphan", channel, o.name, None, None, f"{o.length} bytes that no segment names") for o in orphans]
+    decoded: dict[str, SegmentRecord | None] = {}
+    kept = referenced_by_manifests(storage, listing, channel, [o.name for o in unnamed], decoded=decoded)
+    orphans = [o for o in unnamed if o.name not in kept]
+    found += [
+        Finding("orphan", channel, o.name, None, None, f"{o.length} bytes that no segment names and no manifest keeps")
+        for o in orphans
+    ]
+    for o in unnamed:
+        unindexed = decoded.get(o.name) if o.name in kept and o.name.endswith(MANIFEST_SUFFIX) else None
+        if unindexed is not None:
+            detail = (
+                f"a readable segment ({unindexed.size} bytes in {len(object_extents([unindexed]))} object(s)) that the "
+                "metadata store lacks: the store is behind the bucket (a lost or replaced metadata.db?); make a root "
+                "from the bucket with 'filechannel tier rebuild'; never deleted"
+            )
+            found.append(Finding("unindexed", channel, o.name, unindexed.base_offset, unindexed.end_offset, detail))
 
     listed = [r for r in rows if r.state in LISTED]
     report.segments += len(listed)
     damaged: dict[int, list[Finding]] = {}  # base offset -> findings about its chunks
     bad_manifest: dict[int, Finding] = {}
-    extents = object_extents(r for r in listed if r.state == UPLOADED)  # merged objects: their whole length
+    # how long each object must be: the end of the furthest chunk in it (a merged object holds several)
+    extents = object_extents(r for r in listed if r.state == UPLOADED)
+    # objects longer than every row (any state) needs: whole, the rest is never read
+    held = object_extents(rows)
+    for name, extent in held.items():
+        if name in extents and sizes.get(name, -1) > extent:
+            holders = [r for r in listed if any(c.name == name for c in r.chunks)]
+            detail = (
+                f"the object holds {sizes[name]} bytes, {sizes[name] - extent} bytes after the furthest chunk in it "
+                f"(which ends at {extent}); not damage: reads never reach them"
+            )
+            first, end = min(r.base_offset for r in holders), max(r.end_offset for r in holders)
+            report.notes.append(Finding("extra bytes", channel, name, first, end, detail))
     for r in listed:
         if r.state == LOST:
             found.append(Finding("lost", channel, None, r.base_offset, r.end_offset, "marked lost by an earlier repair"))
             continue
         for name in dict.fromkeys(c.name for c in r.chunks):
-            held = ", ".join(
+            where = ", ".join(
                 f"bytes {c.position} to {c.position + c.length - 1} at {c.object_offset}" for c in r.chunks if c.name == name
             )
             if name not in sizes:
-                detail = f"the object is missing (it holds {held})"
+                detail = f"the object is missing (it holds {where})"
                 finding = Finding("missing", channel, name, r.base_offset, r.end_offset, detail)
-            elif sizes[name] != extents[name]:
-                detail = f"the object holds {sizes[name]} bytes, the metadata says {extents[name]} (it holds {held})"
+            elif sizes[name] < extents[name]:
+                detail = f"the object holds {sizes[name]} bytes, the metadata says {extents[name]} (it holds {where})"
                 finding = Finding("length", channel, name, r.base_offset, r.end_offset, detail)
             else:
                 continue
@@ -227,7 +317,7 @@ def _check_partition(
     found += _gaps(part, listed)
     report.findings += found
 
-    if epoch is None:
+    if not repair:
         return
 
     def done(line: str) -> None:
@@ -241,8 +331,12 @@ def _check_partition(
     for base, findings in damaged.items():
         record = by_base[base]
         line = _upload_again(part, storage, record, findings, [r for r in listed if r.state == UPLOADED])
+        if line is None and not any(f.kind == "damaged" for f in findings):
+            line = _intact(storage, record)  # never mark lost what reads back (the shallow findings said otherwise)
         if line is None:
-            metadata.mark_lost(epoch, channel, base)
+            if store.metadata is None or epoch is None:  # rows exist only in a store with an epoch
+                raise TierError(f"cannot mark {channel} offsets {record.base_offset} to {record.end_offset - 1} lost: no epoch")
+            store.metadata.mark_lost(epoch, channel, base)
             line = (
                 f"{channel} offsets {record.base_offset} to {record.end_offset - 1}: marked lost (no local copy of "
                 "the segment to upload again); reads of them raise TierDataLostError"
@@ -274,6 +368,19 @@ def _manifest_problem(
             f"{record.size} bytes in {len(record.chunks)}"
         )
     return None
+
+
+def _intact(storage: ChunkStorage, record: SegmentRecord) -> str | None:
+    """The line saying ``record`` was left uploaded because it reads back whole (table, blocks,
+    record CRCs), or None if it does not."""
+    reader = RemoteReader(storage, _DEEP_CACHE_BYTES, 1)
+    try:
+        if _deep_problem(reader, record) is not None:
+            return None
+    finally:
+        reader.close()
+    where = f"{record.channel} offsets {record.base_offset} to {record.end_offset - 1}"
+    return f"{where}: not marked lost: every record reads back intact now"
 
 
 def _deep_problem(reader: RemoteReader, record: SegmentRecord) -> str | None:
@@ -362,7 +469,7 @@ def _upload_again(
                 return None
             data += piece
         objects[name] = bytes(data)
-    for name, data in objects.items():
-        storage.write(name, data)
+    for name, whole in objects.items():
+        storage.write(name, whole)
     where = f"{part.name} offsets {record.base_offset} to {record.end_offset - 1}"
     return f"{where}: {len(objects)} object(s) written again from the local copies"

@@ -33,14 +33,18 @@ Invariants, each checked inside the transaction that could break it:
   ``finish_delete`` removes the row. Objects that no row names (a fenced uploader's late
   writes) are orphans, found by listing and :func:`.layout.parse_object_name`.
 
-Schema (version 2, in ``schema_version``; a newer version is refused, an older one is
-migrated when opened: version 1 lacked the state ``lost``)::
+Schema (version 3, in ``schema_version``; a newer version is refused, an older one is
+migrated when opened: version 1 lacked the state ``lost`` and merges, version 2 the totals)::
 
     epochs   (epoch PK, owner, taken_at_ms)                      one row per epoch ever taken
     segments (channel, base_offset, end_offset, size, max_timestamp, state, epoch,
               manifest, created_at_ms, updated_at_ms)            PK (channel, base_offset)
-    chunks   (channel, base_offset, seq, name UNIQUE, position, length)
+    chunks   (channel, base_offset, seq, name, position, length, object_offset)
                                                                  PK (channel, base_offset, seq)
+    merges, garbage                                              defragmentation under way
+    state_totals (channel, state, segments, bytes), object_refs (channel, name, refs),
+    object_totals (channel, objects)                             kept by triggers on segments
+                                                                 and chunks: a status is probes
 
 ``segments.epoch`` is the epoch that uploaded the segment (its object names carry it),
 not the last one that changed the row.
@@ -63,7 +67,7 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 from operator import itemgetter
 
-from ..errors import ConfigError, FencedError, TierError
+from ..errors import ConfigError, FencedError, MetadataDamagedError, TierError
 from .layout import (
     DELETING,
     LISTED,
@@ -86,7 +90,7 @@ from .layout import (
 
 __all__ = ["SCHEMA_VERSION", "ChannelSummary", "ChunkRecord", "EpochRecord", "Merge", "SegmentRecord", "TierMetadata"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SEGMENTS_TABLE = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -139,7 +143,57 @@ CREATE TABLE IF NOT EXISTS garbage (
     channel TEXT NOT NULL,
     due_at_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS segments_by_channel_state ON segments (channel, state, base_offset);
+CREATE TABLE IF NOT EXISTS state_totals (
+    channel TEXT NOT NULL,
+    state TEXT NOT NULL,
+    segments INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    PRIMARY KEY (channel, state)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS object_refs (
+    channel TEXT NOT NULL,
+    name TEXT NOT NULL,
+    refs INTEGER NOT NULL,
+    PRIMARY KEY (channel, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS object_totals (channel TEXT PRIMARY KEY, objects INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS segments_counted AFTER INSERT ON segments BEGIN
+    INSERT INTO state_totals VALUES (NEW.channel, NEW.state, 1, NEW.size)
+        ON CONFLICT (channel, state) DO UPDATE SET segments = segments + 1, bytes = bytes + NEW.size;
+END;
+CREATE TRIGGER IF NOT EXISTS segments_uncounted AFTER DELETE ON segments BEGIN
+    UPDATE state_totals SET segments = segments - 1, bytes = bytes - OLD.size WHERE channel = OLD.channel AND state = OLD.state;
+END;
+CREATE TRIGGER IF NOT EXISTS segments_recounted AFTER UPDATE OF state, size ON segments BEGIN
+    UPDATE state_totals SET segments = segments - 1, bytes = bytes - OLD.size WHERE channel = OLD.channel AND state = OLD.state;
+    INSERT INTO state_totals VALUES (NEW.channel, NEW.state, 1, NEW.size)
+        ON CONFLICT (channel, state) DO UPDATE SET segments = segments + 1, bytes = bytes + NEW.size;
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_counted AFTER INSERT ON chunks BEGIN
+    INSERT INTO object_refs VALUES (NEW.channel, NEW.name, 1) ON CONFLICT (channel, name) DO UPDATE SET refs = refs + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_uncounted AFTER DELETE ON chunks BEGIN
+    UPDATE object_refs SET refs = refs - 1 WHERE channel = OLD.channel AND name = OLD.name;
+    DELETE FROM object_refs WHERE channel = OLD.channel AND name = OLD.name AND refs = 0;
+END;
+CREATE TRIGGER IF NOT EXISTS objects_counted AFTER INSERT ON object_refs BEGIN
+    INSERT INTO object_totals VALUES (NEW.channel, 1) ON CONFLICT (channel) DO UPDATE SET objects = objects + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS objects_uncounted AFTER DELETE ON object_refs BEGIN
+    UPDATE object_totals SET objects = objects - 1 WHERE channel = OLD.channel;
+END;
 """
+# Version 2 -> 3: totals per channel kept by triggers (segments and bytes per state, objects),
+# so a status costs the same at any history length; filled once from the rows.
+_TO_VERSION_3 = (
+    "DELETE FROM state_totals",
+    "INSERT INTO state_totals SELECT channel, state, count(*), sum(size) FROM segments GROUP BY channel, state",
+    "DELETE FROM object_refs",
+    "INSERT INTO object_refs SELECT channel, name, count(*) FROM chunks GROUP BY channel, name",
+    "DELETE FROM object_totals",
+    "INSERT INTO object_totals SELECT channel, count(*) FROM object_refs GROUP BY channel",
+)
 # Version 1 -> 2: the state "lost", chunks inside merged objects (object_offset; a name may
 # repeat), merges in progress and garbage. SQLite cannot change a CHECK or UNIQUE constraint,
 # so both tables are rebuilt (foreign keys off meanwhile, or dropping segments would cascade).
@@ -162,14 +216,16 @@ _SEGMENT_COLUMNS = "channel, base_offset, end_offset, size, max_timestamp, state
 SEGMENT_AT = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset <= ? ORDER BY base_offset DESC LIMIT 1"
 # The only segment that can overlap [base, end): the one with the greatest base offset < end.
 _LAST_BEFORE = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset < ? ORDER BY base_offset DESC LIMIT 1"
+_SPAN_FIRST = "SELECT base_offset FROM segments WHERE channel = ? AND state = ? ORDER BY base_offset LIMIT 1"
+_SPAN_LAST = "SELECT end_offset FROM segments WHERE channel = ? AND state = ? ORDER BY base_offset DESC LIMIT 1"
 _CHUNKS_OF = "SELECT name, position, length, object_offset FROM chunks WHERE channel = ? AND base_offset = ? ORDER BY seq"
 _INSERT_CHUNK = (
     "INSERT INTO chunks (channel, base_offset, seq, name, position, length, object_offset) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
 _HINTS = {
-    "SQLITE_CORRUPT": "the file is damaged: move it aside and restore a backup (each uploaded segment has a manifest in tier-2)",
-    "SQLITE_NOTADB": "the file is not a tier metadata database: check the path, or move the file aside",
+    "SQLITE_CORRUPT": "the file is damaged: it is an index of the bucket, rebuilt from the manifests in tier-2 when next opened",
+    "SQLITE_NOTADB": "the file is not a tier metadata database: it is an index of the bucket, rebuilt when next opened",
     "SQLITE_BUSY": "another process held it longer than the busy timeout; retry",
     "SQLITE_LOCKED": "another connection held it longer than the busy timeout; retry",
     "SQLITE_CANTOPEN": "check that its folder exists and is writable",
@@ -270,6 +326,13 @@ class TierMetadata:
             db.close()
             raise
         self._db = db
+        self._file_id = _file_id(self.path)
+
+    def replaced(self) -> bool:
+        """Whether the file at ``path`` is no longer the one this instance opened (moved aside,
+        deleted or replaced by another process): its commits would go to a file nobody reads.
+        One ``stat``; the caller reopens."""
+        return _file_id(self.path) != self._file_id
 
     def _configure(self, db: sqlite3.Connection, deadline: float) -> None:
         mode = _journal_mode_wal(db, deadline)
@@ -312,8 +375,10 @@ class TierMetadata:
                         db.execute(statement.format(columns=_SEGMENT_COLUMNS))
                     if db.execute("PRAGMA foreign_key_check").fetchone() is not None:
                         raise TierError(f"cannot migrate tier metadata {self.path!r}: a chunk names no segment")
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
+                for statement in _schema_statements():
+                    db.execute(statement)
+                if version is not None:
+                    for statement in _TO_VERSION_3:
                         db.execute(statement)
                 if version is None:
                     db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
@@ -328,7 +393,9 @@ class TierMetadata:
     def _tier_error(self, action: str, exc: sqlite3.Error) -> TierError:
         name = getattr(exc, "sqlite_errorname", "") or ""
         hint = next((h for code, h in _HINTS.items() if name == code or name.startswith(code + "_")), "")
-        return TierError(f"cannot {action}: tier metadata {self.path!r}: {exc}" + (f"; {hint}" if hint else ""))
+        damaged = name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+        kind = MetadataDamagedError if damaged else TierError
+        return kind(f"cannot {action}: tier metadata {self.path!r}: {exc}" + (f"; {hint}" if hint else ""))
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
@@ -411,15 +478,17 @@ class TierMetadata:
 
     # -- epochs -------------------------------------------------------------------------------
 
-    def take_epoch(self, owner: str) -> int:
-        """A new epoch for an uploader named ``owner`` (e.g. host and pid), newer than every epoch before.
+    def take_epoch(self, owner: str, *, above: int = 0) -> int:
+        """A new epoch for an uploader named ``owner`` (e.g. host and pid), newer than every epoch
+        before and than ``above`` (the newest epoch the bucket holds: the store may have been lost).
 
         From this commit on, every change made with an older epoch raises :class:`FencedError`.
         """
         if not isinstance(owner, str) or not owner:
             raise ConfigError(f"owner {owner!r} must be a non-empty str (e.g. host and pid)")
+        check_int("above", above, 0, MAX_EPOCH)
         with self._transaction("take an epoch", write=True) as db:
-            current, _ = self._current(db)
+            current = max(self._current(db)[0], above)
             if current >= MAX_EPOCH:
                 raise TierError(f"tier metadata {self.path!r} has used every epoch up to {MAX_EPOCH}")
             db.execute("INSERT INTO epochs (epoch, owner, taken_at_ms) VALUES (?, ?, ?)", (current + 1, owner, _now_ms()))
@@ -570,18 +639,22 @@ class TierMetadata:
 
     # -- queries ------------------------------------------------------------------------------
 
-    def segments(self, channel: str, states: Iterable[str] = LISTED) -> list[SegmentRecord]:
-        """The segments of ``channel`` in ``states``, by base offset (by default what readers
-        list: "uploaded", and "lost" ones whose reads raise naming their offsets)."""
+    def segments(self, channel: str, states: Iterable[str] = LISTED, *, from_offset: int = 0) -> list[SegmentRecord]:
+        """The segments of ``channel`` in ``states`` with a base offset >= ``from_offset``, by base
+        offset (by default what readers list: "uploaded", and "lost" ones whose reads raise naming
+        their offsets). A range of the primary key: what the local segments overlap costs the same
+        at any history length."""
         validate_channel(channel)
+        check_int("from_offset", from_offset, 0, MAX_OFFSET)
         wanted = tuple(states)
         if not wanted or any(s not in STATES for s in wanted):
             raise ConfigError(f"states {wanted!r} must be some of {STATES}")
         marks = ", ".join("?" * len(wanted))
         with self._transaction(f"list the segments of {channel}", write=False) as db:
             rows = db.execute(
-                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND state IN ({marks}) ORDER BY base_offset",
-                (channel, *wanted),
+                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset >= ? AND state IN ({marks}) "
+                "ORDER BY base_offset",
+                (channel, from_offset, *wanted),
             ).fetchall()
             return [self._record(db, row) for row in rows]
 
@@ -594,6 +667,90 @@ class TierMetadata:
             if row is None or row[5] not in LISTED or offset >= row[2]:
                 return None
             return self._record(db, row)
+
+    def floor(self, channel: str, offset: int) -> SegmentRecord | None:
+        """The listed segment of ``channel`` with the greatest base offset <= ``offset`` (it may end
+        before ``offset``: a hole follows it), or None: one probe of the primary key."""
+        return self._probe(channel, "base_offset <= ? ORDER BY base_offset DESC", offset)
+
+    def after(self, channel: str, base_offset: int) -> SegmentRecord | None:
+        """The listed segment of ``channel`` with the least base offset > ``base_offset``, or None."""
+        return self._probe(channel, "base_offset > ? ORDER BY base_offset", base_offset)
+
+    def _probe(self, channel: str, where: str, offset: int) -> SegmentRecord | None:
+        validate_channel(channel)
+        check_int("offset", offset, 0, MAX_OFFSET)
+        marks = ", ".join("?" * len(LISTED))
+        with self._transaction(f"find offset {offset} of {channel}", write=False) as db:
+            row = db.execute(
+                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND state IN ({marks}) AND {where} LIMIT 1",
+                (channel, *LISTED, offset),
+            ).fetchone()
+            return None if row is None else self._record(db, row)
+
+    def bounds(self, channel: str) -> tuple[int, int] | None:
+        """The first and end offsets of the segments readers list for ``channel`` (uploaded or
+        lost), or None if it has none: two probes of the primary key, whatever the history."""
+        validate_channel(channel)
+        marks = ", ".join("?" * len(LISTED))
+        with self._transaction(f"read the bounds of {channel}", write=False) as db:
+            first = db.execute(
+                f"SELECT base_offset FROM segments WHERE channel = ? AND state IN ({marks}) ORDER BY base_offset LIMIT 1",
+                (channel, *LISTED),
+            ).fetchone()
+            last = db.execute(
+                f"SELECT end_offset FROM segments WHERE channel = ? AND state IN ({marks}) ORDER BY base_offset DESC LIMIT 1",
+                (channel, *LISTED),
+            ).fetchone()
+            return None if first is None else (first[0], last[0])
+
+    def add_from_bucket(
+        self, channel: str, segments: Sequence[SegmentRecord], epochs: Sequence[EpochRecord], first_offset: int
+    ) -> tuple[int, int]:
+        """Bring the index of ``channel`` up to the bucket, in one transaction; return (added, dropped).
+
+        ``segments`` are what the bucket's manifests describe (see :mod:`.reindex`): each one
+        that overlaps no row of the channel, in any state, is added as uploaded (a row under
+        way is the running uploader's, never replaced); uploaded or lost rows that end at or
+        below ``first_offset`` (retention deleted them from the bucket) are dropped. ``epochs``
+        (the bucket's, and every epoch a segment names) are added where missing, so a running
+        uploader whose epoch the bucket records keeps committing. No epoch check: the index
+        follows the bucket whoever holds an epoch.
+        """
+        validate_channel(channel)
+        for record in segments:
+            problem = segment_problem(record)
+            if problem or record.channel != channel:
+                raise TierError(f"reindex refused: {problem or f'{record.channel} is not {channel}'}")
+        marks = ", ".join("?" * len(LISTED))
+        with self._transaction(f"reindex {channel} from the bucket", write=True) as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO epochs (epoch, owner, taken_at_ms) VALUES (?, ?, ?)",
+                [(e.epoch, e.owner, e.taken_at_ms) for e in epochs],
+            )
+            dropped = db.execute(
+                f"DELETE FROM segments WHERE channel = ? AND state IN ({marks}) AND end_offset <= ?",
+                (channel, *LISTED, first_offset),
+            ).rowcount
+            rows = db.execute("SELECT base_offset, end_offset FROM segments WHERE channel = ?", (channel,)).fetchall()
+            added = [r for r in segments if not any(b < r.end_offset and r.base_offset < e for b, e in rows)]
+            now = _now_ms()
+            db.executemany(
+                f"INSERT INTO segments ({_SEGMENT_COLUMNS}, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (r.channel, r.base_offset, r.end_offset, r.size, r.max_timestamp, UPLOADED, r.epoch, r.manifest, now, now)
+                    for r in added
+                ],
+            )
+            db.executemany(
+                _INSERT_CHUNK,
+                [
+                    (r.channel, r.base_offset, seq, c.name, c.position, c.length, c.object_offset)
+                    for r in added
+                    for seq, c in enumerate(r.chunks)
+                ],
+            )
+            return len(added), dropped
 
     def snapshot(self, topic: str | None = None) -> tuple[list[EpochRecord], list[SegmentRecord]]:
         """Every epoch, and every segment (all states, with its chunks) of the store or of one
@@ -717,12 +874,20 @@ class TierMetadata:
             db.execute("DELETE FROM merges WHERE name = ?", (name,))
         return unused
 
-    def abandon_merge(self, epoch: int, name: str) -> Merge:
-        """Drop merge ``name`` (of any epoch); the caller deletes its object and restores the manifests."""
+    def abandon_merge(self, epoch: int, name: str, garbage_delay_ms: int | None = None) -> Merge:
+        """Drop merge ``name`` (of any epoch); the caller restores the manifests. With
+        ``garbage_delay_ms``, its object becomes garbage due that much later (a defragmenter
+        overtaken mid-merge may still write a manifest naming it: see :func:`.defrag.clean_up`);
+        without, the caller deletes it."""
         self._epoch(epoch)
         with self._transaction(f"abandon the merge into {name}", write=True, epoch=epoch) as db:
             merge = self._merge(db, name)
             db.execute("DELETE FROM merges WHERE name = ?", (name,))
+            if garbage_delay_ms is not None:
+                db.execute(
+                    "INSERT OR REPLACE INTO garbage (name, channel, due_at_ms) VALUES (?, ?, ?)",
+                    (name, merge.channel, _now_ms() + garbage_delay_ms),
+                )
         return merge
 
     def _merge(self, db: sqlite3.Connection, name: str) -> Merge:
@@ -770,24 +935,34 @@ class TierMetadata:
         with self._transaction("list channels", write=False) as db:
             return [row[0] for row in db.execute("SELECT DISTINCT channel FROM segments ORDER BY channel")]
 
+    def object_count(self, channel: str) -> int:
+        """Distinct objects the chunks of ``channel`` are in, whatever their segments' states (a total
+        the triggers keep: one probe)."""
+        validate_channel(channel)
+        with self._transaction(f"count the objects of {channel}", write=False) as db:
+            row = db.execute("SELECT objects FROM object_totals WHERE channel = ?", (channel,)).fetchone()
+            return 0 if row is None else int(row[0])
+
     def summary(self, channel: str | None = None) -> list[ChannelSummary]:
-        """Per channel (or for ``channel`` only): segments and bytes per state, and the uploaded offsets' span."""
+        """Per channel (or for ``channel`` only): segments and bytes per state (totals the triggers
+        keep), and the uploaded offsets' span (two probes): the same cost at any history length."""
         if channel is not None:
             validate_channel(channel)
         where, args = ("WHERE channel = ?", (channel,)) if channel is not None else ("", ())
         with self._transaction("summarize", write=False) as db:
             rows = db.execute(
-                "SELECT channel, state, count(*), sum(size), min(base_offset), max(end_offset) "
-                f"FROM segments {where} GROUP BY channel, state ORDER BY channel",
-                args,
+                f"SELECT channel, state, segments, bytes FROM state_totals {where} ORDER BY channel", args
             ).fetchall()
-        summaries = []
-        none = (0, 0, None, None)
-        for name, group in groupby(rows, key=itemgetter(0)):
-            per_state = {state: (count, size, first, end) for _, state, count, size, first, end in group}
-            counts = {state: per_state.get(state, none)[0] for state in STATES}
-            sizes = {state: per_state.get(state, none)[1] for state in STATES}
-            summaries.append(ChannelSummary(name, counts, sizes, *per_state.get(UPLOADED, none)[2:]))
+            summaries = []
+            for name, group in groupby(rows, key=itemgetter(0)):
+                per_state = {state: (count, size) for _, state, count, size in group}
+                if not any(count for count, _ in per_state.values()):
+                    continue
+                counts = {state: per_state.get(state, (0, 0))[0] for state in STATES}
+                sizes = {state: per_state.get(state, (0, 0))[1] for state in STATES}
+                first = db.execute(_SPAN_FIRST, (name, UPLOADED)).fetchone()
+                last = db.execute(_SPAN_LAST, (name, UPLOADED)).fetchone()
+                summaries.append(ChannelSummary(name, counts, sizes, first and first[0], last and last[0]))
         return summaries
 
     def close(self) -> None:
@@ -806,6 +981,28 @@ class TierMetadata:
 
     def __repr__(self) -> str:
         return f"TierMetadata({self.path!r})"
+
+
+def _schema_statements() -> list[str]:
+    """``_SCHEMA`` cut into statements (a trigger's body holds semicolons: it ends at ``END;``)."""
+    statements, current = [], ""
+    for piece in _SCHEMA.split(";"):
+        current += piece + ";"
+        if current.strip() == ";":
+            current = ""
+            continue
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    return statements
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _journal_mode_wal(db: sqlite3.Connection, deadline: float) -> str:

@@ -23,8 +23,10 @@ rebuild from a bare listing, as Pravega's, is not):
   (``Log.tier_end_offset``), so new records never reuse an uploaded offset. Records that
   were only on the lost disk are gone.
 - **Epochs**: every epoch a used manifest names is recorded, and the newest epoch named
-  by any object of the bucket, so the next daemon's epoch is newer than every name
+  by any object or epoch mark of the bucket, so the next daemon's epoch is newer than every name
   already written (it never overwrites an object, and its sweep deletes the orphans).
+- **The new root owns the prefix**: its claim replaces the old root's (see :mod:`.ownership`);
+  the old root, should it come back, refuses to upload, sweep or delete there.
 - **Group offsets** come from the newest export in tier-2 (``.exports/``, see
   :mod:`.snapshot`), if any, lowered to a partition's end where they are past it.
 
@@ -33,21 +35,22 @@ The target root must not exist or be empty: a rebuild never merges into live dat
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
+import socket
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError, CorruptRecordError, FileChannelError, os_errors
+from ..errors import ConfigError, FileChannelError, os_errors
 from .context import ROOT_METADATA
-from .layout import SegmentRecord, decode_manifest, object_extents, parse_object_name
+from .layout import SegmentRecord
 from .metadata import EpochRecord, TierMetadata
+from .ownership import newest_epoch, root_identity, take_over
+from .reindex import usable_segments
 from .snapshot import newest_epoch_named, newest_export, restore_groups
-from .storage import ChunkStorage, ObjectInfo, open_storage
+from .storage import ChunkStorage, open_storage
 
 Progress = Callable[[str], None]
 
@@ -93,55 +96,6 @@ def _topic_description(storage: ChunkStorage, name: str) -> dict[str, Any]:
     return {"partitions": 0, "config": raw}
 
 
-def _usable_segments(
-    storage: ChunkStorage, listing: list[ObjectInfo], report: RebuildReport, progress: Progress
-) -> dict[str, list[SegmentRecord]]:
-    """Per channel, the segments whose manifest decodes and whose chunks are all listed, by base offset."""
-    sizes = {o.name: o.length for o in listing}
-    candidates: dict[str, list[SegmentRecord]] = defaultdict(list)
-    broken: dict[str, list[SegmentRecord]] = defaultdict(list)  # manifests whose chunks are not whole
-    manifests = [o.name for o in listing if (p := parse_object_name(o.name)) is not None and p.kind == "manifest"]
-    for i, name in enumerate(manifests):
-        if i % 100 == 0:
-            progress(f"reading manifests: {i}/{len(manifests)}")
-        try:
-            record = decode_manifest(storage.read(name, 0, 1 << 24), name)
-        except CorruptRecordError as exc:
-            report.problems.append(f"{name}: unusable manifest, its segment is left out: {exc}")
-            continue
-        missing = [name for name, extent in object_extents([record]).items() if sizes.get(name, -1) < extent]
-        if missing:
-            what = ", ".join(f"{n} ({'missing' if n not in sizes else f'{sizes[n]} bytes'})" for n in missing[:3])
-            broken[record.channel].append(record)
-            report.notes.append(f"{name}: offsets [{record.base_offset}, {record.end_offset}) left out, chunks not whole: {what}")
-            continue
-        candidates[record.channel].append(record)
-    used: dict[str, list[SegmentRecord]] = {}
-    for channel, records in candidates.items():
-        kept: list[SegmentRecord] = []
-        for record in sorted(records, key=lambda r: -r.epoch):  # the newest epoch wins an overlap
-            clash = next((k for k in kept if k.base_offset < record.end_offset and record.base_offset < k.end_offset), None)
-            if clash is not None:
-                report.notes.append(
-                    f"{record.manifest}: superseded by {clash.manifest} (an older upload attempt; an orphan for the next daemon)"
-                )
-                continue
-            kept.append(record)
-        used[channel] = sorted(kept, key=lambda r: r.base_offset)
-    for channel, records in broken.items():
-        for record in records:
-            if any(r.base_offset >= record.end_offset for r in used.get(channel, [])):
-                report.problems.append(
-                    f"{channel}: offsets [{record.base_offset}, {record.end_offset}) are lost: their chunks are not whole "
-                    "and later offsets are there (a hole readers will report)"
-                )
-    for channel, records in used.items():
-        for a, b in itertools.pairwise(records):
-            if a.end_offset != b.base_offset:
-                report.problems.append(f"{channel}: offsets [{a.end_offset}, {b.base_offset}) are in no usable manifest (a hole)")
-    return used
-
-
 def rebuild_root(
     root: str | os.PathLike[str],
     url: str,
@@ -166,7 +120,7 @@ def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any]
     say(f"listing {storage.url}")
     listing = storage.list("")
     say(f"{len(listing)} object(s) listed")
-    used = _usable_segments(storage, listing, report, say)
+    used = usable_segments(storage, listing, report.problems, report.notes, say)
 
     # topics: their descriptions in tier-2, and the partitions the manifests show
     topics: dict[str, dict[str, Any]] = {}
@@ -202,7 +156,7 @@ def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any]
     segments = [r for records in channels.values() for r in records]
     now = time.time_ns() // 1_000_000
     epochs = {r.epoch: EpochRecord(r.epoch, "rebuild: uploader of the segments of this epoch", now) for r in segments}
-    newest = newest_epoch_named(listing)
+    newest = max(newest_epoch_named(listing), newest_epoch(storage))
     if newest and newest not in epochs:
         epochs[newest] = EpochRecord(newest, "rebuild: the newest epoch named in the bucket", now)
     path = os.path.join(root, ROOT_METADATA)
@@ -217,6 +171,14 @@ def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any]
             records = channels.get(f"{topic}/{p}", [])
             report.ends[f"{topic}/{p}"] = records[-1].end_offset if records else 0
     say(f"metadata: {report.segments} segment(s), {report.bytes} bytes, epochs up to {newest}")
+    previous = take_over(storage, root_identity(os.path.dirname(path)), f"tier rebuild:{socket.gethostname()}:{os.getpid()}")
+    if previous is not None:
+        line = (
+            f"took the prefix over from root {previous.root_id} (claimed by {previous.by}): that root, should it come "
+            "back, refuses to tier there and deletes nothing"
+        )
+        report.notes.append(line)
+        say(line)
 
     # group offsets from the newest export, if the bucket holds one
     try:

@@ -31,11 +31,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from ..engine.compressed import Z_HEADER, CompressedInfo, decode_table, table_length
-from ..errors import CorruptRecordError, FencedError, StorageError, os_errors
+from ..errors import CorruptRecordError, FencedError, NotOwnerError, StorageError, os_errors
 from .layout import UPLOADED, UPLOADING, ChunkRecord, SegmentRecord, encode_manifest, manifest_name, plan_chunks
 from .metadata import TierMetadata
 from .storage import ChunkStorage
@@ -139,8 +140,10 @@ class SegmentUpload:
         segment: SegmentToUpload,
         fd: int,
         chunks: list[ChunkRecord],
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self.storage = storage
+        self.guard = guard
         self.metadata = metadata
         self.epoch = epoch
         self.channel = channel
@@ -202,7 +205,11 @@ class SegmentUpload:
             )
             check_fence(self.metadata, self.epoch)
             self.storage.write(manifest, encode_manifest(record))
+            if self.guard is not None:
+                self.guard()  # a write, then a verify: still the prefix's owner, at its newest epoch
             return self.metadata.finish_upload(self.epoch, self.channel, seg.base_offset, self.chunks, manifest)
+        except NotOwnerError:
+            raise  # another root owns the prefix now: its objects and rows are its business, ours stay as they are
         except FencedError:
             self._delete_fenced()
             raise
@@ -255,9 +262,12 @@ def start_upload(
     chunk_bytes: int,
     pool: Executor,
     limiter: RateLimiter | None = None,
+    guard: Callable[[], None] | None = None,
 ) -> SegmentUpload:
     """Begin the upload of ``segment`` of ``channel`` as epoch ``epoch``: the "uploading" row
-    committed, every chunk submitted to ``pool``. The caller then calls ``finish`` or ``abandon``."""
+    committed, every chunk submitted to ``pool``. The caller then calls ``finish`` or ``abandon``.
+    ``guard`` runs after the manifest is written and before the commit; it raises to stop a
+    publication (:meth:`.ownership.PrefixGuard.verify`)."""
     with os_errors("open segment", segment.path):
         fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -267,7 +277,7 @@ def start_upload(
     except BaseException:
         os.close(fd)
         raise
-    upload = SegmentUpload(storage, metadata, epoch, channel, segment, fd, list(chunks))
+    upload = SegmentUpload(storage, metadata, epoch, channel, segment, fd, list(chunks), guard)
     try:
         upload._submit(pool, limiter or RateLimiter(None))
     except BaseException:  # the pool is shut down: nothing of this attempt will be written

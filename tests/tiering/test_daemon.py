@@ -27,7 +27,7 @@ from filechannel.tiering.local_storage import LocalStorage
 from filechannel.tiering.metadata import TierMetadata
 
 from .conftest import wait_for
-from .tier_helpers import local_bases, make_topic, produce, tier2_records
+from .tier_helpers import local_bases, make_topic, produce, segment_objects, tier2_records
 
 HELPERS = Path(__file__).with_name("tier_helpers.py")
 
@@ -182,7 +182,7 @@ def test_total_retention_removes_tier2_copies(tmp_path: Path) -> None:
         kept = metadata.segments("t/0")
         assert sum(r.size for r in kept) + os.path.getsize(next((root / "t" / "0").glob("*.seg"))) <= total // 2 + 4096
         assert kept == all_uploaded[-len(kept) :]  # the oldest went, a prefix
-        names = {o.name for o in storage.list("t/0/")}
+        names = segment_objects(storage, "t/0/")
         assert names == {c.name for r in kept for c in r.chunks} | {r.manifest for r in kept}
         assert metadata.segments("t/0", states=("deleting",)) == []
 
@@ -238,6 +238,15 @@ def test_standalone_channel_is_tiered_by_its_own_daemon(tmp_path: Path) -> None:
         TieringDaemon(tmp_path / "solo", channel=ChannelConfig())
 
 
+def _answers_reads(url: str, options: dict) -> bool:
+    try:
+        with open_storage(url, **options) as storage:
+            storage.exists(".claim.json")
+        return True
+    except TierError:
+        return False
+
+
 @pytest.mark.s3
 def test_s3_server_killed_mid_upload_then_restarted(tmp_path: Path, private_seaweed, monkeypatch: pytest.MonkeyPatch) -> None:
     """The S3 server dies while the daemon uploads: the pass reports the partition, deletes nothing
@@ -273,6 +282,7 @@ def test_s3_server_killed_mid_upload_then_restarted(tmp_path: Path, private_seaw
     assert local_bases(root) == [b for b in before if b >= uploaded[-1].end_offset]
 
     server.start()
+    wait_for(lambda: _answers_reads(url, options), 60, "the restarted server answering reads")  # not just list_buckets
     with TieringDaemon(root) as daemon:
         report = daemon.run(once=True)
     assert report.failures == []
@@ -280,7 +290,7 @@ def test_s3_server_killed_mid_upload_then_restarted(tmp_path: Path, private_seaw
         assert metadata.segments("t/0", states=("uploading", "deleting")) == []
         uploaded = metadata.segments("t/0")
         assert [r.base_offset for r in uploaded] == before[:-1]  # each sealed segment once
-        names = {o.name for o in storage.list("t/0/")}
+        names = segment_objects(storage, "t/0/")
         assert names == {c.name for r in uploaded for c in r.chunks} | {r.manifest for r in uploaded}
         assert [r.value for r in tier2_records(storage, metadata, "t/0")] == sent[: before[-1]]
     assert local_bases(root) == [before[-1]]
@@ -303,7 +313,9 @@ def test_deleted_topic_is_purged_from_tier2_before_it_can_be_created_again(tmp_p
         report = daemon.run(once=True)
     assert report.failures == []
     with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as storage:
-        assert metadata.channels() == [] and storage.list() == []
+        # what is left is the prefix's own: its claim and epoch marks, never a record of the topic
+        assert metadata.channels() == [] and storage.list("t/") == []
+        assert {o.name.split("/")[0] for o in storage.list()} == {".claim.json", ".epochs"}
     make_topic(root, url)
     produce(root, values(10))
     with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch:

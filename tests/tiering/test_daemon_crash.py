@@ -20,7 +20,7 @@ from filechannel.tiering.daemon import LOCK_FILE, TieringDaemon
 from filechannel.tiering.metadata import TierMetadata
 
 from .conftest import wait_for
-from .tier_helpers import local_bases, make_topic, produce, tier2_records
+from .tier_helpers import local_bases, make_topic, produce, segment_objects, tier2_records
 
 HELPERS = Path(__file__).with_name("tier_helpers.py")
 KILLS = int(os.environ.get("FC_TIER_KILLS", "32"))
@@ -123,7 +123,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
         assert len(bases) == len(set(bases))  # each segment uploaded exactly once
         assert [r.base_offset for r in uploaded[1:]] == [r.end_offset for r in uploaded[:-1]]  # contiguous
         assert uploaded[0].base_offset == 0 and uploaded[-1].end_offset == local_bases(root)[0]
-        names = {o.name for o in storage.list("t/0/")}
+        names = segment_objects(storage, "t/0/")
         assert names == {c.name for r in uploaded for c in r.chunks} | {r.manifest for r in uploaded}  # no orphan
         remote_records = tier2_records(storage, metadata, "t/0")
     with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch:
@@ -174,5 +174,5 @@ def test_paused_daemon_is_fenced_when_another_took_over(tmp_path: Path) -> None:
         assert epochs == sorted(epochs) and set(epochs) <= {epoch_a, epoch_b}
         assert {r.epoch for r in uploaded if r.base_offset in {i.base_offset for i in interrupted}} == {epoch_b}
         # A wrote nothing that survives after B took over: every object is named by an uploaded row
-        names = {o.name for o in storage.list("t/0/")}
+        names = segment_objects(storage, "t/0/")
         assert names == {c.name for r in uploaded for c in r.chunks} | {r.manifest for r in uploaded}

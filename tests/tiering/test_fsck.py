@@ -15,10 +15,20 @@ from filechannel.client import Admin
 from filechannel.client.topics import TopicStore
 from filechannel.tiering import open_storage
 from filechannel.tiering.context import ROOT_METADATA
-from filechannel.tiering.daemon import TieringDaemon
-from filechannel.tiering.fsck import fsck
-from filechannel.tiering.layout import encode_manifest
+from filechannel.tiering.daemon import TieringDaemon, defrag_root
+from filechannel.tiering.defrag import DefragSettings
+from filechannel.tiering.fsck import fsck, referenced_by_manifests
+from filechannel.tiering.layout import (
+    UPLOADED,
+    ChunkRecord,
+    SegmentRecord,
+    chunk_name,
+    encode_manifest,
+    manifest_name,
+    merged_name,
+)
 from filechannel.tiering.metadata import SCHEMA_VERSION, TierMetadata
+from filechannel.tiering.rebuild import rebuild_root
 
 from .test_rebuild import kind_url, read_all
 from .test_tier_cli import fc
@@ -122,7 +132,9 @@ def test_gaps_are_found_and_repair_refuses_beside_a_running_daemon(tmp_path: Pat
     proc = fc("tier", "fsck", "--root", str(root), check=False)
     gap = f"gap: t/0 offsets {segs[1].base_offset} to {segs[1].end_offset - 1}"
     assert proc.returncode == 1 and any(line.startswith(gap) for line in proc.stderr.splitlines())
-    assert "orphan" in proc.stderr  # its objects are named by nothing now
+    # its objects are named by no row now, but its manifest in the bucket still describes a readable
+    # segment: the store is behind the bucket, which is not an orphan (a repair would delete records)
+    assert "unindexed" in proc.stderr and "orphan" not in proc.stderr
     with TieringDaemon(root):
         busy = fc("tier", "fsck", "--root", str(root), "--repair", check=False)
     assert busy.returncode == 1 and busy.stderr.count("\n") == 1 and "stop it first" in busy.stderr
@@ -194,3 +206,154 @@ def test_an_unreachable_storage_is_one_line(tmp_path: Path, unused_port: int, mo
         proc = fc("tier", *command, "--root", str(root), check=False)
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
         assert proc.returncode == 1 and len(errors) == 1 and "unreachable" in errors[0], (command, proc.stderr)
+
+
+def _tiered_root_with_merged_and_chunk_objects(tmp_path: Path, sent: list[bytes]) -> tuple[Path, str]:
+    """A root with no local copies left whose bucket holds merged objects (a defrag of the first
+    segments) and chunk objects (segments uploaded after it), the defrag's garbage deleted."""
+    root, url = tmp_path / "root", f"file://{tmp_path}/tier"
+    Admin(root).create_topic("t", 1, tier=url, local_retention_bytes=0, **SMALL)
+    os.makedirs(root / ".tier", exist_ok=True)
+    with TierMetadata(root / ROOT_METADATA) as metadata:  # the daemon's epoch is above 1: a fenced epoch 1 below
+        metadata.take_epoch("test")
+    produce(root, sent[: len(sent) * 2 // 3])
+    fc("tier", "run", "--root", str(root), "--once")
+    defrag_root(root, DefragSettings(merge_below_bytes=3000, target_bytes=20_000, garbage_delay_ms=0))
+    produce(root, sent[len(sent) * 2 // 3 :])
+    fc("tier", "run", "--root", str(root), "--once")  # uploads the rest as chunks, deletes the garbage
+    return root, url
+
+
+def test_extra_bytes_after_the_chunks_are_a_note_and_repair_never_marks_intact_records_lost(tmp_path: Path) -> None:
+    sent = [os.urandom(100) for _ in range(300)]
+    root, url = _tiered_root_with_merged_and_chunk_objects(tmp_path, sent)
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        segs = metadata.segments("t/0")
+    merged = next(c.name for s in segs for c in s.chunks if c.name.endswith(".merged"))
+    chunk = next(c.name for s in segs for c in s.chunks if c.name.endswith(".chunk"))
+    with open_storage(url) as storage:
+        for name in (merged, chunk):  # longer than the chunks in them need: garbage after the last one
+            storage.write(name, storage.read(name, 0, 1 << 30) + b"\0" * 77)
+
+    report = fsck(root, deep=True, repair=True)
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        assert [s.state for s in metadata.segments("t/0")] == [UPLOADED] * len(segs)  # nothing marked lost
+    assert read_all(root, "t", 0) == list(enumerate(sent))  # every record reads back, through a consumer
+    assert report.findings == [] and report.repaired == [] and report.deep_bytes == sum(s.size for s in segs)
+    assert sorted((n.kind, n.name) for n in report.notes) == sorted([("extra bytes", chunk), ("extra bytes", merged)])
+    assert all("77 bytes" in n.line() for n in report.notes)
+    clean = fc("tier", "fsck", "--root", str(root), "--deep")  # not damage: exit 0, one note line each
+    notes = clean.stderr.splitlines()
+    assert len(notes) == 2 and all(n.startswith("note: extra bytes: ") and "77 bytes" in n for n in notes)
+    assert "0 finding(s)" in clean.stdout
+
+
+@pytest.mark.parametrize("store", ["empty", "deleted"])
+def test_objects_a_manifest_keeps_are_never_orphans_whatever_the_metadata_store_says(store: str, tmp_path: Path) -> None:
+    sent = [os.urandom(100) for _ in range(300)]
+    root, url = _tiered_root_with_merged_and_chunk_objects(tmp_path, sent)
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        segs = metadata.segments("t/0")
+    assert segs[0].epoch > 1
+    in_merged = next(s for s in segs if any(c.name.endswith(".merged") for c in s.chunks))
+    fresh = next(s for s in segs if all(c.name.endswith(".chunk") for c in s.chunks))
+    far = segs[-1].end_offset + 10**6
+    with open_storage(url) as storage:
+        acknowledged = {o.name for o in storage.list("t/")}
+        # a fenced uploader's attempt at `fresh` (epoch 1, overtaken, done again by the daemon's epoch):
+        # whole, but superseded by the newer upload of the same offsets, as rebuild decides
+        fenced = replace(
+            fresh,
+            epoch=1,
+            chunks=tuple(replace(c, name=chunk_name("t/0", fresh.base_offset, 1, c.position)) for c in fresh.chunks),
+            manifest=manifest_name("t/0", fresh.base_offset, 1),
+        )
+        for old, new in zip(fresh.chunks, fenced.chunks, strict=True):
+            storage.write(new.name, storage.read(old.name, 0, 1 << 30))
+        storage.write(fenced.manifest, encode_manifest(fenced))
+        orphans = {  # true orphans: no manifest in the bucket names them
+            chunk_name("t/0", far, 1, 0): b"a chunk whose manifest was never written",
+            chunk_name("t/0", in_merged.base_offset, 1, 0): b"a chunk of an epoch with no manifest of that segment",
+            merged_name("t/0", in_merged.base_offset, 1, in_merged.end_offset, "0123456789abcdef"): b"a merge never swapped in",
+            manifest_name("t/0", far, 1): b'{"not": "a manifest"}',
+        }
+        for name, data in orphans.items():
+            storage.write(name, data)
+    expected = set(orphans) | {c.name for c in fenced.chunks} | {fenced.manifest}
+    checked = fsck(root)  # with the metadata intact first
+    assert {f.name for f in checked.findings if f.kind == "orphan"} == expected
+    assert all(f.kind == "orphan" for f in checked.findings)
+
+    for suffix in ("", "-wal", "-shm"):  # the metadata store is lost...
+        if os.path.exists(f"{root / ROOT_METADATA}{suffix}"):
+            os.remove(f"{root / ROOT_METADATA}{suffix}")
+    if store == "empty":  # ...or replaced by an empty file
+        (root / ROOT_METADATA).write_bytes(b"")
+    repaired = fc("tier", "fsck", "--root", str(root), "--repair", check=False)
+    with open_storage(url) as storage:
+        assert {o.name for o in storage.list("t/")} == acknowledged  # the orphans went, nothing a manifest keeps did
+    assert repaired.returncode == 1
+    repairs = [line for line in repaired.stderr.splitlines() if " repaired: " in line]
+    lines = [line for line in repaired.stderr.splitlines() if " repaired: " not in line]  # the findings
+    unindexed = [line for line in lines if line.startswith("unindexed:")]
+    assert sorted(line.split()[2] for line in unindexed) == sorted(s.manifest for s in segs)  # readable, not indexed
+    assert all("tier rebuild" in line for line in unindexed)
+    assert sorted(line.split()[2].rstrip(":") for line in lines if line.startswith("orphan:")) == sorted(expected)
+    assert len(lines) == len(segs) + len(expected)
+    assert len(repairs) == len(expected) and all(line.endswith("orphan deleted") for line in repairs)
+    if store == "deleted":
+        assert not os.path.exists(root / ROOT_METADATA)  # not created: `tier import` still finds it empty
+    else:
+        with TierMetadata(root / ROOT_METADATA) as metadata:
+            assert metadata.current_epoch() == 0 and metadata.segments("t/0") == []  # still empty: import works
+    rebuilt = tmp_path / "rebuilt"
+    assert rebuild_root(rebuilt, url).problems == []  # the bucket alone still holds every uploaded record
+    assert read_all(rebuilt, "t", 0) == list(enumerate(sent[: segs[-1].end_offset]))
+
+
+def test_referenced_by_manifests_follows_the_bucket_alone(tmp_path: Path) -> None:
+    ch = "t/0"
+
+    def segment(base: int, epoch: int, lengths: list[int], merged: str | None = None, at: int = 0) -> SegmentRecord:
+        chunks, position = [], 0
+        for length in lengths:
+            name = merged or chunk_name(ch, base, epoch, position)
+            chunks.append(ChunkRecord(name, position, length, at + position if merged else 0))
+            position += length
+        return SegmentRecord(ch, base, base + 10, position, 0, UPLOADED, epoch, tuple(chunks), manifest_name(ch, base, epoch))
+
+    whole = segment(0, 2, [100, 100])
+    superseded = segment(0, 1, [100, 100])  # the same offsets, an older epoch: rebuild would not use it
+    half_deleted = segment(10, 2, [100, 100])
+    short = segment(20, 2, [100])
+    merged = merged_name(ch, 30, 3, 50, "00000000000000aa")
+    in_merged = [segment(30, 2, [100], merged), segment(40, 2, [100], merged, at=100)]
+    undecodable = segment(50, 2, [100])
+    with open_storage(f"file://{tmp_path}/tier") as storage:
+        for s in (whole, superseded, half_deleted, short, *in_merged, undecodable):
+            storage.write(s.manifest, encode_manifest(s))
+            for c in s.chunks:
+                storage.write(c.name, b"x" * (c.object_offset + c.length))
+        storage.delete(half_deleted.chunks[1].name)
+        storage.write(short.chunks[0].name, b"x" * 50)
+        storage.write(undecodable.manifest, encode_manifest(undecodable)[:-1])
+        strays = [
+            chunk_name(ch, 1000, 1, 0),  # no manifest of its own
+            chunk_name(ch, 0, 2, 5000),  # its manifest exists but does not name it
+            merged_name(ch, 30, 3, 50, "00000000000000bb"),  # no manifest of [30, 50) names it
+        ]
+        for name in strays:
+            storage.write(name, b"y")
+        storage.write(chunk_name("t/1", 0, 1, 0), b"another channel")
+        listing = storage.list("t/")
+        kept = referenced_by_manifests(storage, listing, ch)
+        assert kept == {
+            *(c.name for c in whole.chunks),
+            whole.manifest,
+            half_deleted.chunks[0].name,  # named by a manifest, which itself is not whole
+            short.chunks[0].name,
+            merged,
+            *(s.manifest for s in in_merged),
+        }
+        assert referenced_by_manifests(storage, listing, ch, [whole.manifest, strays[0]]) == {whole.manifest}
+        assert referenced_by_manifests(storage, listing, ch, []) == set()

@@ -24,7 +24,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from filechannel.errors import ConfigError, FencedError, InvalidNameError, TierError
+from filechannel.errors import ConfigError, FencedError, InvalidNameError, MetadataDamagedError, TierError
 from filechannel.tiering.layout import (
     STATES,
     ChunkRecord,
@@ -273,6 +273,22 @@ class MetadataMachine(RuleBasedStateMachine):
             up = [s for s in mine if s.state == "uploaded"]
             assert summary.first_offset == (min(s.base_offset for s in up) if up else None)
             assert summary.end_offset == (max(s.end_offset for s in up) if up else None)
+        assert {x.channel for x in self.meta.summary()} == {c for c, _ in self.model}
+
+    @invariant()
+    def totals_and_probes_agree_with_the_model(self):
+        """The totals the triggers keep, and the seam's probes, against the rows themselves."""
+        for channel in CHANNELS:
+            mine = sorted((s for (c, _), s in self.model.items() if c == channel), key=lambda s: s.base_offset)
+            assert self.meta.object_count(channel) == len({ch.name for s in mine for ch in s.chunks})
+            listed = [s for s in mine if s.state in ("uploaded", "lost")]
+            assert self.meta.bounds(channel) == ((listed[0].base_offset, listed[-1].end_offset) if listed else None)
+            for probe in {0, 5, 17, 40, *(s.base_offset for s in listed), *(s.end_offset for s in listed)}:
+                below = [s for s in listed if s.base_offset <= probe]
+                above = [s for s in listed if s.base_offset > probe]
+                assert self.meta.floor(channel, probe) == (below[-1] if below else None)
+                assert self.meta.after(channel, probe) == (above[0] if above else None)
+                assert self.meta.segments(channel, from_offset=probe) == [s for s in listed if s.base_offset >= probe]
 
 
 MetadataMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
@@ -402,9 +418,9 @@ def test_reopening_keeps_everything(tmp_path):
 def test_a_file_that_is_not_a_database_gives_one_clear_error(tmp_path):
     path = tmp_path / "metadata.db"
     path.write_bytes(b"this is not sqlite " * 300)
-    with pytest.raises(TierError) as err:
+    with pytest.raises(MetadataDamagedError) as err:  # the kind the tier context heals by rebuilding from the bucket
         TierMetadata(path)
-    assert str(path) in str(err.value) and "move the file aside" in str(err.value)
+    assert str(path) in str(err.value) and "rebuilt" in str(err.value)
 
 
 def test_a_damaged_database_gives_one_clear_error(tmp_path):
@@ -418,9 +434,9 @@ def test_a_damaged_database_gives_one_clear_error(tmp_path):
     data = bytearray(path.read_bytes())
     data[4096:] = b"\xa5" * (len(data) - 4096)  # every page but the first
     path.write_bytes(bytes(data))
-    with pytest.raises(TierError) as err, TierMetadata(path) as m:
+    with pytest.raises(MetadataDamagedError) as err, TierMetadata(path) as m:
         m.segments("a")
-    assert str(path) in str(err.value) and ("move it aside" in str(err.value) or "move the file aside" in str(err.value))
+    assert str(path) in str(err.value) and "rebuilt" in str(err.value)
 
 
 def test_a_missing_folder_gives_one_clear_error(tmp_path):
@@ -694,3 +710,24 @@ def test_processes_creating_one_new_database_at_once_all_open_it(tmp_path):
             p.join(60)
         assert all(kind == "ok" for kind, _ in outcomes), outcomes
         assert sorted(epoch for _, epoch in outcomes) == [1, 2, 3]
+
+
+def test_a_version_2_store_gets_its_totals_filled_when_opened(tmp_path):
+    path = tmp_path / "metadata.db"
+    with TierMetadata(path) as m:
+        e = m.take_epoch("u")
+        for i in range(12):
+            upload(m, e, "t/0", i * 10, i * 10 + 10, size=100 + i)
+        m.begin_delete(e, "t/0", 0)
+        expected = (m.summary("t/0"), m.object_count("t/0"))
+    with closing(sqlite3.connect(path)) as db, db:  # as version 2 left it: no totals, no triggers
+        for trigger in [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")]:
+            db.execute(f"DROP TRIGGER {trigger}")
+        for table in ("state_totals", "object_refs", "object_totals"):
+            db.execute(f"DROP TABLE {table}")
+        db.execute("UPDATE schema_version SET version = 2")
+    with TierMetadata(path) as m:
+        assert (m.summary("t/0"), m.object_count("t/0")) == expected
+        upload(m, m.take_epoch("u"), "t/0", 120, 130, size=7)  # and the triggers count from now on
+        [summary] = m.summary("t/0")
+        assert summary.segments["uploaded"] == 12 and summary.bytes["uploaded"] == sum(100 + i for i in range(1, 12)) + 7

@@ -17,6 +17,7 @@ from filechannel.client.topics import Admin, TopicStore
 from filechannel.engine.compressed import CompressedSegment
 from filechannel.engine.record import Record, decode_records
 from filechannel.tiering import ChunkStorage
+from filechannel.tiering.layout import parse_object_name
 from filechannel.tiering.metadata import TierMetadata
 
 SMALL = {"segment_bytes": 4096, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}
@@ -31,6 +32,11 @@ def produce(root: Path, values: list[bytes], partition: int = 0, timestamp: int 
     with TopicStore(root).open_partition("t", partition, maintenance_interval=0) as ch, ch.sender() as tx:
         for value in values:
             tx.send(value, timestamp=timestamp)
+
+
+def segment_objects(storage: ChunkStorage, prefix: str) -> set[str]:
+    """Names of the chunks, manifests and merged objects under ``prefix`` (not the channel's head.json)."""
+    return {o.name for o in storage.list(prefix) if parse_object_name(o.name) is not None}
 
 
 def local_bases(root: Path, partition: int = 0) -> list[int]:
@@ -65,18 +71,65 @@ def _daemon_main(argv: list[str]) -> int:
     from filechannel.tiering.daemon import TieringDaemon
 
     root, once = argv[0], "--once" in argv
+    grace = {"orphan_grace_ms": int(argv[argv.index("--grace-ms") + 1])} if "--grace-ms" in argv else {}
 
     def progress(line: str) -> None:
         print(line, flush=True)
 
-    with TieringDaemon(root, progress=progress, interval=0.01) as daemon:
+    with TieringDaemon(root, progress=progress, interval=0.01, **grace) as daemon:
         print(f"started epoch {daemon.epoch}", flush=True)
         report = daemon.run(once=once)
     print(f"done uploaded={report.uploaded} failures={len(report.failures)}", flush=True)
     return 1 if report.failures else 0
 
 
+def _producer_main(root: str, tag: str, count: int) -> int:
+    """Send ``count`` records ``TAG-i`` to partition 0 of topic t, printing ``acked TAG-i`` once each is durable."""
+    from filechannel.client import Producer
+
+    with Producer(root=root, acks="all", linger_ms=0) as producer:
+        for start in range(0, count, 20):
+            futures = [
+                (f"{tag}-{i}", producer.send("t", f"{tag}-{i}".encode(), partition=0))
+                for i in range(start, min(count, start + 20))
+            ]
+            producer.flush()
+            for value, future in futures:
+                future.get(timeout=30)
+                print(f"acked {value}", flush=True)
+    return 0
+
+
+def _reader_main(root: str) -> int:
+    """Read partition 0 of topic t from the start, over and over; print ``BAD ...`` on a record out of
+    order or read twice in one pass (the parent kills it at a random moment)."""
+    from filechannel.client import Consumer, TopicPartition
+
+    tp = TopicPartition("t", 0)
+    while True:
+        consumer = Consumer(root=root, auto_offset_reset="earliest", enable_auto_commit=False)
+        consumer.assign([tp])
+        seen: set[bytes] = set()
+        last = -1
+        try:
+            while batch := consumer.poll(timeout_ms=100, max_records=500):
+                for r in batch.get(tp, []):
+                    if (r.offset != last + 1 and last >= 0) or r.value in seen:
+                        print(f"BAD offset {r.offset} after {last}, value {r.value!r}", flush=True)
+                    last = r.offset
+                    seen.add(r.value)
+            print(f"read {len(seen)}", flush=True)
+        except Exception as exc:  # an error is reported, never a wrong record
+            print(f"error {type(exc).__name__}: {exc}", flush=True)
+        finally:
+            consumer.close()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "daemon":
         sys.exit(_daemon_main(sys.argv[2:]))
+    if sys.argv[1] == "producer":
+        sys.exit(_producer_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    if sys.argv[1] == "reader":
+        sys.exit(_reader_main(sys.argv[2]))
     raise SystemExit(f"unknown command {sys.argv[1]!r}")
