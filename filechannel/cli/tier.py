@@ -205,7 +205,7 @@ def _root_storages(root: str) -> dict[str, tuple[str, dict]]:
 
 
 def _metadata_path(root: str) -> str:
-    from ..tiering.context import ROOT_METADATA
+    from ..root import ROOT_METADATA
 
     path = os.path.join(root, ROOT_METADATA)
     if not os.path.exists(path):
@@ -226,9 +226,9 @@ def tier_export(ctx: click.Context, tier_root: str | None, topic: str | None, ou
       filechannel tier export --root /data/fc -o /backup/tier.export
       filechannel tier export --root /data/fc --to-tier
     """
+    from ..tiering.bindings import open_storage
     from ..tiering.metadata import TierMetadata
     from ..tiering.snapshot import encode_export, export_object_name, take_export, write_export_file
-    from ..tiering.storage import open_storage
 
     if not output and not to_tier:
         raise click.UsageError("say where to write the export: --output FILE and/or --to-tier")
@@ -277,11 +277,11 @@ def tier_import(
       filechannel tier import /backup/tier.export --root /data/fc
       filechannel tier import --from-tier --root /data/fc --tier s3://bucket/fc
     """
-    from ..tiering.context import ROOT_METADATA, ROOT_TIER_DIR
+    from ..root import ROOT_METADATA, ROOT_TIER_DIR
+    from ..tiering.bindings import open_storage
     from ..tiering.daemon import exclusive
     from ..tiering.metadata import TierMetadata
     from ..tiering.snapshot import import_export, newest_export, read_export_file
-    from ..tiering.storage import open_storage
 
     if bool(source) == from_tier:
         raise click.UsageError("give either an export FILE or --from-tier")

@@ -53,12 +53,13 @@ from ..config import ChannelConfig
 from ..engine.readahead import READAHEAD_BLOCKS
 from ..engine.record import Record, decode_records
 from ..errors import AccessDeniedError, CorruptRecordError, OffsetOutOfRangeError
-from ..tiering.context import ROOT_METADATA
+from ..root import ROOT_METADATA
+from ..tiering.bindings import open_storage
 from ..tiering.layout import SegmentRecord
 from ..tiering.metadata import TierMetadata
 from ..tiering.reindex import open_index
 from ..tiering.remote_segment import RemoteReader, RemoteSegment
-from ..tiering.storage import ChunkStorage, open_storage, redact_url
+from ..tiering.storage import ChunkStorage, redact_url
 from .errors import data_loss
 from .ranges import BATCH_BYTES, BATCH_ROWS, DECODE_ROWS, OffsetRange
 from .schema import BatchBuilder

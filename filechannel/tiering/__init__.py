@@ -4,6 +4,7 @@ This package imports the engine (``filechannel/*.py``), never the reverse. The s
 contract is :class:`ChunkStorage`; :func:`open_storage` picks a binding from a URL.
 """
 
-from .storage import ChunkStorage, ObjectInfo, open_storage
+from .bindings import open_storage
+from .storage import ChunkStorage, ObjectInfo
 
 __all__ = ["ChunkStorage", "ObjectInfo", "open_storage"]

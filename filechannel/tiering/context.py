@@ -34,6 +34,7 @@ from ..config import ChannelConfig
 from ..engine.compressed import CompressedInfo
 from ..engine.log import CompressedBlocks
 from ..errors import MetadataDamagedError, TierError, os_errors
+from .bindings import open_storage
 from .block_cache import BlockCache, DiskBlockCache
 from .heads import read_head
 from .layout import SegmentRecord, validate_channel
@@ -41,15 +42,13 @@ from .metadata import TierMetadata
 from .ownership import IDENTITY_FILE, root_identity
 from .reindex import bring_up, open_index, quarantine
 from .remote_segment import RemoteReader
-from .storage import ChunkStorage, open_storage, redact_url
+from .storage import ChunkStorage, redact_url
 
 log = logging.getLogger("filechannel")
 _T = TypeVar("_T")
 RECHECK_INTERVAL_S = 10.0  # an index the bucket could not confirm is checked again at most this often
 
 STANDALONE_METADATA = os.path.join("tier", "metadata.db")
-ROOT_TIER_DIR = ".tier"
-ROOT_METADATA = os.path.join(ROOT_TIER_DIR, "metadata.db")
 
 
 class TierContext:

@@ -74,14 +74,16 @@ from ..engine.log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
-from .context import ROOT_METADATA, ROOT_TIER_DIR, STANDALONE_METADATA
+from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, TopicStore
+from .bindings import open_storage
+from .context import STANDALONE_METADATA
 from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel
 from .heads import ChannelHead, write_head
 from .layout import DELETING, LOST, STATES, UPLOADED, UPLOADING, SegmentRecord, manifest_name, parse_object_name
 from .metadata import TierMetadata
 from .ownership import PrefixGuard, newest_epoch, root_identity
 from .reindex import bring_up, open_index, referenced_by_manifests
-from .storage import ChunkStorage, open_storage, redact_url
+from .storage import ChunkStorage, redact_url
 from .uploader import RateLimiter, SegmentToUpload, SegmentUpload, abandon, delete_objects, start_upload
 
 log = logging.getLogger("filechannel")
@@ -89,7 +91,6 @@ log = logging.getLogger("filechannel")
 LOCK_FILE = "daemon.lock"
 STATUS_FILE = "status.json"
 STAGING_DIR = "staging"
-DELETED_DIR = "deleted"  # ROOT/.tier/deleted/TOPIC: a deleted tiered topic whose tier-2 copies are not purged yet
 STAGING_LEVEL = 1  # zstd level of the staged .seg.z of a compression="none" channel
 ORPHAN_GRACE_MS = 10 * 60 * 1000  # an object younger than this is never an orphan (another writer's, under way)
 
@@ -120,10 +121,8 @@ class Partition:
 
 def tiered_partitions(root: str) -> list[Partition]:
     """Every partition of every topic under ``root`` whose settings have ``tier`` set (read
-    through the client's topic store: one reader of ``topic.json``). A damaged topic.json
+    through the root's topic store: one reader of ``topic.json``). A damaged topic.json
     raises ConfigError, naming it."""
-    from ..client.topics import TopicStore  # the root's layout is the client's
-
     store = TopicStore(root)
     found = []
     for topic in store.list():
@@ -137,23 +136,6 @@ def tiered_partitions(root: str) -> list[Partition]:
             if os.path.isdir(path):
                 found.append(Partition(path, f"{topic}/{p}", config, int(meta["partitions"])))
     return found
-
-
-def mark_topic_deleted(root: str, topic: str, config: dict[str, Any]) -> None:
-    """Record that tiered ``topic`` is being deleted, with the storage its tier-2 copies are in
-    (its ``topic.json`` goes with it). Called by the topic store before it removes the folder;
-    the daemon's next pass purges tier-2 and removes the mark. Until then the topic cannot be
-    created again, so a new topic of that name never sees the old one's records."""
-    folder = os.path.join(root, ROOT_TIER_DIR, DELETED_DIR)
-    with os_errors("create tier folder", folder):
-        os.makedirs(folder, exist_ok=True)
-    mark = {"tier": config["tier"], "tier_options": config.get("tier_options") or {}}
-    write_atomically(os.path.join(folder, topic), json.dumps(mark, sort_keys=True).encode())
-
-
-def topic_being_deleted(root: str, topic: str) -> bool:
-    """Whether tier-2 still holds copies of a deleted topic of this name (see :func:`mark_topic_deleted`)."""
-    return os.path.exists(os.path.join(root, ROOT_TIER_DIR, DELETED_DIR, topic))
 
 
 class TieringDaemon:
@@ -303,8 +285,6 @@ class TieringDaemon:
         """Write the topic's description beside its partitions in tier-2 (``<topic>/topic.json``, the
         local file's shape: name, partitions, settings), so the bucket describes itself; once per
         epoch (settings change rarely and writes are atomic)."""
-        from ..client.topics import TOPIC_FILE, TOPIC_SETTINGS
-
         topic = part.name.rpartition("/")[0]
         if topic:
             settings = {k: v for k, v in part.config.as_dict().items() if k in TOPIC_SETTINGS}

@@ -54,7 +54,8 @@ from dataclasses import dataclass, field, replace
 from ..engine.log import Log
 from ..engine.record import Record, decode_records
 from ..errors import CorruptRecordError, FileChannelError, TierError, os_errors
-from .context import ROOT_METADATA, ROOT_TIER_DIR
+from ..root import ROOT_METADATA, ROOT_TIER_DIR
+from .bindings import open_storage
 from .daemon import Partition, exclusive, tiered_partitions
 from .layout import (
     LISTED,
@@ -72,7 +73,7 @@ from .metadata import Merge, TierMetadata
 from .ownership import not_owner, read_claim, root_identity
 from .reindex import referenced_by_manifests
 from .remote_segment import RemoteReader
-from .storage import ChunkStorage, open_storage
+from .storage import ChunkStorage
 from .uploader import SegmentToUpload, checked_size
 
 Say = Callable[[str], None]

@@ -159,10 +159,7 @@ class FsspecStorage(ChunkStorage):
             try:
                 self._fs.pipe_file(temp, bytes(data))
             except BaseException:
-                try:
-                    self._fs.rm_file(temp)
-                except OSError:
-                    pass
+                self._remove_quietly(temp)
                 raise
             return link_new(temp, final)  # removes temp whatever happens
         if self._s3:
@@ -216,11 +213,15 @@ class FsspecStorage(ChunkStorage):
             fill(temp)
             os.replace(temp, final)  # fsspec's mv would move the file into a folder of that name
         except BaseException:
-            try:
-                self._fs.rm_file(temp)
-            except OSError:
-                pass
+            self._remove_quietly(temp)
             raise
+
+    def _remove_quietly(self, temp: str) -> None:
+        """Remove a temporary file after a failed write (the write's error is the one to raise)."""
+        try:
+            self._fs.rm_file(temp)
+        except OSError:
+            pass
 
     def _translate_error(self, exc: Exception, op: str, name: str) -> TierError | None:
         where = f"{op} {name!r} in {self.url}"

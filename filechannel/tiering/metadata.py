@@ -734,22 +734,7 @@ class TierMetadata:
             ).rowcount
             rows = db.execute("SELECT base_offset, end_offset FROM segments WHERE channel = ?", (channel,)).fetchall()
             added = [r for r in segments if not any(b < r.end_offset and r.base_offset < e for b, e in rows)]
-            now = _now_ms()
-            db.executemany(
-                f"INSERT INTO segments ({_SEGMENT_COLUMNS}, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (r.channel, r.base_offset, r.end_offset, r.size, r.max_timestamp, UPLOADED, r.epoch, r.manifest, now, now)
-                    for r in added
-                ],
-            )
-            db.executemany(
-                _INSERT_CHUNK,
-                [
-                    (r.channel, r.base_offset, seq, c.name, c.position, c.length, c.object_offset)
-                    for r in added
-                    for seq, c in enumerate(r.chunks)
-                ],
-            )
+            _insert_segments(db, [replace(r, state=UPLOADED) for r in added])
             return len(added), dropped
 
     def snapshot(self, topic: str | None = None) -> tuple[list[EpochRecord], list[SegmentRecord]]:
@@ -802,22 +787,7 @@ class TierMetadata:
                 "INSERT INTO epochs (epoch, owner, taken_at_ms) VALUES (?, ?, ?)",
                 [(e.epoch, e.owner, e.taken_at_ms) for e in epochs],
             )
-            now = _now_ms()
-            db.executemany(
-                f"INSERT INTO segments ({_SEGMENT_COLUMNS}, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (r.channel, r.base_offset, r.end_offset, r.size, r.max_timestamp, r.state, r.epoch, r.manifest, now, now)
-                    for r in segments
-                ],
-            )
-            db.executemany(
-                _INSERT_CHUNK,
-                [
-                    (r.channel, r.base_offset, seq, c.name, c.position, c.length, c.object_offset)
-                    for r in segments
-                    for seq, c in enumerate(r.chunks)
-                ],
-            )
+            _insert_segments(db, segments)
 
     # -- defragmentation ---------------------------------------------------------------------
 
@@ -981,6 +951,26 @@ class TierMetadata:
 
     def __repr__(self) -> str:
         return f"TierMetadata({self.path!r})"
+
+
+def _insert_segments(db: sqlite3.Connection, segments: Sequence[SegmentRecord]) -> None:
+    """Insert ``segments`` (checked by the caller) and their chunks, in the caller's transaction."""
+    now = _now_ms()
+    db.executemany(
+        f"INSERT INTO segments ({_SEGMENT_COLUMNS}, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (r.channel, r.base_offset, r.end_offset, r.size, r.max_timestamp, r.state, r.epoch, r.manifest, now, now)
+            for r in segments
+        ],
+    )
+    db.executemany(
+        _INSERT_CHUNK,
+        [
+            (r.channel, r.base_offset, seq, c.name, c.position, c.length, c.object_offset)
+            for r in segments
+            for seq, c in enumerate(r.chunks)
+        ],
+    )
 
 
 def _schema_statements() -> list[str]:

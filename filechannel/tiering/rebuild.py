@@ -44,13 +44,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, FileChannelError, os_errors
-from .context import ROOT_METADATA
+from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, TopicStore
+from .bindings import open_storage
 from .layout import SegmentRecord
 from .metadata import EpochRecord, TierMetadata
 from .ownership import newest_epoch, root_identity, take_over
 from .reindex import usable_segments
 from .snapshot import newest_epoch_named, newest_export, restore_groups
-from .storage import ChunkStorage, open_storage
+from .storage import ChunkStorage
 
 Progress = Callable[[str], None]
 
@@ -114,8 +115,6 @@ def rebuild_root(
 
 
 def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any] | None, say: Progress) -> RebuildReport:
-    from ..client.topics import TOPIC_FILE, TOPIC_SETTINGS, TopicStore
-
     report = RebuildReport()
     say(f"listing {storage.url}")
     listing = storage.list("")

@@ -43,6 +43,7 @@ from crc32c import crc32c
 from ..engine.files import read_if_exists, write_atomically
 from ..engine.names import validate_name
 from ..errors import ExportFormatError, FileChannelError, TierError, os_errors
+from ..root import GROUPS_DIR
 from .layout import (
     MANIFEST_SUFFIX,
     UPLOADED,
@@ -326,8 +327,6 @@ def restore_groups(root: str, groups: dict[str, dict[str, int]], ends: dict[str,
     """Write each group's committed offsets to ``ROOT/.groups/GROUP/offsets.json`` (never over an
     existing one). With ``ends`` (partition -> end offset), an offset past a partition's end is
     lowered to it (records committed but never uploaded are gone). One line per group."""
-    from ..client.topics import GROUPS_DIR
-
     lines = []
     for group, offsets in sorted(groups.items()):
         path = os.path.join(root, GROUPS_DIR, group, "offsets.json")

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from filechannel.client import Consumer, Producer, TopicPartition
 from filechannel.client.topics import Admin
 from filechannel.errors import CorruptRecordError, FencedError, NotOwnerError, TierError
+from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import LOCK_FILE, TieringDaemon, defrag_root
 from filechannel.tiering.defrag import DefragSettings
 from filechannel.tiering.fsck import fsck

@@ -18,9 +18,9 @@ from filechannel import FileChannel
 from filechannel.client.topics import Admin, TopicStore
 from filechannel.config import ChannelConfig
 from filechannel.errors import ConfigError, StorageUnavailableError, TierError
+from filechannel.root import ROOT_METADATA
 from filechannel.tiering import daemon as daemon_module
 from filechannel.tiering import open_storage
-from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import TieringDaemon, tier_status
 from filechannel.tiering.layout import parse_object_name
 from filechannel.tiering.local_storage import LocalStorage

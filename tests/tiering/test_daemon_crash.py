@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from filechannel.client.topics import TopicStore
+from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import LOCK_FILE, TieringDaemon
 from filechannel.tiering.metadata import TierMetadata
 

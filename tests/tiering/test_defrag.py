@@ -22,8 +22,8 @@ from filechannel.client import Admin
 from filechannel.client.topics import TopicStore
 from filechannel.engine import failpoints as failpoint
 from filechannel.errors import ConfigError
+from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import TieringDaemon, defrag_root, tier_status
 from filechannel.tiering.defrag import DefragSettings, clean_up, layout_after, objects_per_segment, plan
 from filechannel.tiering.fsck import fsck

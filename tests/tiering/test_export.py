@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from filechannel.client import Admin, Consumer, TopicPartition
 from filechannel.errors import ExportFormatError, TierError
+from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.layout import (
     STATES,
     ChunkRecord,

@@ -13,8 +13,8 @@ import pytest
 from filechannel import TierDataLostError
 from filechannel.client import Admin
 from filechannel.client.topics import TopicStore
+from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.daemon import TieringDaemon, defrag_root
 from filechannel.tiering.defrag import DefragSettings
 from filechannel.tiering.fsck import fsck, referenced_by_manifests

@@ -14,8 +14,8 @@ import pytest
 from filechannel.client import Consumer, Producer, TopicPartition
 from filechannel.client.topics import Admin
 from filechannel.errors import MissingSegmentError
+from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.context import ROOT_METADATA
 from filechannel.tiering.layout import encode_manifest, manifest_name, plan_chunks
 from filechannel.tiering.metadata import TierMetadata
 from filechannel.tiering.rebuild import rebuild_root

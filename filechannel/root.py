@@ -1,0 +1,316 @@
+"""The root folder: its topics of partitions, its settings, and where groups and tier-2 keep theirs.
+
+One owner of the layout, below the client and tiering (both import it; it imports neither)::
+
+    ROOT/TOPIC/topic.json        {"name": ..., "partitions": N, "config": {channel settings}}
+    ROOT/TOPIC/0/, ROOT/TOPIC/1/ one channel folder per partition
+    ROOT/.groups/GROUP/          consumer-group state (see filechannel/client/group.py)
+    ROOT/.topics.lock            flock held while a topic is created or deleted
+    ROOT/.settings.json          the root's own settings (see ROOT_SETTINGS), written by
+                                 `filechannel config` or Admin.set_root_setting; absent: defaults
+    ROOT/.tier/                  tier-2's local side: metadata.db (the index), identity.json,
+                                 daemon.lock, status.json, staging/, deleted/TOPIC (a deleted
+                                 tiered topic whose tier-2 copies are not purged yet)
+
+The root folder is made by the first topic created in it, never by a reader: a reader of a
+root that does not exist (a typo in ``--root``) learns that instead of an empty new root.
+
+``topic.json`` is written atomically (temp, fsync, rename), so a topic either exists
+whole or not at all; it is written after its partition folders exist.
+
+A topic folder with partition folders but no ``topic.json`` (lost or deleted by hand) is
+an error, never an absent topic: otherwise the next auto-creating ``send`` would write a
+one-partition ``topic.json`` over it and every other partition would vanish from view.
+The fix the error names is :meth:`TopicStore.create` with at least as many partitions
+(and the topic's settings): it keeps the records in the existing partition folders.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from .channel import FileChannel
+from .config import ChannelConfig, TopicSettings
+from .engine.files import fsync_dir, read_if_exists, write_atomically
+from .engine.lock import FileLock
+from .engine.names import validate_name
+from .engine.wakeup import Wakeup
+from .errors import ConfigError, TopicExistsError, UnknownTopicError, os_errors, storage_error
+
+log = logging.getLogger("filechannel")
+
+TOPIC_FILE = "topic.json"
+_DELETED = ".deleted."  # prefix of a topic folder being deleted (hidden: topic names cannot start with ".")
+GROUPS_DIR = ".groups"
+SETTINGS_FILE = ".settings.json"
+# The root's settings (the broker's, in Kafka) and their defaults. auto.create.topics.enable:
+# whether a send to a missing topic creates it (one partition, default settings), as Kafka's
+# broker setting of that name, whose default is true too.
+ROOT_SETTINGS: dict[str, bool] = {"auto.create.topics.enable": True}
+# Settings a topic stores (the keys of TopicSettings, in its order); the rest (flush_interval,
+# buffer_bytes, maintenance_interval: ChannelSettings) belong to each writer.
+TOPIC_SETTINGS: tuple[str, ...] = tuple(TopicSettings.__annotations__)
+
+
+ROOT_TIER_DIR = ".tier"
+ROOT_METADATA = os.path.join(ROOT_TIER_DIR, "metadata.db")
+DELETED_DIR = "deleted"  # ROOT/.tier/deleted/TOPIC: a deleted tiered topic whose tier-2 copies are not purged yet
+
+
+def mark_topic_deleted(root: str, topic: str, config: Mapping[str, Any]) -> None:
+    """Record that tiered ``topic`` is being deleted, with the storage its tier-2 copies are in
+    (its ``topic.json`` goes with it). Called by :meth:`TopicStore.delete` before it removes the
+    folder; the tiering daemon's next pass purges tier-2 and removes the mark. Until then the topic
+    cannot be created again, so a new topic of that name never sees the old one's records."""
+    folder = os.path.join(root, ROOT_TIER_DIR, DELETED_DIR)
+    with os_errors("create tier folder", folder):
+        os.makedirs(folder, exist_ok=True)
+    mark = {"tier": config["tier"], "tier_options": config.get("tier_options") or {}}
+    write_atomically(os.path.join(folder, topic), json.dumps(mark, sort_keys=True).encode())
+
+
+def topic_being_deleted(root: str, topic: str) -> bool:
+    """Whether tier-2 still holds copies of a deleted topic of this name (see :func:`mark_topic_deleted`)."""
+    return os.path.exists(os.path.join(root, ROOT_TIER_DIR, DELETED_DIR, topic))
+
+
+def validate_topic_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Check topic settings (names and values); return them."""
+    unknown = sorted(set(config) - set(TOPIC_SETTINGS))
+    if unknown:
+        raise ConfigError(f"unknown topic setting(s) {', '.join(unknown)}; known: {', '.join(TOPIC_SETTINGS)}")
+    ChannelConfig.from_kwargs(**config)
+    return dict(config)
+
+
+class TopicStore:
+    """Reads and creates topics under a root; opens partition channels (cached). Thread-safe."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self._mutex = threading.Lock()
+        self._meta: dict[str, dict[str, Any]] = {}
+
+    def topic_path(self, topic: str) -> str:
+        return os.path.join(self.root, validate_name(topic, "topic name"))
+
+    def partition_path(self, topic: str, partition: int) -> str:
+        return os.path.join(self.topic_path(topic), str(partition))
+
+    def _partition_folders(self, topic: str) -> list[int]:
+        """The numbers of the partition folders under the topic's folder (sorted)."""
+        try:
+            names = os.listdir(self.topic_path(topic))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise storage_error(exc, "list topic folder", self.topic_path(topic)) from exc
+        folder = self.topic_path(topic)
+        return sorted(int(n) for n in names if n.isascii() and n.isdigit() and os.path.isdir(os.path.join(folder, n)))
+
+    def _read_file(self, topic: str) -> dict[str, Any] | None:
+        path = os.path.join(self.topic_path(topic), TOPIC_FILE)
+        data = read_if_exists(path, "topic description")
+        if data is None:
+            return None
+        try:
+            meta = json.loads(data)
+            n = meta["partitions"]
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10_000:
+                raise ValueError(f"partitions is {n!r}, not an int from 1 to 10000")
+            if not isinstance(meta.get("config", {}), dict):
+                raise ValueError("config is not an object")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(
+                f"{path} is not a valid topic description ({exc}); fix it, or delete it and create the topic again "
+                "with its partition count and settings (the records in the partition folders are kept)"
+            ) from exc
+        return meta
+
+    def read(self, topic: str) -> dict[str, Any] | None:
+        """The stored ``topic.json`` of ``topic``, or None if there is no such topic.
+
+        Raises :class:`ConfigError` if the topic's folder holds partitions but no ``topic.json``,
+        or more partition folders than ``topic.json`` says (partitions would vanish from view).
+        """
+        meta = self._read_file(topic)
+        parts = self._partition_folders(topic)
+        if meta is None and parts:
+            raise ConfigError(
+                f"topic folder {self.topic_path(topic)!r} has partition folders ({len(parts)}, up to {parts[-1]}) but "
+                f"no {TOPIC_FILE}: restore it from a backup, or recreate it with `filechannel topics create {topic} "
+                f"--partitions {parts[-1] + 1}` (or Admin.create_topic) and its settings, which keeps the partitions' records"
+            )
+        if meta is not None and parts and parts[-1] >= meta["partitions"]:
+            # e.g. topic.json lost and then re-created with one partition by an older version
+            raise ConfigError(
+                f"{os.path.join(self.topic_path(topic), TOPIC_FILE)!r} says {meta['partitions']} partition(s) but the "
+                f'folder holds partition folders up to {parts[-1]}: set "partitions" to {parts[-1] + 1} in it'
+            )
+        return meta
+
+    def meta(self, topic: str) -> dict[str, Any]:
+        """The topic's description, cached; :class:`UnknownTopicError` if it does not exist."""
+        meta = self._meta.get(topic)  # no lock on this hot path: a dict lookup is atomic
+        if meta is None:
+            meta = self.read(topic)
+            if meta is None:
+                raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}; create it first")
+            with self._mutex:
+                self._meta[topic] = meta
+        return meta
+
+    def partitions(self, topic: str) -> int:
+        return int(self.meta(topic)["partitions"])
+
+    def create(self, topic: str, partitions: int, config: Mapping[str, Any], exist_ok: bool = False) -> dict[str, Any]:
+        """Create a topic with ``partitions`` partitions and ``config`` (validated)."""
+        validate_name(topic, "topic name")
+        if topic.startswith("."):
+            raise ConfigError(f"topic name {topic!r} may not start with '.' (reserved for internal folders)")
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= 10_000:
+            raise ConfigError(f"partitions must be an int from 1 to 10000, not {partitions!r}")
+        config = validate_topic_config(config)
+        with os_errors("create root folder", self.root):
+            os.makedirs(self.root, exist_ok=True)
+        lock = FileLock(os.path.join(self.root, ".topics.lock"))
+        try:
+            with lock.holding():
+                self._purge_deleted()
+                existing = self._read_file(topic)
+                if existing is not None:
+                    if exist_ok:
+                        return existing
+                    raise TopicExistsError(f"topic {topic!r} already exists under {self.root!r}")
+                self._refuse_while_purging(topic)
+                path = self.topic_path(topic)
+                orphans = self._partition_folders(topic)
+                if orphans and orphans[-1] >= partitions:
+                    raise ConfigError(
+                        f"topic folder {path!r} already holds partition folders up to {orphans[-1]} (its {TOPIC_FILE} is "
+                        f"missing): create it with at least {orphans[-1] + 1} partitions to keep their records"
+                    )
+                if orphans:
+                    log.warning("restoring the missing %s of topic %r (%d partitions)", TOPIC_FILE, topic, partitions)
+                with os_errors("create topic folder", path):
+                    for p in range(partitions):
+                        os.makedirs(os.path.join(path, str(p)), exist_ok=True)
+                meta = {"name": topic, "partitions": partitions, "config": config}
+                write_atomically(os.path.join(path, TOPIC_FILE), json.dumps(meta, indent=2).encode())
+        finally:
+            lock.close()
+        return meta
+
+    def delete(self, topic: str) -> None:
+        """Delete the topic, atomically: its folder is renamed away (hidden), then removed.
+
+        A crash or an error half-way through leaves a hidden ``.deleted.*`` folder, purged
+        at the next create or delete, never a topic folder without ``topic.json``. A topic
+        whose ``topic.json`` was lost can be deleted too.
+        """
+        if not os.path.isdir(self.root):
+            raise UnknownTopicError(f"topic {topic!r} does not exist: the root folder {self.root!r} does not exist")
+        lock = FileLock(os.path.join(self.root, ".topics.lock"))
+        try:
+            with lock.holding():
+                self._purge_deleted()
+                existing = self._read_file(topic)
+                if existing is None and not self._partition_folders(topic):
+                    raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}")
+                config = (existing or {}).get("config", {})
+                if config.get("tier") is not None:  # its tier-2 copies go too, by the tiering daemon
+                    mark_topic_deleted(self.root, topic, config)
+                path = self.topic_path(topic)
+                doomed = os.path.join(self.root, f"{_DELETED}{topic}.{uuid.uuid4().hex}")
+                with os_errors("delete topic folder", path):
+                    os.rename(path, doomed)
+                fsync_dir(self.root)
+                with os_errors("delete topic folder", doomed):
+                    shutil.rmtree(doomed)
+        finally:
+            lock.close()
+        with self._mutex:
+            self._meta.pop(topic, None)
+
+    def _tier_purge_pending(self, topic: str) -> bool:
+        return topic_being_deleted(self.root, topic)
+
+    def _refuse_while_purging(self, topic: str) -> None:
+        """A deleted tiered topic's tier-2 copies must be purged before a topic of that name exists
+        again, or the new topic would read the old one's records from tier-2."""
+        if self._tier_purge_pending(topic):
+            raise ConfigError(
+                f"topic {topic!r} was deleted and the tiering daemon has not purged its tier-2 copies yet: run "
+                f"'filechannel tier run --root {self.root} --once' (or wait for the running daemon's next pass), then retry"
+            )
+
+    def _purge_deleted(self) -> None:
+        """Remove what deletes that died half-way left (under ``.topics.lock``: no delete is running)."""
+        with os_errors("list root folder", self.root):
+            names = os.listdir(self.root)
+        for name in names:
+            if name.startswith(_DELETED):
+                with os_errors("delete topic folder", os.path.join(self.root, name)):
+                    shutil.rmtree(os.path.join(self.root, name))
+
+    def list(self) -> list[str]:
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if not n.startswith(".") and os.path.exists(os.path.join(self.root, n, TOPIC_FILE)))
+
+    def root_settings(self) -> dict[str, bool]:
+        """The root's settings (:data:`ROOT_SETTINGS`), the stored ones over the defaults."""
+        path = os.path.join(self.root, SETTINGS_FILE)
+        data = read_if_exists(path, "root settings")
+        stored: Any = {}
+        if data is not None:
+            try:
+                stored = json.loads(data)
+            except ValueError as exc:
+                raise ConfigError(f"{path} is not valid JSON ({exc}); fix it or delete it (defaults: {ROOT_SETTINGS})") from exc
+            if not isinstance(stored, dict) or any(k not in ROOT_SETTINGS or not isinstance(v, bool) for k, v in stored.items()):
+                raise ConfigError(
+                    f"{path} must be a JSON object of {', '.join(ROOT_SETTINGS)} (true or false), "
+                    f"not {stored!r}; fix it or delete it"
+                )
+        return {**ROOT_SETTINGS, **stored}
+
+    def set_root_setting(self, name: str, value: bool) -> None:
+        """Store one root setting (atomically, under the topics lock: two setters keep both)."""
+        if name not in ROOT_SETTINGS:
+            raise ConfigError(f"unknown root setting {name!r}; known: {', '.join(ROOT_SETTINGS)}")
+        if not isinstance(value, bool):
+            raise ConfigError(f"root setting {name} must be true or false, not {value!r}")
+        with os_errors("create root folder", self.root):
+            os.makedirs(self.root, exist_ok=True)
+        lock = FileLock(os.path.join(self.root, ".topics.lock"))
+        try:
+            with lock.holding():
+                settings = {**self.root_settings(), name: value}
+                write_atomically(os.path.join(self.root, SETTINGS_FILE), json.dumps(settings, indent=2).encode())
+        finally:
+            lock.close()
+
+    def auto_create_allowed(self) -> bool:
+        """Whether a send may create a missing topic: the root's ``auto.create.topics.enable``."""
+        return self.root_settings()["auto.create.topics.enable"]
+
+    def open_partition(self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any) -> FileChannel:
+        """Open partition ``partition`` of ``topic`` as a channel with the topic's settings."""
+        n = self.partitions(topic)
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
+            raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {n - 1}")
+        config = {**self.meta(topic).get("config", {}), **overrides}
+        tier: dict[str, Any] = {}
+        if config.get("tier") is not None:  # one metadata store per root; the partition is TOPIC/PARTITION in it
+            tier = {"tier_metadata": os.path.join(self.root, ROOT_METADATA), "tier_name": f"{topic}/{partition}"}
+        return FileChannel(self.partition_path(topic, partition), wakeup=wakeup, **tier, **config)
