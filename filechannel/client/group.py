@@ -411,6 +411,29 @@ def delete_offsets(root: str, group_id: str, tps: list[TopicPartition]) -> None:
         write_atomically(offsets_path, json.dumps(kept, sort_keys=True).encode())
 
 
+def restore_offsets(root: str, group_id: str, offsets: dict[TopicPartition, int]) -> bool:
+    """Store ``group_id``'s committed ``offsets`` as a restore writes them (``tier import``, ``tier
+    rebuild``): under ``group.lock``, each partition's durable position first (where its folder
+    exists), then ``offsets.json``, as a commit leaves them. Never over an existing ``offsets.json``:
+    then nothing is written and False is returned (the group's own commits win over a backup)."""
+    for tp, off in offsets.items():
+        if isinstance(off, bool) or not isinstance(off, int) or not 0 <= off < 2**63:
+            raise ConfigError(f"restore {tp.topic}[{tp.partition}] of group {group_id!r}: {off!r} is not an offset")
+    folder = os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+    with os_errors("create group folder", folder):
+        os.makedirs(folder, exist_ok=True)
+    offsets_path = os.path.join(folder, "offsets.json")
+    with FileLock(os.path.join(folder, "group.lock")).holding():
+        if os.path.exists(offsets_path):
+            return False
+        for tp, off in offsets.items():
+            partition = os.path.join(root, tp.topic, str(tp.partition))
+            if os.path.isdir(partition):
+                PositionStore(partition).set(f"group.{group_id}", off)
+        write_atomically(offsets_path, json.dumps({tp_key(tp): off for tp, off in offsets.items()}, sort_keys=True).encode())
+    return True
+
+
 def list_groups(root: str) -> list[str]:
     folder = os.path.join(root, GROUPS_DIR)
     try:

@@ -61,7 +61,10 @@ def usable_segments(
         if progress is not None and i % 100 == 0:
             progress(f"reading manifests: {i}/{len(manifests)}")
         try:
-            record = decode_manifest(storage.read(name, 0, 1 << 24), name)
+            record = decode_manifest(storage.read(name, 0, _MANIFEST_MAX_BYTES), name)
+        except ObjectNotFoundError:
+            notes.append(f"{name}: deleted since the listing (retention, or a superseded attempt swept)")
+            continue
         except CorruptRecordError as exc:
             problems.append(f"{name}: unusable manifest, its segment is left out: {exc}")
             continue
@@ -74,16 +77,20 @@ def usable_segments(
         candidates[record.channel].append(record)
     used: dict[str, list[SegmentRecord]] = {}
     for channel, records in candidates.items():
-        kept: list[SegmentRecord] = []
+        kept: list[SegmentRecord] = []  # never overlapping, by base offset: only neighbours can clash
+        bases: list[int] = []
         for record in sorted(records, key=lambda r: -r.epoch):  # the newest epoch wins an overlap
-            clash = next((k for k in kept if k.base_offset < record.end_offset and record.base_offset < k.end_offset), None)
+            i = bisect.bisect_right(bases, record.base_offset)
+            near = kept[max(0, i - 1) : i + 1]
+            clash = next((k for k in near if k.base_offset < record.end_offset and record.base_offset < k.end_offset), None)
             if clash is not None:
                 notes.append(
                     f"{record.manifest}: superseded by {clash.manifest} (an older upload attempt; an orphan for the next daemon)"
                 )
                 continue
-            kept.append(record)
-        used[channel] = sorted(kept, key=lambda r: r.base_offset)
+            bases.insert(i, record.base_offset)
+            kept.insert(i, record)
+        used[channel] = kept
     for channel, records in broken.items():
         for record in records:
             if any(r.base_offset >= record.end_offset for r in used.get(channel, [])):

@@ -42,7 +42,7 @@ from crc32c import crc32c
 
 from ..engine.files import read_if_exists, write_atomically
 from ..engine.names import validate_name
-from ..errors import ExportFormatError, FileChannelError, TierError, os_errors
+from ..errors import ExportFormatError, FileChannelError, TierError
 from ..root import GROUPS_DIR
 from .layout import (
     MANIFEST_SUFFIX,
@@ -324,15 +324,14 @@ def import_export(export: Export, metadata: TierMetadata, listing: list[ObjectIn
 
 
 def restore_groups(root: str, groups: dict[str, dict[str, int]], ends: dict[str, int] | None = None) -> list[str]:
-    """Write each group's committed offsets to ``ROOT/.groups/GROUP/offsets.json`` (never over an
-    existing one). With ``ends`` (partition -> end offset), an offset past a partition's end is
-    lowered to it (records committed but never uploaded are gone). One line per group."""
+    """Store each group's committed offsets through the group's own code (``restore_offsets``: under
+    ``group.lock``, durable positions then ``offsets.json``, never over an existing one). With
+    ``ends`` (partition -> end offset), an offset past a partition's end is lowered to it (records
+    committed but never uploaded are gone). One line per group."""
+    from ..client.group import restore_offsets, tp_from_key
+
     lines = []
     for group, offsets in sorted(groups.items()):
-        path = os.path.join(root, GROUPS_DIR, group, "offsets.json")
-        if os.path.exists(path):
-            lines.append(f"group {group}: kept its existing offsets ({path})")
-            continue
         restored = {}
         lowered = []
         for key, offset in sorted(offsets.items()):
@@ -342,12 +341,12 @@ def restore_groups(root: str, groups: dict[str, dict[str, int]], ends: dict[str,
                 if offset > ends[key]:
                     lowered.append(f"{key} {offset} -> {ends[key]}")
                     offset = ends[key]
-            restored[key] = offset
+            restored[tp_from_key(key)] = offset
         if not restored:
             continue
-        with os_errors("create group folder", os.path.dirname(path)):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_atomically(path, json.dumps(restored, sort_keys=True).encode())
+        if not restore_offsets(root, group, restored):
+            lines.append(f"group {group}: kept its existing offsets ({os.path.join(root, GROUPS_DIR, group, 'offsets.json')})")
+            continue
         note = f" (past the end, lowered: {', '.join(lowered)})" if lowered else ""
         lines.append(f"group {group}: restored the committed offsets of {len(restored)} partition(s){note}")
     return lines

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from filechannel.client import Consumer, Producer, TopicPartition
+from filechannel.client.group import durable_offset
 from filechannel.client.topics import Admin
 from filechannel.errors import MissingSegmentError
 from filechannel.root import ROOT_METADATA
@@ -92,6 +93,8 @@ def test_disaster_rebuild_reads_every_uploaded_record_and_producers_continue_den
         assert {p: consumer.committed(TopicPartition("t", p)) for p in range(2)} == committed
     finally:
         consumer.close(autocommit=False)
+    # restored as a commit leaves them: the partitions' durable positions too, which outlive a lost offsets.json
+    assert {p: durable_offset(str(new_root), "g", TopicPartition("t", p)) for p in range(2)} == committed
     more = {p: [b"more-%d-%d" % (p, i) for i in range(40)] for p in range(2)}
     with Producer(root=new_root) as producer:
         futures = {p: [producer.send("t", v, partition=p) for v in more[p]] for p in range(2)}
