@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from filechannel.client import Consumer, Producer, TopicPartition
+from filechannel.client import Producer
 from filechannel.client.topics import Admin
 from filechannel.errors import CorruptRecordError, FencedError, NotOwnerError, TierError
 from filechannel.root import ROOT_METADATA
@@ -41,22 +41,15 @@ from filechannel.tiering.rebuild import rebuild_root
 
 from .test_daemon import HELPERS, tier_for
 from .test_defrag import Child
+from .test_rebuild import read_all as read_partition
 from .tier_helpers import SMALL
 
 RECORDS = 400
 
 
-def read_all(root: Path, partition: int = 0) -> list[tuple[int, bytes]]:
-    consumer = Consumer(root=root, auto_offset_reset="earliest", enable_auto_commit=False)
-    tp = TopicPartition("t", partition)
-    consumer.assign([tp])
-    got: list[tuple[int, bytes]] = []
-    try:
-        while batch := consumer.poll(timeout_ms=300, max_records=10_000):
-            got += [(r.offset, r.value) for r in batch.get(tp, [])]
-    finally:
-        consumer.close()
-    return got
+def read_all(root: Path) -> list[tuple[int, bytes]]:
+    """Every record of partition 0 of topic t, from its first offset, with no group."""
+    return read_partition(root, "t", 0)
 
 
 def tiered_root(root: Path, url: str, options: dict | None = None, records: int = RECORDS, tag: bytes = b"a") -> list[bytes]:
