@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Unpack
 
 from .config import ChannelConfig, ChannelSettings
 from .engine.appender import Appender
+from .engine.compressed import check_block
 from .engine.cursor import Cursor
 from .engine.files import folder_bytes
 from .engine.log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from .engine.names import validate_name
 from .engine.position import PositionStore
-from .engine.record import Record, checked_timestamp, decode_records
+from .engine.record import Record, checked_timestamp
 from .engine.segment import SEGMENT_HEADER_SIZE, FrameScanner, damage_after, read_segment_header
 from .engine.wakeup import Wakeup
 from .errors import (
@@ -379,28 +380,17 @@ class FileChannel:
                     out: list[Record] = []
                     where = blocks.where(i)
                     following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
-                    bad: CorruptRecordError | None = None
                     try:
                         data = blocks.block(i)  # raises for a block that does not decompress
-                        end, got = decode_records(data, 0, block.first_offset, len(data), out)
                     except CorruptRecordError as exc:
-                        bad, got = (
+                        got, bad = (
+                            0,
                             CorruptRecordError(
                                 f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}"
                             ),
-                            len(out),
                         )
                     else:
-                        if end != len(data):
-                            bad = CorruptRecordError(
-                                f"compressed segment {where!r}: block {i} ends in a partial frame "
-                                f"at offset {block.first_offset + got}"
-                            )
-                        elif block.first_offset + got != following:
-                            bad = CorruptRecordError(
-                                f"compressed segment {where!r}: block {i} holds offsets {block.first_offset} to "
-                                f"{block.first_offset + got - 1}, but the next block or the segment's end is at {following}"
-                            )
+                        got, bad = check_block(data, info, i, where, out)
                     if bad is not None:
                         if on_damage is None:
                             raise bad

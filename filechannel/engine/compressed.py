@@ -41,6 +41,7 @@ import zstandard
 from crc32c import crc32c
 
 from ..errors import ChannelClosedError, CorruptRecordError, os_errors
+from .record import Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, read_segment_header
 
 Z_MAGIC = b"FCHZ"
@@ -369,3 +370,30 @@ def block_result(path: str, info: CompressedInfo, i: int, fetch: Callable[[], Bl
 
 def header_of(info: CompressedInfo) -> SegmentHeader:
     return SegmentHeader(info.segment_id, info.base_offset, info.created_ms)
+
+
+def check_block(
+    data: BlockData, info: CompressedInfo, i: int, where: str, out: list[Record]
+) -> tuple[int, CorruptRecordError | None]:
+    """Decode block ``i``'s records (its decompressed ``data``) into ``out`` and check them: every
+    frame's CRC, and that they end whole exactly where the next block (or the segment) starts.
+
+    Returns how many records decoded before any damage, and the damage (None if the block is
+    whole). The one check of a block's records, for ``check()`` and ``tier fsck --deep``.
+    """
+    block = info.blocks[i]
+    following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
+    try:
+        end, got = decode_records(data, 0, block.first_offset, len(data), out)
+    except CorruptRecordError as exc:
+        return len(out), CorruptRecordError(f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}")
+    if end != len(data):
+        return got, CorruptRecordError(
+            f"compressed segment {where!r}: block {i} ends in a partial frame at offset {block.first_offset + got}"
+        )
+    if block.first_offset + got != following:
+        return got, CorruptRecordError(
+            f"compressed segment {where!r}: block {i} holds offsets {block.first_offset} to "
+            f"{block.first_offset + got - 1}, but the next block or the segment's end is at {following}"
+        )
+    return got, None

@@ -51,8 +51,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 
+from ..engine.compressed import check_block
 from ..engine.log import Log
-from ..engine.record import Record, decode_records
 from ..errors import CorruptRecordError, FileChannelError, TierError, os_errors
 from ..root import ROOT_METADATA, ROOT_TIER_DIR
 from .bindings import open_storage
@@ -394,18 +394,13 @@ def _deep_problem(reader: RemoteReader, record: SegmentRecord) -> str | None:
     try:
         info = segment.info
         for i, block in enumerate(info.blocks):
-            following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
-            out: list[Record] = []
             try:
                 data = segment.load(i)
-                end, got = decode_records(data, 0, block.first_offset, len(data), out)
             except CorruptRecordError as exc:
                 return f"block {i} (offsets from {block.first_offset}) in {segment.where(i)}: {exc}"
-            if end != len(data) or block.first_offset + got != following:
-                return (
-                    f"block {i} in {segment.where(i)} holds offsets {block.first_offset} to {block.first_offset + got - 1}"
-                    f" and {len(data) - end} bytes of a partial frame; the next block or the end is at {following}"
-                )
+            _, bad = check_block(data, info, i, segment.where(i), [])
+            if bad is not None:
+                return str(bad)
     finally:
         segment.close()
     return None
