@@ -383,10 +383,13 @@ def check_block(
     """
     block = info.blocks[i]
     following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
+    before = len(out)
     try:
         end, got = decode_records(data, 0, block.first_offset, len(data), out)
     except CorruptRecordError as exc:
-        return len(out), CorruptRecordError(f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}")
+        return len(out) - before, CorruptRecordError(
+            f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}"
+        )
     if end != len(data):
         return got, CorruptRecordError(
             f"compressed segment {where!r}: block {i} ends in a partial frame at offset {block.first_offset + got}"

@@ -149,8 +149,7 @@ class Log:
         self.writer_lock = FileLock(os.path.join(path, "writer.lock"))
         self.maintenance_lock = FileLock(os.path.join(path, "maintenance.lock"))
         self._mutex = threading.Lock()
-        self._refs: list[SegmentRef] = []
-        self._bases: list[int] = []
+        self._bases: list[int] = []  # the local segments' base offsets, as last listed
         self._sealed_index: dict[int, tuple[tuple[int, int, int], OffsetIndex, TimeIndex]] = {}
         self._z_info: dict[int, CompressedInfo] = {}
         self.recovery_point_path = os.path.join(path, RECOVERY_POINT_FILE)
@@ -173,30 +172,22 @@ class Log:
         """List the segments again, oldest first: the local folder's, and below the first of
         them the uploaded segments only in tier-2 (a segment both local and uploaded is read
         locally). Where the tiers do not meet, the gap is a hole, as between local files."""
-        local = self.local_segments()
-        refs = self._remote_below(local[0].base_offset if local else None) + local
-        self._cache(refs)
-        return refs
+        local = self.refresh_local()
+        return self._remote_below(local[0].base_offset if local else None) + local
 
     def refresh_local(self) -> list[SegmentRef]:
-        """List the local folder again for the writer and maintenance (recovery, rolls, compression,
-        garbage collection), keeping the remote part of the cached listing as it was: Tier-1 never
-        waits on tier-2, and a damaged or unreachable tier-2 index never stops local sends."""
+        """List the local folder again, and drop the cached indexes of segments no longer in it:
+        what the writer and maintenance (recovery, rolls, compression, garbage collection) and
+        every read use. Tier-1 never waits on tier-2, and a damaged or unreachable tier-2 index
+        never stops local sends."""
         local = self.local_segments()
-        first = local[0].base_offset if local else None
         with self._mutex:
-            remote = [r for r in self._refs if r.remote is not None and (first is None or r.base_offset < first)]
-        self._cache(remote + local)
-        return local
-
-    def _cache(self, refs: list[SegmentRef]) -> None:
-        with self._mutex:
-            self._refs = refs
-            self._bases = [r.base_offset for r in refs]
+            self._bases = [r.base_offset for r in local]
             live = set(self._bases)
             for cache in (self._sealed_index, self._z_info):
                 for b in [b for b in cache if b not in live]:
                     del cache[b]
+        return local
 
     def local_segments(self) -> list[SegmentRef]:
         """The segments in the channel folder, oldest first (what recovery, compression and
@@ -237,12 +228,6 @@ class Log:
             assert self.tier is not None
             return self.tier.open_blocks(ref.remote)
         return LocalBlocks(ref.path)
-
-    def segments(self) -> list[SegmentRef]:
-        """The cached listing (listing the folder if there is none yet)."""
-        with self._mutex:
-            refs = self._refs
-        return refs or self.list_segments()
 
     def locate(self, offset: int) -> tuple[SegmentRef, int | None]:
         """The segment that holds (or will hold) ``offset``, and where the next segment starts

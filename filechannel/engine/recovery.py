@@ -63,7 +63,7 @@ def recover(log: Log) -> WriterState:
     last frame with nothing valid after it anywhere in the log. Damage followed by
     valid data raises :class:`LogCorruptedError` and nothing is cut (see :meth:`repair`).
     """
-    refs = log.refresh_local()  # the cached listing the writer uses from now on (local files only)
+    refs = log.refresh_local()  # local files only: recovery never waits on tier-2
     never = log.config.fsync == "never"
     rebooted = True
     if not refs:

@@ -207,7 +207,7 @@ class TierContext:
         bounds = self.bounds()
         if bounds is not None:
             return bounds[1]
-        if not os.path.exists(os.path.join(os.path.dirname(self.metadata_path), IDENTITY_FILE)):
+        if self._root_id() is None:
             return 0  # no daemon of this root ever ran (it takes its identity first): nothing of it was uploaded
         try:
             head = read_head(self.storage, self.name)

@@ -238,7 +238,7 @@ class TieringDaemon:
     def _enter(self, config: ChannelConfig) -> PrefixGuard:
         """This daemon's standing on the storage of ``config``: claimed and its epoch marked, once."""
         storage = self._storage(config)
-        key = (storage.url, json.dumps(config.tier_options or {}, sort_keys=True))
+        key = storage_key(config)
         guard = self._guards.get(key)
         if guard is None:
             guard = PrefixGuard(storage, self.root_id, self.owner, self.epoch)
@@ -321,10 +321,9 @@ class TieringDaemon:
         return self._metadata
 
     def _storage(self, config: ChannelConfig) -> ChunkStorage:
-        assert config.tier is not None
-        key = (config.tier, json.dumps(config.tier_options or {}, sort_keys=True))
+        key = storage_key(config)
         if key not in self._storages:
-            self._storages[key] = open_storage(config.tier, **(config.tier_options or {}))
+            self._storages[key] = open_storage(key[0], **(config.tier_options or {}))
         return self._storages[key]
 
     # -- passes ------------------------------------------------------------------------------
@@ -645,6 +644,13 @@ class TieringDaemon:
         self.metadata.finish_delete(self.epoch, channel, record.base_offset)
 
 
+def storage_key(config: ChannelConfig) -> tuple[str, str]:
+    """Which storage a tiered channel's settings name: its URL and options (one client per key)."""
+    if config.tier is None:
+        raise ConfigError("a channel without a tier setting has no storage")
+    return config.tier, json.dumps(config.tier_options or {}, sort_keys=True)
+
+
 def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress: Progress | None = None) -> DefragReport:
     """Defragment every tiered partition of ``root`` now (``filechannel tier defrag``): under the
     daemon's lock (TierError if a daemon runs) and an epoch of its own, above every epoch the
@@ -658,22 +664,18 @@ def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress
         return report  # nothing was ever uploaded
     owner = f"tier defrag:{socket.gethostname()}:{os.getpid()}"
     storages: dict[tuple[str, str], ChunkStorage] = {}
-    guards: dict[tuple[str, str], PrefixGuard] = {}
     with exclusive(tier_dir, "defragment"), open_index(os.path.join(root, ROOT_METADATA)) as metadata:
         try:
-            partitions = tiered_partitions(root)
-            for part in partitions:
-                assert part.config.tier is not None
-                key = (part.config.tier, json.dumps(part.config.tier_options or {}, sort_keys=True))
+            partitions = [(part, storage_key(part.config)) for part in tiered_partitions(root)]
+            for part, key in partitions:
                 if key not in storages:
-                    storages[key] = open_storage(part.config.tier, **(part.config.tier_options or {}))
+                    storages[key] = open_storage(key[0], **(part.config.tier_options or {}))
             epoch = metadata.take_epoch(owner, above=max((newest_epoch(s) for s in storages.values()), default=0))
             root_id = root_identity(tier_dir)
-            for part in partitions:
-                key = (str(part.config.tier), json.dumps(part.config.tier_options or {}, sort_keys=True))
-                if key not in guards:
-                    guards[key] = PrefixGuard(storages[key], root_id, owner, epoch)
-                    guards[key].enter()
+            guards = {key: PrefixGuard(storage, root_id, owner, epoch) for key, storage in storages.items()}
+            for guard in guards.values():
+                guard.enter()
+            for part, key in partitions:
                 for line in clean_up(storages[key], metadata, epoch, part.name, _now_ms()):
                     say(line)
                 defrag_channel(storages[key], metadata, epoch, part.name, settings, report, say=say, guard=guards[key].verify)

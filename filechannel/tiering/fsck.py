@@ -56,7 +56,7 @@ from ..engine.log import Log
 from ..errors import CorruptRecordError, FileChannelError, TierError, os_errors
 from ..root import ROOT_METADATA, ROOT_TIER_DIR
 from .bindings import open_storage
-from .daemon import Partition, exclusive, tiered_partitions
+from .daemon import Partition, exclusive, storage_key, tiered_partitions
 from .layout import (
     LISTED,
     LOST,
@@ -172,10 +172,9 @@ def _check_root(
     storages: dict[tuple[str, str], ChunkStorage] = {}
     try:
         for part in tiered_partitions(root):
-            assert part.config.tier is not None
-            key = (part.config.tier, repr(sorted((part.config.tier_options or {}).items())))
+            key = storage_key(part.config)
             if key not in storages:
-                storages[key] = open_storage(part.config.tier, **(part.config.tier_options or {}))
+                storages[key] = open_storage(key[0], **(part.config.tier_options or {}))
                 if repair:  # a repair deletes and rewrites: only in a prefix this root owns (or nobody claimed)
                     claim = read_claim(storages[key])
                     if claim is not None and claim.root_id != root_identity(os.path.join(root, ROOT_TIER_DIR)):

@@ -19,11 +19,11 @@ Invariants:
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from ..engine.appender import now_ms
 from ..errors import CorruptRecordError
 from .layout import validate_channel
 from .storage import ChunkStorage
@@ -54,7 +54,7 @@ class ChannelHead:
                 "end_offset": self.end_offset,
                 "epoch": self.epoch,
                 "first_offset": self.first_offset,
-                "updated_at_ms": self.updated_at_ms or time.time_ns() // 1_000_000,
+                "updated_at_ms": self.updated_at_ms or now_ms(),
             },
             sort_keys=True,
             separators=(",", ":"),

@@ -216,8 +216,6 @@ _SEGMENT_COLUMNS = "channel, base_offset, end_offset, size, max_timestamp, state
 SEGMENT_AT = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset <= ? ORDER BY base_offset DESC LIMIT 1"
 # The only segment that can overlap [base, end): the one with the greatest base offset < end.
 _LAST_BEFORE = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset < ? ORDER BY base_offset DESC LIMIT 1"
-_SPAN_FIRST = "SELECT base_offset FROM segments WHERE channel = ? AND state = ? ORDER BY base_offset LIMIT 1"
-_SPAN_LAST = "SELECT end_offset FROM segments WHERE channel = ? AND state = ? ORDER BY base_offset DESC LIMIT 1"
 _CHUNKS_OF = "SELECT name, position, length, object_offset FROM chunks WHERE channel = ? AND base_offset = ? ORDER BY seq"
 _INSERT_CHUNK = (
     "INSERT INTO chunks (channel, base_offset, seq, name, position, length, object_offset) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -692,17 +690,8 @@ class TierMetadata:
         """The first and end offsets of the segments readers list for ``channel`` (uploaded or
         lost), or None if it has none: two probes of the primary key, whatever the history."""
         validate_channel(channel)
-        marks = ", ".join("?" * len(LISTED))
         with self._transaction(f"read the bounds of {channel}", write=False) as db:
-            first = db.execute(
-                f"SELECT base_offset FROM segments WHERE channel = ? AND state IN ({marks}) ORDER BY base_offset LIMIT 1",
-                (channel, *LISTED),
-            ).fetchone()
-            last = db.execute(
-                f"SELECT end_offset FROM segments WHERE channel = ? AND state IN ({marks}) ORDER BY base_offset DESC LIMIT 1",
-                (channel, *LISTED),
-            ).fetchone()
-            return None if first is None else (first[0], last[0])
+            return _span(db, channel, LISTED)
 
     def add_from_bucket(
         self, channel: str, segments: Sequence[SegmentRecord], epochs: Sequence[EpochRecord], first_offset: int
@@ -930,9 +919,8 @@ class TierMetadata:
                     continue
                 counts = {state: per_state.get(state, (0, 0))[0] for state in STATES}
                 sizes = {state: per_state.get(state, (0, 0))[1] for state in STATES}
-                first = db.execute(_SPAN_FIRST, (name, UPLOADED)).fetchone()
-                last = db.execute(_SPAN_LAST, (name, UPLOADED)).fetchone()
-                summaries.append(ChannelSummary(name, counts, sizes, first and first[0], last and last[0]))
+                span = _span(db, name, (UPLOADED,))
+                summaries.append(ChannelSummary(name, counts, sizes, *(span or (None, None))))
         return summaries
 
     def close(self) -> None:
@@ -951,6 +939,15 @@ class TierMetadata:
 
     def __repr__(self) -> str:
         return f"TierMetadata({self.path!r})"
+
+
+def _span(db: sqlite3.Connection, channel: str, states: Sequence[str]) -> tuple[int, int] | None:
+    """First and end offsets of ``channel``'s segments in ``states`` (two probes of an index), or None."""
+    marks = ", ".join("?" * len(states))
+    where = f"FROM segments WHERE channel = ? AND state IN ({marks}) ORDER BY base_offset"
+    first = db.execute(f"SELECT base_offset {where} LIMIT 1", (channel, *states)).fetchone()
+    last = db.execute(f"SELECT end_offset {where} DESC LIMIT 1", (channel, *states)).fetchone()
+    return None if first is None else (first[0], last[0])
 
 
 def _insert_segments(db: sqlite3.Connection, segments: Sequence[SegmentRecord]) -> None:

@@ -36,6 +36,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine.appender import now_ms
 from ..engine.files import read_if_exists
 from ..errors import FencedError, NotOwnerError, TierError, os_errors
 from .layout import MAX_EPOCH, parse_object_name
@@ -49,10 +50,6 @@ KEEP_EPOCH_MARKS = 8  # older marks are deleted: the newest is what every check 
 
 def _canonical(value: dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def root_identity(tier_dir: str) -> str:
@@ -134,7 +131,7 @@ def not_owner(storage: ChunkStorage, claim: Claim) -> NotOwnerError:
 def claim_prefix(storage: ChunkStorage, root_id: str, by: str) -> Claim:
     """Claim the prefix for ``root_id`` if nobody has (a conditional create), and return the claim;
     :class:`NotOwnerError` if another root holds it."""
-    claim = Claim(root_id, by, _now_ms())
+    claim = Claim(root_id, by, now_ms())
     if not storage.create_new(CLAIM, claim.encode()):
         found = read_claim(storage)
         if found is None:  # deleted between the two calls: claim again
@@ -149,7 +146,7 @@ def take_over(storage: ChunkStorage, root_id: str, by: str) -> Claim | None:
     """Make ``root_id`` the owner of the prefix whatever the claim says (``tier rebuild``); return the
     previous claim. Read back: a concurrent take-over that won makes this one raise NotOwnerError."""
     previous = read_claim(storage)
-    claim = Claim(root_id, by, _now_ms(), previous.root_id if previous else None)
+    claim = Claim(root_id, by, now_ms(), previous.root_id if previous else None)
     storage.write(CLAIM, claim.encode())
     found = read_claim(storage)
     if found is None or found.root_id != root_id:
@@ -216,7 +213,7 @@ class PrefixGuard:
         another root owns it, FencedError if the prefix holds this epoch or a newer one already."""
         claim_prefix(self.storage, self.root_id, self.owner)
         newest = newest_epoch(self.storage)
-        mark = {"epoch": self.epoch, "owner": self.owner, "root_id": self.root_id, "taken_at_ms": _now_ms()}
+        mark = {"epoch": self.epoch, "owner": self.owner, "root_id": self.root_id, "taken_at_ms": now_ms()}
         if newest >= self.epoch or not self.storage.create_new(epoch_mark(self.epoch), _canonical(mark)):
             raise FencedError(
                 f"uploader epoch {self.epoch} is fenced in {redact_url(self.storage.url)}: the prefix already records epoch "

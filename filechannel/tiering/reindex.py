@@ -23,11 +23,11 @@ import bisect
 import itertools
 import logging
 import os
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
+from ..engine.appender import now_ms
 from ..engine.lock import FileLock
 from ..errors import CorruptRecordError, MetadataDamagedError, ObjectNotFoundError, TierError
 from .heads import ChannelHead, read_head
@@ -140,7 +140,7 @@ def _index_lock(path: str) -> Iterator[None]:
 
 
 def _move_aside(path: str, error: Exception) -> None:
-    aside = f"{path}.damaged-{time.time_ns() // 1_000_000}"
+    aside = f"{path}.damaged-{now_ms()}"
     for suffix in ("", "-wal", "-shm"):
         try:
             os.replace(path + suffix, aside + suffix)
@@ -212,7 +212,7 @@ def reindex_channel(storage: ChunkStorage, metadata: TierMetadata, channel: str,
     segments = usable_segments(storage, listing, problems, notes).get(channel, [])
     for line in problems:
         log.warning("tier: reindex of %s: %s", channel, line)
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     epochs = {r.epoch: EpochRecord(r.epoch, "reindex: uploader of segments of this epoch", now) for r in segments}
     for mark in epoch_marks(storage):
         epochs[mark.epoch] = EpochRecord(mark.epoch, mark.owner, mark.taken_at_ms or now)
