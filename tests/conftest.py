@@ -7,3 +7,13 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("dev", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (``--dist loadgroup``) every Spark test runs on one worker, which
+    starts the one local Spark session (tests/spark/conftest.py) instead of one per worker."""
+    import pytest
+
+    for item in items:
+        if item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
