@@ -67,6 +67,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..config import ChannelConfig
+from ..engine import compression, retention
 from ..engine.compressed import compress_segment
 from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
@@ -419,8 +420,8 @@ class TieringDaemon:
         log_ = Log(part.path, part.config)  # no tier context: the local listing only
         try:
             with locked(log_):
-                log_.finish_interrupted_compressions()
-                log_.compress_sealed()
+                compression.finish_interrupted_compressions(log_)
+                compression.compress_sealed(log_)
             self._finish_deletes(part, storage)
             for record in self.metadata.segments(part.name, states=(UPLOADING,)):
                 abandon(storage, self.metadata, self.epoch, record)  # a dead epoch's, or this one's failed attempt
@@ -577,7 +578,7 @@ class TieringDaemon:
                 r.base_offset for r in self.metadata.segments(part.name, states=(UPLOADED,), from_offset=refs[0].base_offset)
             }
             ends = [r.base_offset for r in refs[1:]]
-            sizes = [log_.segment_bytes_on_disk(r) for r in refs]
+            sizes = [retention.segment_bytes_on_disk(r) for r in refs]
             total = sum(sizes)
             cutoff = None if config.local_retention_ms is None else _now_ms() - config.local_retention_ms
             k = 0
@@ -585,13 +586,13 @@ class TieringDaemon:
                 if ref.base_offset not in uploaded and ends[i] != ref.base_offset:
                     break  # never past a segment that exists only here
                 by_bytes = config.local_retention_bytes is not None and total > config.local_retention_bytes
-                by_age = cutoff is not None and log_.segment_max_timestamp(ref, ends[i]) < cutoff
+                by_age = cutoff is not None and retention.segment_max_timestamp(log_, ref, ends[i]) < cutoff
                 if not (by_bytes or by_age):
                     break
                 total -= sizes[i]
                 k = i + 1
             if k:
-                deleted = log_.delete_sealed_prefix(ends[k - 1])
+                deleted = retention.delete_sealed_prefix(log_, ends[k - 1])
                 report.deleted_local += len(deleted)
                 self._progress(f"{part.name}: deleted {len(deleted)} uploaded local segment(s) below offset {ends[k - 1]}")
 
@@ -601,7 +602,7 @@ class TieringDaemon:
             return
         remote = self.metadata.segments(part.name)
         refs = log_.list_segments()
-        local_sizes = {r.base_offset: log_.segment_bytes_on_disk(r) for r in refs}
+        local_sizes = {r.base_offset: retention.segment_bytes_on_disk(r) for r in refs}
         remote_bases = {r.base_offset for r in remote}
         # The log across both tiers, oldest first: uploaded segments (their tier-2 size), then
         # local segments not uploaded (their local size). The active segment is never deleted.
@@ -623,7 +624,7 @@ class TieringDaemon:
             return
         upto = doomed[-1].end_offset
         with locked(log_):
-            local = log_.delete_sealed_prefix(upto)
+            local = retention.delete_sealed_prefix(log_, upto)
         report.deleted_local += len(local)
         for record in doomed:
             self.metadata.begin_delete(self.epoch, part.name, record.base_offset)
@@ -763,7 +764,7 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
             log_ = Log(part.path, part.config)
             try:
                 refs = log_.list_segments()
-                sizes = [log_.segment_bytes_on_disk(r) for r in refs]
+                sizes = [retention.segment_bytes_on_disk(r) for r in refs]
             finally:
                 log_.close()
             # aggregates in SQLite, and the rows the local segments overlap: no list of the whole history
