@@ -149,14 +149,14 @@ class FileChannel:
     def receiver(self, start: str | int = "earliest") -> Receiver:
         """A receiver starting at ``"earliest"``, ``"latest"`` (the end now) or an offset."""
         self._check_open()
-        rx = Receiver(self, self._resolve_start(start))
+        rx = Receiver(self, self._log, self._wakeup, self._resolve_start(start))
         self._receivers.add(rx)
         return rx
 
     def ack_receiver(self, name: str) -> AckReceiver:
         """An ack receiver named ``name``: resumes at its first unacknowledged record."""
         self._check_writable()
-        rx = AckReceiver(self, name)
+        rx = AckReceiver(self, self._log, self._wakeup, name, self._poke_maintenance)
         self._receivers.add(rx)
         return rx
 
