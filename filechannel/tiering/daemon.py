@@ -75,7 +75,7 @@ from ..engine.log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
-from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, TopicStore
+from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
 from .bindings import open_storage
 from .context import STANDALONE_METADATA
 from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel
@@ -122,9 +122,9 @@ class Partition:
 
 def tiered_partitions(root: str) -> list[Partition]:
     """Every partition of every topic under ``root`` whose settings have ``tier`` set (read
-    through the root's topic store: one reader of ``topic.json``). A damaged topic.json
+    through the root's layout, RootLayout: one reader of ``topic.json``). A damaged topic.json
     raises ConfigError, naming it."""
-    store = TopicStore(root)
+    store = RootLayout(root)
     found = []
     for topic in store.list():
         meta = store.read(topic)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, FileChannelError, os_errors
-from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, TopicStore
+from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
 from .bindings import open_storage
 from .layout import SegmentRecord
 from .metadata import EpochRecord, TierMetadata
@@ -147,7 +147,7 @@ def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any]
         dropped = sorted(set(meta["config"]) - set(TOPIC_SETTINGS))
         if dropped:
             report.notes.append(f"topic {topic}: settings unknown to this filechannel dropped: {', '.join(dropped)}")
-        TopicStore(root).create(topic, max(1, meta["partitions"]), config)
+        RootLayout(root).create(topic, max(1, meta["partitions"]), config)
         report.topics[topic] = max(1, meta["partitions"])
         say(f"topic {topic}: {report.topics[topic]} partition(s)")
 
