@@ -111,8 +111,10 @@ class PassReport:
 
 
 @dataclass(frozen=True)
-class Partition:
-    """A tiered partition of the root: its folder, its name in tier-2, its settings, and its topic's partition count."""
+class TieredChannel:
+    """One channel the daemon tiers (a partition of one of the root's topics, or the one channel of a
+    daemon run on a channel folder): its folder, its name in tier-2, its settings, and its topic's
+    partition count."""
 
     path: str
     name: str
@@ -120,7 +122,7 @@ class Partition:
     partitions: int = 1
 
 
-def tiered_partitions(root: str) -> list[Partition]:
+def tiered_partitions(root: str) -> list[TieredChannel]:
     """Every partition of every topic under ``root`` whose settings have ``tier`` set (read
     through the root's layout, RootLayout: one reader of ``topic.json``). A damaged topic.json
     raises ConfigError, naming it."""
@@ -135,7 +137,7 @@ def tiered_partitions(root: str) -> list[Partition]:
         for p in range(int(meta["partitions"])):
             path = store.partition_path(topic, p)
             if os.path.isdir(path):
-                found.append(Partition(path, f"{topic}/{p}", config, int(meta["partitions"])))
+                found.append(TieredChannel(path, f"{topic}/{p}", config, int(meta["partitions"])))
     return found
 
 
@@ -248,13 +250,13 @@ class TieringDaemon:
             self._progress(f"{redact_url(storage.url)}: owned by this root, epoch {self.epoch} recorded there")
         return guard
 
-    def _partitions(self) -> list[Partition]:
+    def _partitions(self) -> list[TieredChannel]:
         if self._channel is None:
             return tiered_partitions(self.root)
         config = ChannelConfig.from_kwargs(**{**self._channel.as_dict(), "maintenance_interval": 0})
-        return [Partition(self.root, os.path.basename(self.root), config)]
+        return [TieredChannel(self.root, os.path.basename(self.root), config)]
 
-    def _sweep_orphans(self, part: Partition, storage: ChunkStorage) -> None:
+    def _sweep_orphans(self, part: TieredChannel, storage: ChunkStorage) -> None:
         """Delete objects of this channel written by an older epoch that nothing names: no chunk or
         manifest of a row, no merge in progress, no garbage waiting for its delay, no manifest in
         the bucket (:func:`.reindex.referenced_by_manifests`), and older than ``orphan_grace_ms``
@@ -282,7 +284,7 @@ class TieringDaemon:
             delete_objects(storage, orphans)
             self._progress(f"{part.name}: deleted {len(orphans)} orphan object(s) of older epochs")
 
-    def _copy_settings(self, part: Partition, storage: ChunkStorage) -> None:
+    def _copy_settings(self, part: TieredChannel, storage: ChunkStorage) -> None:
         """Write the topic's description beside its partitions in tier-2 (``<topic>/topic.json``, the
         local file's shape: name, partitions, settings), so the bucket describes itself; once per
         epoch (settings change rarely and writes are atomic)."""
@@ -412,7 +414,7 @@ class TieringDaemon:
         status["last_errors"] = dict(self._last_errors)
         write_atomically(os.path.join(self.tier_dir, STATUS_FILE), json.dumps(status, sort_keys=True).encode())
 
-    def _pass(self, part: Partition, report: PassReport) -> None:
+    def _pass(self, part: TieredChannel, report: PassReport) -> None:
         guard = self._enter(part.config)
         storage = guard.storage
         uploaded_before = report.uploaded
@@ -466,13 +468,13 @@ class TieringDaemon:
         finally:
             log_.close()
 
-    def _write_head(self, part: Partition, storage: ChunkStorage) -> None:
+    def _write_head(self, part: TieredChannel, storage: ChunkStorage) -> None:
         """Write the partition's head in tier-2 from the index (after its commits: see :mod:`.heads`)."""
         bounds = self.metadata.bounds(part.name)
         first, end = bounds if bounds is not None else (0, 0)
         write_head(storage, ChannelHead(part.name, first, end, self.epoch))
 
-    def _upload(self, part: Partition, log_: Log, storage: ChunkStorage, report: PassReport, guard: PrefixGuard) -> None:
+    def _upload(self, part: TieredChannel, log_: Log, storage: ChunkStorage, report: PassReport, guard: PrefixGuard) -> None:
         """Upload the partition's sealed segments not yet in tier-2, oldest first, while each is eligible.
 
         Segments overlap: the next one is begun and its chunks queued on the pass's pool (of
@@ -541,7 +543,7 @@ class TieringDaemon:
                         upload.abandon()
 
     @contextmanager
-    def _staged(self, part: Partition, log_: Log, ref: SegmentRef) -> Iterator[SegmentToUpload | None]:
+    def _staged(self, part: TieredChannel, log_: Log, ref: SegmentRef) -> Iterator[SegmentToUpload | None]:
         """The ``.seg.z`` form of a sealed segment: its own file, or a staged copy of a raw one."""
         if ref.compressed:
             try:
@@ -566,7 +568,7 @@ class TieringDaemon:
         finally:
             unlink_if_exists(staged)
 
-    def _local_retention(self, part: Partition, log_: Log, report: PassReport) -> None:
+    def _local_retention(self, part: TieredChannel, log_: Log, report: PassReport) -> None:
         config = part.config
         if config.local_retention_bytes is None and config.local_retention_ms is None:
             return
@@ -596,7 +598,7 @@ class TieringDaemon:
                 report.deleted_local += len(deleted)
                 self._progress(f"{part.name}: deleted {len(deleted)} uploaded local segment(s) below offset {ends[k - 1]}")
 
-    def _total_retention(self, part: Partition, log_: Log, storage: ChunkStorage, report: PassReport) -> None:
+    def _total_retention(self, part: TieredChannel, log_: Log, storage: ChunkStorage, report: PassReport) -> None:
         config = part.config
         if config.retention_bytes is None and config.retention_ms is None:
             return
@@ -632,7 +634,7 @@ class TieringDaemon:
             report.deleted_remote += 1
         self._progress(f"{part.name}: total retention deleted {len(doomed)} segment(s) below offset {upto} from tier-2")
 
-    def _finish_deletes(self, part: Partition, storage: ChunkStorage) -> None:
+    def _finish_deletes(self, part: TieredChannel, storage: ChunkStorage) -> None:
         for record in self.metadata.segments(part.name, states=(DELETING,)):
             self._delete_remote(part.name, storage, record)
 
