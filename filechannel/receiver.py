@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from itertools import islice
 from operator import length_hint
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .engine.cursor import Cursor
 from .engine.names import validate_name
@@ -16,9 +16,23 @@ from .engine.record import RECORDS, Record, RecordLayout
 from .errors import AckError, ChannelClosedError, ConfigError, Timeout
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from .engine.log import Log
     from .engine.position import PositionStore
     from .engine.wakeup import Wakeup
+
+    class _Channel(Protocol):
+        """What a receiver uses of its channel besides the log and wakeup it is handed: a
+        :class:`~filechannel.channel.FileChannel`, which makes receivers (this module does not
+        import it). A type only: nothing checks it at run time."""
+
+        path: str
+        positions: PositionStore
+
+        @property
+        def closed(self) -> bool: ...
+
 
 _BATCH = 512  # records a recv() reads at a time, at most ...
 # ... and about this many bytes of them (the cursor's bound: Cursor.read). Its values are
@@ -27,17 +41,6 @@ _BATCH = 512  # records a recv() reads at a time, at most ...
 # with a 1 MiB bound at 245-268k (DESIGN.md "Reading"); 512 records of 1 MiB would have held
 # half a gigabyte for one recv().
 _BATCH_BYTES = 1 << 20
-
-
-class _Channel(Protocol):
-    """What a receiver uses of its channel besides the log and wakeup it is handed: a
-    :class:`~filechannel.channel.FileChannel`, which makes receivers (this module does not import it)."""
-
-    path: str
-    positions: PositionStore
-
-    @property
-    def closed(self) -> bool: ...
 
 
 def _checked_timeout(timeout: float | None) -> float | None:

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from .engine.appender import Appender
 from .engine.record import Headers
 from .errors import ChannelClosedError
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from .config import ChannelConfig
 
+    class _Channel(Protocol):
+        """What a sender uses of its channel besides the appender it is handed: a
+        :class:`~filechannel.channel.FileChannel`, which makes senders (this module does not
+        import it). A type only: nothing checks it at run time."""
 
-class _Channel(Protocol):
-    """What a sender uses of its channel besides the appender it is handed: a
-    :class:`~filechannel.channel.FileChannel`, which makes senders (this module does not import it)."""
+        config: ChannelConfig
 
-    config: ChannelConfig
-
-    @property
-    def closed(self) -> bool: ...
+        @property
+        def closed(self) -> bool: ...
 
 
 class Sender:
