@@ -1,5 +1,6 @@
 # The whole set-up: `make run` runs the main job, `make test` runs the tests.
 # Both create .venv on their own if it is missing and install what they need.
+# `make test` first checks the import layers of DESIGN.md "Layers" (lint-imports, contracts in pyproject.toml).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -17,6 +18,7 @@ run: $(STAMP)
 	$(BIN)/python examples/pipeline.py
 
 test: $(STAMP)
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

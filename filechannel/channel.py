@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Unpack
 
 from .config import ChannelConfig, ChannelSettings
+from .engine import compression, recovery, retention, roll
 from .engine.appender import Appender
 from .engine.compressed import check_block
 from .engine.cursor import Cursor
@@ -124,11 +125,11 @@ class FileChannel:
             return
         if not self._log.local_segments():
             with self._log.writer_lock.holding():
-                self._log.create_first_segment()
+                roll.create_first_segment(self._log)
         self.positions.remove_stale_temp_files()
         if self._log.maintenance_lock.acquire(blocking=False):
             try:
-                self._log.finish_interrupted_compressions()
+                compression.finish_interrupted_compressions(self._log)
             finally:
                 self._log.maintenance_lock.release()
         if self.config.maintenance_interval > 0:
@@ -148,14 +149,14 @@ class FileChannel:
     def receiver(self, start: str | int = "earliest") -> Receiver:
         """A receiver starting at ``"earliest"``, ``"latest"`` (the end now) or an offset."""
         self._check_open()
-        rx = Receiver(self, self._resolve_start(start))
+        rx = Receiver(self, self._log, self._wakeup, self._resolve_start(start))
         self._receivers.add(rx)
         return rx
 
     def ack_receiver(self, name: str) -> AckReceiver:
         """An ack receiver named ``name``: resumes at its first unacknowledged record."""
         self._check_writable()
-        rx = AckReceiver(self, name)
+        rx = AckReceiver(self, self._log, self._wakeup, name, self._poke_maintenance)
         self._receivers.add(rx)
         return rx
 
@@ -247,13 +248,13 @@ class FileChannel:
         """Compress every sealed raw segment now; return their base offsets."""
         self._check_writable()
         with self._log.maintenance_lock.holding():
-            return self._log.compress_sealed()
+            return compression.compress_sealed(self._log)
 
     def collect_garbage(self) -> list[int]:
         """Delete the sealed segments that every durable position and retention allow."""
         self._check_writable()
         with self._log.maintenance_lock.holding():
-            return self._log.collect_garbage(self.positions.minimum())
+            return retention.collect_garbage(self._log, self.positions.minimum())
 
     def repair(self, after_offset: int) -> None:
         """Cut the log after ``after_offset``: keep every record up to it, delete every later one.
@@ -271,7 +272,7 @@ class FileChannel:
         if self._appender is not None:
             self._appender.drain(sync=False)  # releases writer.lock once nothing is buffered
         with self._log.writer_lock.holding():
-            self._log.repair(after_offset)
+            recovery.repair(self._log, after_offset)
         self._wakeup.bump()
 
     def _poke_maintenance(self) -> None:
@@ -286,8 +287,8 @@ class FileChannel:
             if not self._log.maintenance_lock.acquire(blocking=False):
                 continue
             try:
-                self._log.compress_sealed()
-                self._log.collect_garbage(self.positions.minimum())
+                compression.compress_sealed(self._log)
+                retention.collect_garbage(self._log, self.positions.minimum())
             except Exception:
                 log.exception("channel %s: background maintenance failed", self.path)
             finally:
@@ -359,7 +360,7 @@ class FileChannel:
 
     def _segment_bytes(self, ref: SegmentRef) -> int:
         """Bytes ``check`` reads of a segment: its file, or its chunks in tier-2."""
-        return ref.remote.size if ref.remote is not None else self._log.segment_bytes_on_disk(ref)
+        return ref.remote.size if ref.remote is not None else retention.segment_bytes_on_disk(ref)
 
     def _check_segment(
         self, ref: SegmentRef, sealed: bool, after: int | None, on_damage: Callable[[DamagedRange], None] | None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from operator import length_hint
 from typing import TYPE_CHECKING, Any
@@ -16,7 +16,23 @@ from .engine.record import RECORDS, Record, RecordLayout
 from .errors import AckError, ChannelClosedError, ConfigError, Timeout
 
 if TYPE_CHECKING:
-    from .channel import FileChannel
+    from typing import Protocol
+
+    from .engine.log import Log
+    from .engine.position import PositionStore
+    from .engine.wakeup import Wakeup
+
+    class _Channel(Protocol):
+        """What a receiver uses of its channel besides the log and wakeup it is handed: a
+        :class:`~filechannel.channel.FileChannel`, which makes receivers (this module does not
+        import it). A type only: nothing checks it at run time."""
+
+        path: str
+        positions: PositionStore
+
+        @property
+        def closed(self) -> bool: ...
+
 
 _BATCH = 512  # records a recv() reads at a time, at most ...
 # ... and about this many bytes of them (the cursor's bound: Cursor.read). Its values are
@@ -61,10 +77,10 @@ class Receiver:
     returns what it had or raises :class:`ChannelClosedError`.
     """
 
-    def __init__(self, channel: FileChannel, offset: int) -> None:
+    def __init__(self, channel: _Channel, log: Log, wakeup: Wakeup, offset: int) -> None:
         self._channel = channel
-        self._wakeup = channel._wakeup
-        self._cursor = Cursor(channel._log, offset)
+        self._wakeup = wakeup
+        self._cursor = Cursor(log, offset)
         self._batch: list[Record] = []
         self._rest: Iterator[Record] = iter(())  # the undelivered part of _batch
         self._closed = False
@@ -180,15 +196,16 @@ class AckReceiver(Receiver):
     collection: no segment it has not acknowledged past is deleted.
     """
 
-    def __init__(self, channel: FileChannel, name: str) -> None:
+    def __init__(self, channel: _Channel, log: Log, wakeup: Wakeup, name: str, on_ack: Callable[[], None]) -> None:
         self.name = validate_name(name, "ack receiver name")
         self._key = f"ack.{name}"
+        self._on_ack = on_ack  # wakes the channel's maintenance: garbage collection may go further
         stored = channel.positions.get(self._key)
-        start = channel.first_offset if stored is None else stored
+        start = log.first_offset if stored is None else stored
         if stored is None:
             channel.positions.set(self._key, start)
         self._acked = start
-        super().__init__(channel, start)
+        super().__init__(channel, log, wakeup, start)
 
     @property
     def acked(self) -> int:
@@ -207,7 +224,7 @@ class AckReceiver(Receiver):
             )
         self._acked += n
         self._channel.positions.set(self._key, self._acked)
-        self._channel._poke_maintenance()
+        self._on_ack()
 
     def seek(self, offset: int) -> None:
         """Deliver from ``offset`` next; acknowledgements restart there too."""

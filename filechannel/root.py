@@ -1,6 +1,8 @@
 """The root folder: its topics of partitions, its settings, and where groups and tier-2 keep theirs.
 
-One owner of the layout, below the client and tiering (both import it; it imports neither)::
+One owner of the layout (:class:`RootLayout`), below tiering, the channel and the client (they
+import it; it imports none of them: opening a partition as a channel is the client's
+``TopicStore``, which adds that to this class)::
 
     ROOT/TOPIC/topic.json        {"name": ..., "partitions": N, "config": {channel settings}}
     ROOT/TOPIC/0/, ROOT/TOPIC/1/ one channel folder per partition
@@ -21,7 +23,7 @@ whole or not at all; it is written after its partition folders exist.
 A topic folder with partition folders but no ``topic.json`` (lost or deleted by hand) is
 an error, never an absent topic: otherwise the next auto-creating ``send`` would write a
 one-partition ``topic.json`` over it and every other partition would vanish from view.
-The fix the error names is :meth:`TopicStore.create` with at least as many partitions
+The fix the error names is :meth:`RootLayout.create` with at least as many partitions
 (and the topic's settings): it keeps the records in the existing partition folders.
 """
 
@@ -36,12 +38,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .channel import FileChannel
 from .config import ChannelConfig, TopicSettings
 from .engine.files import fsync_dir, read_if_exists, write_atomically
 from .engine.lock import FileLock
 from .engine.names import validate_name
-from .engine.wakeup import Wakeup
 from .errors import ConfigError, TopicExistsError, UnknownTopicError, os_errors, storage_error
 
 log = logging.getLogger("filechannel")
@@ -66,7 +66,7 @@ DELETED_DIR = "deleted"  # ROOT/.tier/deleted/TOPIC: a deleted tiered topic whos
 
 def mark_topic_deleted(root: str, topic: str, config: Mapping[str, Any]) -> None:
     """Record that tiered ``topic`` is being deleted, with the storage its tier-2 copies are in
-    (its ``topic.json`` goes with it). Called by :meth:`TopicStore.delete` before it removes the
+    (its ``topic.json`` goes with it). Called by :meth:`RootLayout.delete` before it removes the
     folder; the tiering daemon's next pass purges tier-2 and removes the mark. Until then the topic
     cannot be created again, so a new topic of that name never sees the old one's records."""
     folder = os.path.join(root, ROOT_TIER_DIR, DELETED_DIR)
@@ -90,8 +90,9 @@ def validate_topic_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return dict(config)
 
 
-class TopicStore:
-    """Reads and creates topics under a root; opens partition channels (cached). Thread-safe."""
+class RootLayout:
+    """Reads, creates and deletes topics under a root (their descriptions cached), and the root's
+    settings. Thread-safe."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.abspath(os.fspath(root))
@@ -304,13 +305,14 @@ class TopicStore:
         """Whether a send may create a missing topic: the root's ``auto.create.topics.enable``."""
         return self.root_settings()["auto.create.topics.enable"]
 
-    def open_partition(self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any) -> FileChannel:
-        """Open partition ``partition`` of ``topic`` as a channel with the topic's settings."""
+    def partition_settings(self, topic: str, partition: int, **overrides: Any) -> dict[str, Any]:
+        """The keyword arguments that open partition ``partition`` of ``topic`` as a channel (in
+        its :meth:`partition_path`): the topic's settings under ``overrides``, and with a tier,
+        the root's tier-2 metadata store and the partition's name in it."""
         n = self.partitions(topic)
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
             raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {n - 1}")
         config = {**self.meta(topic).get("config", {}), **overrides}
-        tier: dict[str, Any] = {}
         if config.get("tier") is not None:  # one metadata store per root; the partition is TOPIC/PARTITION in it
-            tier = {"tier_metadata": os.path.join(self.root, ROOT_METADATA), "tier_name": f"{topic}/{partition}"}
-        return FileChannel(self.partition_path(topic, partition), wakeup=wakeup, **tier, **config)
+            return {"tier_metadata": os.path.join(self.root, ROOT_METADATA), "tier_name": f"{topic}/{partition}", **config}
+        return config

@@ -10,7 +10,19 @@ from .engine.record import Headers
 from .errors import ChannelClosedError
 
 if TYPE_CHECKING:
-    from .channel import FileChannel
+    from typing import Protocol
+
+    from .config import ChannelConfig
+
+    class _Channel(Protocol):
+        """What a sender uses of its channel besides the appender it is handed: a
+        :class:`~filechannel.channel.FileChannel`, which makes senders (this module does not
+        import it). A type only: nothing checks it at run time."""
+
+        config: ChannelConfig
+
+        @property
+        def closed(self) -> bool: ...
 
 
 class Sender:
@@ -20,7 +32,7 @@ class Sender:
     buffered (``flush()`` writes the buffer to the OS, and fsyncs unless fsync is "never").
     """
 
-    def __init__(self, channel: FileChannel, appender: Appender) -> None:
+    def __init__(self, channel: _Channel, appender: Appender) -> None:
         self._channel = channel
         self._appender = appender
         self._closed = False

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -226,15 +227,17 @@ def tier_export(ctx: click.Context, tier_root: str | None, topic: str | None, ou
       filechannel tier export --root /data/fc -o /backup/tier.export
       filechannel tier export --root /data/fc --to-tier
     """
+    from ..client.group import group_offsets
     from ..tiering.bindings import open_storage
+    from ..tiering.export import encode_export, export_object_name, take_export, write_export_file
     from ..tiering.metadata import TierMetadata
-    from ..tiering.snapshot import encode_export, export_object_name, take_export, write_export_file
 
     if not output and not to_tier:
         raise click.UsageError("say where to write the export: --output FILE and/or --to-tier")
     root = tier_root or root_folder(ctx)
     with TierMetadata(_metadata_path(root)) as metadata:
-        export = take_export(metadata, topic=topic, root=root)
+        export = take_export(metadata, topic=topic)
+    export = dataclasses.replace(export, groups=group_offsets(root, topic))  # read after the metadata
     if output:
         write_export_file(export, output)
         _progress_line(f"wrote {output}")
@@ -277,11 +280,12 @@ def tier_import(
       filechannel tier import /backup/tier.export --root /data/fc
       filechannel tier import --from-tier --root /data/fc --tier s3://bucket/fc
     """
+    from ..client.group import restore_groups
     from ..root import ROOT_METADATA, ROOT_TIER_DIR
     from ..tiering.bindings import open_storage
     from ..tiering.daemon import exclusive
+    from ..tiering.export import import_export, newest_export, read_export_file
     from ..tiering.metadata import TierMetadata
-    from ..tiering.snapshot import import_export, newest_export, read_export_file
 
     if bool(source) == from_tier:
         raise click.UsageError("give either an export FILE or --from-tier")
@@ -306,7 +310,8 @@ def tier_import(
         _progress_line(f"checking {len(export.segments)} segment(s) against {tier_url}")
         listing = storage.list("")
     with exclusive(os.path.join(root, ROOT_TIER_DIR), "import"), TierMetadata(os.path.join(root, ROOT_METADATA)) as metadata:
-        lines = import_export(export, metadata, listing, root)
+        import_export(export, metadata, listing)
+        lines = restore_groups(root, export.groups)
     for line in lines:
         _progress_line(line)
     out.print(f"imported {len(export.segments)} segment(s), epoch {export.epoch}", highlight=False, soft_wrap=True)
@@ -327,14 +332,18 @@ def tier_rebuild(new_root: str, tier_url: str, tier_options: str | None) -> None
       filechannel tier rebuild --root /data/fc-new --tier s3://bucket/fc \\
           --tier-options '{"endpoint_url": "http://s3.local:8333"}'
     """
+    from ..client.group import restore_groups
     from ..tiering.rebuild import rebuild_root
 
     report = rebuild_root(new_root, tier_url, tier_options=_tier_options(tier_options), progress=_progress_line)
+    groups = restore_groups(os.path.abspath(new_root), report.group_offsets, report.ends)
+    for line in groups:
+        _progress_line(line)
     for line in report.notes:
         _progress_line(f"note: {line}")
     out.print(
         f"rebuilt {len(report.topics)} topic(s), {sum(report.topics.values())} partition(s), {report.segments} "
-        f"segment(s) ({report.bytes} bytes), {len(report.groups)} group(s) in {os.path.abspath(new_root)}",
+        f"segment(s) ({report.bytes} bytes), {len(groups)} group(s) in {os.path.abspath(new_root)}",
         highlight=False,
         soft_wrap=True,
     )

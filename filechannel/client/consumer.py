@@ -135,8 +135,8 @@ def check_timeout_ms(timeout_ms: Any, name: str = "timeout_ms") -> float:
     return float(timeout_ms)
 
 
-class _Partition:
-    """What a consumer keeps per assigned partition: its channel, receiver and undelivered records.
+class _FetchState:
+    """The fetch state a consumer keeps per assigned partition: its channel, receiver, undelivered records.
 
     ``pending`` holds records fetched from the receiver but not yet handed to the user (the
     rest of an iterator's batch, or what a filtered async fetch left); they come first. So
@@ -264,7 +264,7 @@ class Consumer:
         self.client_id = str(configs.get("client_id") or f"filechannel-consumer-{os.getpid()}-{id(self):x}")
         self._iterator: Iterator[ConsumerRecord] | None = None
         self._wakeup = Wakeup()
-        self._parts: dict[TopicPartition, _Partition] = {}
+        self._parts: dict[TopicPartition, _FetchState] = {}
         self._subscription: list[str] = []
         self._pattern: re.Pattern[str] | None = None
         self._listener: ConsumerRebalanceListener | None = None
@@ -441,7 +441,7 @@ class Consumer:
         except BaseException:
             ch.close()
             raise
-        self._parts[tp] = _Partition(ch, rx)
+        self._parts[tp] = _FetchState(ch, rx)
 
     def _starting_offset(self, tp: TopicPartition, ch: FileChannel) -> int | None:
         """The committed offset, else the reset offset; None (no position yet) for reset "none"."""
@@ -690,7 +690,7 @@ class Consumer:
 
     # -- positions and offsets ------------------------------------------------------------------
 
-    def _part(self, tp: TopicPartition) -> _Partition:
+    def _part(self, tp: TopicPartition) -> _FetchState:
         part = self._parts.get(to_tp(tp))
         if part is None:
             raise ConfigError(f"{tp} is not assigned to this consumer (assignment: {sorted(self._parts)})")
@@ -713,7 +713,7 @@ class Consumer:
         return {tp: off for tp, part in self._parts.items() if (off := part.position()) is not None}
 
     @staticmethod
-    def _seek_part(part: _Partition, offset: int) -> None:
+    def _seek_part(part: _FetchState, offset: int) -> None:
         """Deliver ``offset`` next; the pending records go only once the seek succeeded."""
         if part.receiver is None:
             part.receiver = part.channel.receiver(offset)

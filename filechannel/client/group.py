@@ -64,7 +64,7 @@ from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
 from ..engine.names import validate_name
 from ..engine.position import PositionStore
-from ..errors import CommitFailedError, ConfigError, CorruptRecordError, StorageError, os_errors
+from ..errors import CommitFailedError, ConfigError, CorruptRecordError, FileChannelError, StorageError, os_errors
 from .records import TopicPartition
 from .topics import GROUPS_DIR
 
@@ -507,3 +507,45 @@ def read_group(root: str, group_id: str) -> tuple[GroupState, dict[TopicPartitio
             if tp not in offsets and (offset := durable_offset(root, group_id, tp)) is not None:
                 offsets[tp] = offset
     return state, offsets
+
+
+def group_offsets(root: str, topic: str | None = None) -> dict[str, dict[str, int]]:
+    """The committed offsets of every consumer group of ``root`` (of ``topic``'s partitions only if
+    given), by group and partition key: what ``tier export`` adds to an export of the tier-2 metadata."""
+    found: dict[str, dict[str, int]] = {}
+    for group in list_groups(root):
+        try:
+            _, offsets = read_group(root, group)
+        except FileChannelError:
+            continue  # a damaged group's state: its offsets are not exported (its durable positions stay)
+        kept = {tp_key(tp): off for tp, off in offsets.items() if topic is None or tp.topic == topic}
+        if kept:
+            found[group] = dict(sorted(kept.items()))
+    return found
+
+
+def restore_groups(root: str, groups: dict[str, dict[str, int]], ends: dict[str, int] | None = None) -> list[str]:
+    """Store each group's committed offsets from an export (``tier import``, ``tier rebuild``) through
+    :func:`restore_offsets` (under ``group.lock``, durable positions then ``offsets.json``, never over
+    an existing one). With ``ends`` (partition -> end offset), an offset past a partition's end is
+    lowered to it (records committed but never uploaded are gone). One line per group."""
+    lines = []
+    for group, offsets in sorted(groups.items()):
+        restored = {}
+        lowered = []
+        for key, offset in sorted(offsets.items()):
+            if ends is not None:
+                if key not in ends:
+                    continue
+                if offset > ends[key]:
+                    lowered.append(f"{key} {offset} -> {ends[key]}")
+                    offset = ends[key]
+            restored[tp_from_key(key)] = offset
+        if not restored:
+            continue
+        if not restore_offsets(root, group, restored):
+            lines.append(f"group {group}: kept its existing offsets ({os.path.join(root, GROUPS_DIR, group, 'offsets.json')})")
+            continue
+        note = f" (past the end, lowered: {', '.join(lowered)})" if lowered else ""
+        lines.append(f"group {group}: restored the committed offsets of {len(restored)} partition(s){note}")
+    return lines

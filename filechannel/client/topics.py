@@ -1,7 +1,7 @@
 """The admin client of topics under one root folder (kafka-python's ``KafkaAdminClient`` role).
 
-The root's layout and the topic store are :mod:`filechannel.root`'s; they are named here too,
-as the client's public names.
+The root's layout is :mod:`filechannel.root`'s; its names are named here too, as the client's
+public names. :class:`TopicStore` is the root's layout that also opens partitions as channels.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from typing import Any, Unpack
 
 from ..channel import FileChannel
 from ..config import TopicSettings
+from ..engine.wakeup import Wakeup
 from ..root import (
     GROUPS_DIR,
     ROOT_SETTINGS,
     SETTINGS_FILE,
     TOPIC_FILE,
     TOPIC_SETTINGS,
-    TopicStore,
+    RootLayout,
     validate_topic_config,
 )
 
@@ -34,6 +35,16 @@ __all__ = [
     "TopicStore",
     "validate_topic_config",
 ]
+
+
+class TopicStore(RootLayout):
+    """Reads and creates topics under a root (see :class:`~filechannel.root.RootLayout`) and opens
+    their partitions as channels. Thread-safe."""
+
+    def open_partition(self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any) -> FileChannel:
+        """Open partition ``partition`` of ``topic`` as a channel with the topic's settings."""
+        settings = self.partition_settings(topic, partition, **overrides)
+        return FileChannel(self.partition_path(topic, partition), wakeup=wakeup, **settings)
 
 
 @dataclass(frozen=True)

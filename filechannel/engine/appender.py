@@ -55,6 +55,8 @@ from .record import (
     encode_value_frames,
     too_large,
 )
+from .recovery import current_state
+from .roll import roll
 from .sealer import Sealer
 from .writer_state import WriterState, write_state
 
@@ -350,7 +352,7 @@ class Appender(_Core):
     def _acquire(self) -> None:
         self._lock.acquire()
         try:
-            state = self._log.current_state()
+            state = current_state(self._log)
             self._open_active(state)
         except BaseException:
             self._lock.release()
@@ -379,7 +381,7 @@ class Appender(_Core):
 
     def _roll(self, state: WriterState) -> None:
         """Seal the active segment and start the next one; the sealer fsyncs the sealed one."""
-        new = self._log.roll(state)
+        new = roll(self._log, state)
         self._open_active(new)
         self._state = new
         self._update_check_at()

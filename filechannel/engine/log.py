@@ -2,9 +2,11 @@
 
 The Log is the folder's one API: names, the listing and its caches, locating an offset,
 the checked indexes of sealed segments. Each operation that changes the folder has its
-own module, called through the Log: :mod:`.recovery` (where the log ends, torn tails,
-repair, rolls, the recovery point), :mod:`.compaction` (compression of sealed segments),
-:mod:`.retention` (garbage collection).
+own module, above this one: it takes the Log and works through it, and the Log never
+calls it: :mod:`.recovery` (where the log ends, torn tails, repair), :mod:`.roll`
+(starting a segment, the first or at a roll, and the later fsync of the sealed ones),
+:mod:`.compression` (compression of sealed segments), :mod:`.retention` (garbage
+collection and what it weighs: a segment's bytes and newest timestamp).
 
 Invariants (every process that opens the folder keeps them):
 
@@ -26,7 +28,7 @@ Invariants (every process that opens the folder keeps them):
   segments the tier-2 metadata holds as uploaded (a segment in both is read locally);
   recovery, compression, repair and deletion see the local segments only, and an empty
   folder starts at the tier's end offset, never below what was uploaded.
-- With a tier (``tier`` is not None), :meth:`Log.collect_garbage` deletes nothing: only
+- With a tier (``tier`` is not None), :func:`.retention.collect_garbage` deletes nothing: only
   the tiering daemon deletes segments, and only once they are uploaded (see
   filechannel/tiering/daemon.py), so no retention rule or reader position can delete a
   segment that exists nowhere else.
@@ -50,7 +52,7 @@ from ..errors import (
     os_errors,
     storage_error,
 )
-from . import compaction, names, recovery, retention
+from . import names
 from .compressed import CompressedInfo, CompressedSegment
 from .files import unlink_if_exists
 from .index import (
@@ -71,7 +73,7 @@ from .segment import (
     SEGMENT_HEADER_SIZE,
     FrameScanner,
 )
-from .writer_state import WriterState, read_state
+from .writer_state import read_state
 
 if TYPE_CHECKING:
     from .compressed import BlockData
@@ -466,57 +468,6 @@ class Log:
         """Drop the cached indexes of a sealed segment (its files were checked or rewritten)."""
         with self._mutex:
             self._sealed_index.pop(base_offset, None)
-
-    # -- operations: each one's logic is in its module; the Log is the folder's one API ----
-
-    def recover(self) -> WriterState:
-        """See :func:`.recovery.recover` (caller holds ``writer.lock``)."""
-        return recovery.recover(self)
-
-    def current_state(self) -> WriterState:
-        """See :func:`.recovery.current_state` (caller holds ``writer.lock``)."""
-        return recovery.current_state(self)
-
-    def create_first_segment(self) -> None:
-        """See :func:`.recovery.create_first_segment` (caller holds ``writer.lock``)."""
-        recovery.create_first_segment(self)
-
-    def roll(self, state: WriterState) -> WriterState:
-        """See :func:`.recovery.roll` (caller holds ``writer.lock``)."""
-        return recovery.roll(self, state)
-
-    def repair(self, after_offset: int) -> WriterState:
-        """See :func:`.recovery.repair` (caller holds ``writer.lock``)."""
-        return recovery.repair(self, after_offset)
-
-    def sync_sealed(self, upto: int) -> None:
-        """See :func:`.recovery.sync_sealed` (no lock needed)."""
-        recovery.sync_sealed(self, upto)
-
-    def finish_interrupted_compressions(self) -> None:
-        """See :func:`.compaction.finish_interrupted_compressions` (caller holds ``maintenance.lock``)."""
-        compaction.finish_interrupted_compressions(self)
-
-    def compress_sealed(self) -> list[int]:
-        """See :func:`.compaction.compress_sealed` (caller holds ``maintenance.lock``)."""
-        return compaction.compress_sealed(self)
-
-    def collect_garbage(self, hold: int | None) -> list[int]:
-        """See :func:`.retention.collect_garbage` (caller holds ``maintenance.lock``)."""
-        return retention.collect_garbage(self, hold)
-
-    def delete_sealed_prefix(self, upto: int) -> list[int]:
-        """See :func:`.retention.delete_sealed_prefix` (caller holds ``maintenance.lock``)."""
-        return retention.delete_sealed_prefix(self, upto)
-
-    def segment_max_timestamp(self, ref: SegmentRef, end_offset: int) -> int:
-        """See :func:`.retention.segment_max_timestamp`."""
-        return retention.segment_max_timestamp(self, ref, end_offset)
-
-    @staticmethod
-    def segment_bytes_on_disk(ref: SegmentRef) -> int:
-        """See :func:`.retention.segment_bytes_on_disk`."""
-        return retention.segment_bytes_on_disk(ref)
 
     def close(self) -> None:
         self.writer_lock.close()

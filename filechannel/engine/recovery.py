@@ -1,4 +1,5 @@
-"""Recovery of a channel folder: where its log ends, what a crash left torn, and the cuts.
+"""Recovery of a channel folder: where its log ends, what a crash left torn, and the cuts
+(:func:`repair`). Starting a segment, the first one or at a roll, is :mod:`.roll`'s.
 
 Invariants:
 
@@ -35,12 +36,12 @@ from . import names
 from .files import fsync_dir, fsync_if_exists, unlink_if_exists
 from .index import MIN_TIMESTAMP, index_bytes_match, rewrite_index_files
 from .recovery_point import read_recovery_point, write_recovery_point
+from .roll import start_segment
 from .segment import (
     MAX_FRAME_PAYLOAD,
     SEGMENT_HEADER_SIZE,
     FrameScanner,
     SegmentHeader,
-    create_segment,
     find_valid_frame,
     read_segment_header,
 )
@@ -55,19 +56,19 @@ logger = logging.getLogger("filechannel")
 def recover(log: Log) -> WriterState:
     """Find where the log ends, trimming a torn tail; the caller holds ``writer.lock``.
 
-    Only a writer recovers, the first time it takes the lock (see :meth:`current_state`):
+    Only a writer recovers, the first time it takes the lock (see :func:`current_state`):
     opening a channel to read changes nothing. Every frame of the active segment is
     checked from its first one, whatever its index says. After a restart of the
     machine (see :mod:`filechannel.engine.recovery_point`) the sealed raw segments from the
     recovery point on are checked too. Only a *torn tail* is cut: a partial or bad
     last frame with nothing valid after it anywhere in the log. Damage followed by
-    valid data raises :class:`LogCorruptedError` and nothing is cut (see :meth:`repair`).
+    valid data raises :class:`LogCorruptedError` and nothing is cut (see :func:`repair`).
     """
     refs = log.refresh_local()  # local files only: recovery never waits on tier-2
     never = log.config.fsync == "never"
     rebooted = True
     if not refs:
-        state = _create_active(log, log.tier_end_offset(), 0, sync_dir=not never)
+        state = start_segment(log, log.tier_end_offset(), 0, sync_dir=not never)
         log.refresh_local()
     else:
         point = read_recovery_point(log.recovery_point_path)
@@ -78,34 +79,13 @@ def recover(log: Log) -> WriterState:
         if last.compressed:
             # The active segment is never compressed; a lost roll can leave a sealed one last.
             info = log.compressed_info(last)
-            state = _create_active(log, info.end_offset, info.segment_id + 1, sync_dir=not never)
+            state = start_segment(log, info.end_offset, info.segment_id + 1, sync_dir=not never)
             log.refresh_local()
         else:
             state = _recover_active(log, last, refs)
     log.recovered = True
     if rebooted:
         write_recovery_point(log.recovery_point_path, state.segment_base)
-    return state
-
-
-def create_first_segment(log: Log) -> None:
-    """Create segment 0 of an empty folder, so readers have a segment to wait on; the
-    caller holds ``writer.lock``. Does nothing if a writer made one meanwhile."""
-    if not log.local_segments():
-        base = log.tier_end_offset()
-        _create_active(log, base, 0, sync_dir=log.config.fsync != "never")
-        write_recovery_point(log.recovery_point_path, base)
-        log.refresh_local()
-
-
-def _create_active(log: Log, base_offset: int, segment_id: int, sync_dir: bool) -> WriterState:
-    now = int(time.time() * 1000)
-    fd = create_segment(log.segment_path(base_offset), SegmentHeader(segment_id, base_offset, now))
-    os.close(fd)
-    if sync_dir:
-        fsync_dir(log.path)
-    state = WriterState(base_offset, segment_id, SEGMENT_HEADER_SIZE, base_offset, 0, MIN_TIMESTAMP, now)
-    write_state(log.writer_lock.fd, log.writer_lock.path, state)
     return state
 
 
@@ -193,7 +173,7 @@ def _segment_id(log: Log, ref: SegmentRef) -> int:
 def current_state(log: Log) -> WriterState:
     """The writer state, checked against the files; the caller holds ``writer.lock``.
 
-    The first call of this process recovers (:meth:`recover`): that is where a writer
+    The first call of this process recovers (:func:`recover`): that is where a writer
     checks the log before its first append. After it, it costs a read of the state and
     two stats when nothing changed behind our back.
     """
@@ -292,36 +272,6 @@ def _delete_segments(log: Log, refs: list[SegmentRef]) -> None:
     for ref in reversed(refs):
         for suffix in (names.COMPRESSED_SUFFIX, names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
             unlink_if_exists(log.file(ref.base_offset, suffix))
-
-
-def roll(log: Log, state: WriterState) -> WriterState:
-    """Seal the active segment and start a new one at ``state.end_offset`` (under writer.lock).
-
-    Nothing is fsynced here but, with ``fsync="always"``, the folder (so an acknowledged
-    record's segment is never lost): :meth:`sync_sealed` does the rest in the background.
-    """
-    new = _create_active(log, state.end_offset, state.segment_id + 1, sync_dir=log.config.fsync == "always")
-    log.refresh_local()
-    return new
-
-
-def sync_sealed(log: Log, upto: int) -> None:
-    """fsync the sealed raw segments below ``upto`` not yet known to be on disk (their
-    files and the folder), then move the recovery point to ``upto``. Needs no lock:
-    sealed segments no longer change, and a concurrent older point only means more
-    checking after a machine crash."""
-    point = read_recovery_point(log.recovery_point_path)
-    start = point.offset if point is not None and point.this_boot else 0
-    if start >= upto:
-        return
-    for ref in log.local_segments():
-        if start <= ref.base_offset < upto and not ref.compressed:  # compressed files were fsynced
-            for suffix in (names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
-                fsync_if_exists(log.file(ref.base_offset, suffix))
-    fsync_dir(log.path)
-    point = read_recovery_point(log.recovery_point_path)
-    if point is None or not point.this_boot or point.offset < upto:
-        write_recovery_point(log.recovery_point_path, upto)
 
 
 def _check_sealed(log: Log, refs: list[SegmentRef], start: int) -> list[SegmentRef]:

@@ -9,7 +9,7 @@ long as the machine stays up: a killed process loses nothing the kernel already 
 So the point records the machine's boot id with it. When a channel is opened after the
 machine restarted (another boot id, or no point at all), the sealed segments from the
 point on are scanned whole before anyone appends, and the log is cut at the first torn
-frame (see :meth:`filechannel.engine.log.Log.recover`). Within one boot nothing needs scanning.
+frame (see :func:`filechannel.engine.recovery.recover`). Within one boot nothing needs scanning.
 
 Layout of the ``recovery-point`` file (little-endian)::
 

@@ -3,7 +3,7 @@
 Rolling used to fsync the sealed 64 MiB segment before the next record could be
 appended, which made produce disk-bound for large records. Now a roll only asks this
 thread to fsync every sealed segment below the new active one and then move the
-recovery point (see :mod:`filechannel.engine.recovery_point`). Requests made while it works are
+recovery point (:func:`.roll.sync_sealed`; see :mod:`filechannel.engine.recovery_point`). Requests made while it works are
 merged into its next pass. An fsync error is kept: the appender then refuses further
 sends, as after a failed write, because the kernel may have dropped the pages it could
 not write.
@@ -15,6 +15,7 @@ import logging
 import threading
 
 from .log import Log
+from .roll import sync_sealed
 
 log = logging.getLogger("filechannel")
 
@@ -49,7 +50,7 @@ class Sealer:
                     return
                 target = self._target
             try:
-                self._log.sync_sealed(target)
+                sync_sealed(self._log, target)
             except Exception as exc:
                 log.error("channel %s: fsync of sealed segments below offset %d failed: %s", self._log.path, target, exc)
                 self.error = exc

@@ -67,6 +67,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..config import ChannelConfig
+from ..engine import compression, retention
 from ..engine.compressed import compress_segment
 from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
@@ -74,7 +75,7 @@ from ..engine.log import MAX_FRAME_PAYLOAD, Log, SegmentRef
 from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
-from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, TopicStore
+from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
 from .bindings import open_storage
 from .context import STANDALONE_METADATA
 from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel
@@ -110,8 +111,10 @@ class PassReport:
 
 
 @dataclass(frozen=True)
-class Partition:
-    """A tiered partition of the root: its folder, its name in tier-2, its settings, and its topic's partition count."""
+class TieredChannel:
+    """One channel the daemon tiers (a partition of one of the root's topics, or the one channel of a
+    daemon run on a channel folder): its folder, its name in tier-2, its settings, and its topic's
+    partition count."""
 
     path: str
     name: str
@@ -119,11 +122,11 @@ class Partition:
     partitions: int = 1
 
 
-def tiered_partitions(root: str) -> list[Partition]:
+def tiered_partitions(root: str) -> list[TieredChannel]:
     """Every partition of every topic under ``root`` whose settings have ``tier`` set (read
-    through the root's topic store: one reader of ``topic.json``). A damaged topic.json
+    through the root's layout, RootLayout: one reader of ``topic.json``). A damaged topic.json
     raises ConfigError, naming it."""
-    store = TopicStore(root)
+    store = RootLayout(root)
     found = []
     for topic in store.list():
         meta = store.read(topic)
@@ -134,7 +137,7 @@ def tiered_partitions(root: str) -> list[Partition]:
         for p in range(int(meta["partitions"])):
             path = store.partition_path(topic, p)
             if os.path.isdir(path):
-                found.append(Partition(path, f"{topic}/{p}", config, int(meta["partitions"])))
+                found.append(TieredChannel(path, f"{topic}/{p}", config, int(meta["partitions"])))
     return found
 
 
@@ -247,13 +250,13 @@ class TieringDaemon:
             self._progress(f"{redact_url(storage.url)}: owned by this root, epoch {self.epoch} recorded there")
         return guard
 
-    def _partitions(self) -> list[Partition]:
+    def _partitions(self) -> list[TieredChannel]:
         if self._channel is None:
             return tiered_partitions(self.root)
         config = ChannelConfig.from_kwargs(**{**self._channel.as_dict(), "maintenance_interval": 0})
-        return [Partition(self.root, os.path.basename(self.root), config)]
+        return [TieredChannel(self.root, os.path.basename(self.root), config)]
 
-    def _sweep_orphans(self, part: Partition, storage: ChunkStorage) -> None:
+    def _sweep_orphans(self, part: TieredChannel, storage: ChunkStorage) -> None:
         """Delete objects of this channel written by an older epoch that nothing names: no chunk or
         manifest of a row, no merge in progress, no garbage waiting for its delay, no manifest in
         the bucket (:func:`.reindex.referenced_by_manifests`), and older than ``orphan_grace_ms``
@@ -281,7 +284,7 @@ class TieringDaemon:
             delete_objects(storage, orphans)
             self._progress(f"{part.name}: deleted {len(orphans)} orphan object(s) of older epochs")
 
-    def _copy_settings(self, part: Partition, storage: ChunkStorage) -> None:
+    def _copy_settings(self, part: TieredChannel, storage: ChunkStorage) -> None:
         """Write the topic's description beside its partitions in tier-2 (``<topic>/topic.json``, the
         local file's shape: name, partitions, settings), so the bucket describes itself; once per
         epoch (settings change rarely and writes are atomic)."""
@@ -411,7 +414,7 @@ class TieringDaemon:
         status["last_errors"] = dict(self._last_errors)
         write_atomically(os.path.join(self.tier_dir, STATUS_FILE), json.dumps(status, sort_keys=True).encode())
 
-    def _pass(self, part: Partition, report: PassReport) -> None:
+    def _pass(self, part: TieredChannel, report: PassReport) -> None:
         guard = self._enter(part.config)
         storage = guard.storage
         uploaded_before = report.uploaded
@@ -419,8 +422,8 @@ class TieringDaemon:
         log_ = Log(part.path, part.config)  # no tier context: the local listing only
         try:
             with locked(log_):
-                log_.finish_interrupted_compressions()
-                log_.compress_sealed()
+                compression.finish_interrupted_compressions(log_)
+                compression.compress_sealed(log_)
             self._finish_deletes(part, storage)
             for record in self.metadata.segments(part.name, states=(UPLOADING,)):
                 abandon(storage, self.metadata, self.epoch, record)  # a dead epoch's, or this one's failed attempt
@@ -465,13 +468,13 @@ class TieringDaemon:
         finally:
             log_.close()
 
-    def _write_head(self, part: Partition, storage: ChunkStorage) -> None:
+    def _write_head(self, part: TieredChannel, storage: ChunkStorage) -> None:
         """Write the partition's head in tier-2 from the index (after its commits: see :mod:`.heads`)."""
         bounds = self.metadata.bounds(part.name)
         first, end = bounds if bounds is not None else (0, 0)
         write_head(storage, ChannelHead(part.name, first, end, self.epoch))
 
-    def _upload(self, part: Partition, log_: Log, storage: ChunkStorage, report: PassReport, guard: PrefixGuard) -> None:
+    def _upload(self, part: TieredChannel, log_: Log, storage: ChunkStorage, report: PassReport, guard: PrefixGuard) -> None:
         """Upload the partition's sealed segments not yet in tier-2, oldest first, while each is eligible.
 
         Segments overlap: the next one is begun and its chunks queued on the pass's pool (of
@@ -540,7 +543,7 @@ class TieringDaemon:
                         upload.abandon()
 
     @contextmanager
-    def _staged(self, part: Partition, log_: Log, ref: SegmentRef) -> Iterator[SegmentToUpload | None]:
+    def _staged(self, part: TieredChannel, log_: Log, ref: SegmentRef) -> Iterator[SegmentToUpload | None]:
         """The ``.seg.z`` form of a sealed segment: its own file, or a staged copy of a raw one."""
         if ref.compressed:
             try:
@@ -565,7 +568,7 @@ class TieringDaemon:
         finally:
             unlink_if_exists(staged)
 
-    def _local_retention(self, part: Partition, log_: Log, report: PassReport) -> None:
+    def _local_retention(self, part: TieredChannel, log_: Log, report: PassReport) -> None:
         config = part.config
         if config.local_retention_bytes is None and config.local_retention_ms is None:
             return
@@ -577,7 +580,7 @@ class TieringDaemon:
                 r.base_offset for r in self.metadata.segments(part.name, states=(UPLOADED,), from_offset=refs[0].base_offset)
             }
             ends = [r.base_offset for r in refs[1:]]
-            sizes = [log_.segment_bytes_on_disk(r) for r in refs]
+            sizes = [retention.segment_bytes_on_disk(r) for r in refs]
             total = sum(sizes)
             cutoff = None if config.local_retention_ms is None else _now_ms() - config.local_retention_ms
             k = 0
@@ -585,23 +588,23 @@ class TieringDaemon:
                 if ref.base_offset not in uploaded and ends[i] != ref.base_offset:
                     break  # never past a segment that exists only here
                 by_bytes = config.local_retention_bytes is not None and total > config.local_retention_bytes
-                by_age = cutoff is not None and log_.segment_max_timestamp(ref, ends[i]) < cutoff
+                by_age = cutoff is not None and retention.segment_max_timestamp(log_, ref, ends[i]) < cutoff
                 if not (by_bytes or by_age):
                     break
                 total -= sizes[i]
                 k = i + 1
             if k:
-                deleted = log_.delete_sealed_prefix(ends[k - 1])
+                deleted = retention.delete_sealed_prefix(log_, ends[k - 1])
                 report.deleted_local += len(deleted)
                 self._progress(f"{part.name}: deleted {len(deleted)} uploaded local segment(s) below offset {ends[k - 1]}")
 
-    def _total_retention(self, part: Partition, log_: Log, storage: ChunkStorage, report: PassReport) -> None:
+    def _total_retention(self, part: TieredChannel, log_: Log, storage: ChunkStorage, report: PassReport) -> None:
         config = part.config
         if config.retention_bytes is None and config.retention_ms is None:
             return
         remote = self.metadata.segments(part.name)
         refs = log_.list_segments()
-        local_sizes = {r.base_offset: log_.segment_bytes_on_disk(r) for r in refs}
+        local_sizes = {r.base_offset: retention.segment_bytes_on_disk(r) for r in refs}
         remote_bases = {r.base_offset for r in remote}
         # The log across both tiers, oldest first: uploaded segments (their tier-2 size), then
         # local segments not uploaded (their local size). The active segment is never deleted.
@@ -623,7 +626,7 @@ class TieringDaemon:
             return
         upto = doomed[-1].end_offset
         with locked(log_):
-            local = log_.delete_sealed_prefix(upto)
+            local = retention.delete_sealed_prefix(log_, upto)
         report.deleted_local += len(local)
         for record in doomed:
             self.metadata.begin_delete(self.epoch, part.name, record.base_offset)
@@ -631,7 +634,7 @@ class TieringDaemon:
             report.deleted_remote += 1
         self._progress(f"{part.name}: total retention deleted {len(doomed)} segment(s) below offset {upto} from tier-2")
 
-    def _finish_deletes(self, part: Partition, storage: ChunkStorage) -> None:
+    def _finish_deletes(self, part: TieredChannel, storage: ChunkStorage) -> None:
         for record in self.metadata.segments(part.name, states=(DELETING,)):
             self._delete_remote(part.name, storage, record)
 
@@ -763,7 +766,7 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
             log_ = Log(part.path, part.config)
             try:
                 refs = log_.list_segments()
-                sizes = [log_.segment_bytes_on_disk(r) for r in refs]
+                sizes = [retention.segment_bytes_on_disk(r) for r in refs]
             finally:
                 log_.close()
             # aggregates in SQLite, and the rows the local segments overlap: no list of the whole history

@@ -56,7 +56,7 @@ from ..engine.log import Log
 from ..errors import CorruptRecordError, FileChannelError, TierError, os_errors
 from ..root import ROOT_METADATA, ROOT_TIER_DIR
 from .bindings import open_storage
-from .daemon import Partition, exclusive, storage_key, tiered_partitions
+from .daemon import TieredChannel, exclusive, storage_key, tiered_partitions
 from .layout import (
     LISTED,
     LOST,
@@ -217,7 +217,7 @@ class _Store:
 
 
 def _check_partition(
-    part: Partition,
+    part: TieredChannel,
     storage: ChunkStorage,
     store: _Store,
     repair: bool,
@@ -405,7 +405,7 @@ def _deep_problem(reader: RemoteReader, record: SegmentRecord) -> str | None:
     return None
 
 
-def _gaps(part: Partition, listed: list[SegmentRecord]) -> list[Finding]:
+def _gaps(part: TieredChannel, listed: list[SegmentRecord]) -> list[Finding]:
     found = []
     for a, b in itertools.pairwise(listed):
         if a.end_offset != b.base_offset:
@@ -422,7 +422,7 @@ def _gaps(part: Partition, listed: list[SegmentRecord]) -> list[Finding]:
     return found
 
 
-def _local_bytes(part: Partition, record: SegmentRecord, position: int, length: int) -> bytes | None:
+def _local_bytes(part: TieredChannel, record: SegmentRecord, position: int, length: int) -> bytes | None:
     """Bytes ``[position, position + length)`` of ``record``'s local ``.seg.z``, if it is there and is
     the same segment (its table checked, its size the uploaded size); None otherwise."""
     log_ = Log(part.path, part.config)
@@ -448,7 +448,7 @@ def _local_bytes(part: Partition, record: SegmentRecord, position: int, length: 
 
 
 def _upload_again(
-    part: Partition, storage: ChunkStorage, record: SegmentRecord, findings: list[Finding], uploaded: list[SegmentRecord]
+    part: TieredChannel, storage: ChunkStorage, record: SegmentRecord, findings: list[Finding], uploaded: list[SegmentRecord]
 ) -> str | None:
     """Write the damaged objects of ``record`` again from the local ``.seg.z`` files of every segment
     with bytes in them (a merged object holds several); return the line saying so, or None if a

@@ -28,7 +28,10 @@ rebuild from a bare listing, as Pravega's, is not):
 - **The new root owns the prefix**: its claim replaces the old root's (see :mod:`.ownership`);
   the old root, should it come back, refuses to upload, sweep or delete there.
 - **Group offsets** come from the newest export in tier-2 (``.exports/``, see
-  :mod:`.snapshot`), if any, lowered to a partition's end where they are past it.
+  :mod:`.export`), if any: the report hands them on (``group_offsets``), and the client
+  restores them (``client.group.restore_groups``, which ``tier rebuild`` calls), lowered to
+  a partition's end (``ends``) where they are past it. Consumer groups are the client's,
+  a layer above tiering.
 
 The target root must not exist or be empty: a rebuild never merges into live data.
 """
@@ -44,13 +47,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, FileChannelError, os_errors
-from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, TopicStore
+from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
 from .bindings import open_storage
+from .export import newest_epoch_named, newest_export
 from .layout import SegmentRecord
 from .metadata import EpochRecord, TierMetadata
 from .ownership import newest_epoch, root_identity, take_over
 from .reindex import usable_segments
-from .snapshot import newest_epoch_named, newest_export, restore_groups
 from .storage import ChunkStorage
 
 Progress = Callable[[str], None]
@@ -59,13 +62,15 @@ Progress = Callable[[str], None]
 @dataclass
 class RebuildReport:
     """What a rebuild made: topics (name -> partitions), segments and bytes, per-partition end
-    offsets; ``problems`` (holes, unusable manifests: exit non-zero) and ``notes`` (the rest)."""
+    offsets; the group offsets of the newest export, for the client to restore
+    (``client.group.restore_groups(root, report.group_offsets, report.ends)``); ``problems``
+    (holes, unusable manifests: exit non-zero) and ``notes`` (the rest)."""
 
     topics: dict[str, int] = field(default_factory=dict)
     segments: int = 0
     bytes: int = 0
     ends: dict[str, int] = field(default_factory=dict)
-    groups: list[str] = field(default_factory=list)
+    group_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -147,7 +152,7 @@ def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any]
         dropped = sorted(set(meta["config"]) - set(TOPIC_SETTINGS))
         if dropped:
             report.notes.append(f"topic {topic}: settings unknown to this filechannel dropped: {', '.join(dropped)}")
-        TopicStore(root).create(topic, max(1, meta["partitions"]), config)
+        RootLayout(root).create(topic, max(1, meta["partitions"]), config)
         report.topics[topic] = max(1, meta["partitions"])
         say(f"topic {topic}: {report.topics[topic]} partition(s)")
 
@@ -186,7 +191,5 @@ def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any]
         report.problems.append(f"the newest export in {storage.url} is unusable, no group offsets restored: {exc}")
         export = None
     if export is not None:
-        report.groups = restore_groups(root, export.groups, report.ends)
-        for line in report.groups:
-            say(line)
+        report.group_offsets = export.groups
     return report

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from filechannel import FileChannel
 from filechannel.engine.record import Record
+from filechannel.engine.retention import delete_sealed_prefix
 from filechannel.receiver import Receiver
 from filechannel.tiering.layout import SegmentRecord
 from filechannel.tiering.uploader import SegmentToUpload, upload_segment
@@ -32,7 +33,7 @@ def offload(ch: FileChannel, keep_local: int, drop_first: int = 0) -> list[Segme
     gone = max(0, min(len(refs) - 1, len(refs) - keep_local))
     if gone:
         with log.maintenance_lock.holding():  # as the daemon's local retention deletes
-            assert log.delete_sealed_prefix(refs[gone].base_offset) == [r.base_offset for r in refs[:gone]]
+            assert delete_sealed_prefix(log, refs[gone].base_offset) == [r.base_offset for r in refs[:gone]]
     for record in uploaded[:drop_first]:
         ctx.metadata.begin_delete(epoch, ctx.name, record.base_offset)
         for name in [c.name for c in record.chunks] + ([record.manifest] if record.manifest else []):

@@ -1,5 +1,7 @@
-"""Compression of sealed segments into the ``.seg.z`` block form, and the roll-forward or
-roll-back of a compression a dead process left behind.
+"""Compression of sealed segments into the ``.seg.z`` block form (:mod:`.compressed` is that
+format and its reader; this module is the maintenance that makes them), and the roll-forward
+or roll-back of a compression a dead process left behind. Not Kafka's log compaction, which
+keeps the newest record of each key: filechannel has none.
 
 Invariants: it runs under ``maintenance.lock`` and touches sealed segments only. A
 ``.seg.z`` is written to a temporary name, fsynced, renamed, and only then is the raw

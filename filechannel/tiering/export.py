@@ -1,8 +1,10 @@
-"""Export and import of the tier-2 metadata: a versioned, checksummed snapshot of one root (or one topic).
+"""Export and import of the tier-2 metadata: a versioned, checksummed copy of one root's (or one topic's).
 
 An export holds what the metadata store holds, read in one transaction (every epoch
 taken, every segment in every state with its chunks), plus the committed offsets of the
-root's consumer groups. It is written to a file, or to tier-2 as
+root's consumer groups, which the client reads and restores (``client.group.group_offsets``,
+``restore_groups``: consumer groups are the client's, above tiering); here they are data.
+It is written to a file, or to tier-2 as
 ``.exports/<exported_at_ms:015d>.E<epoch:010d>.export`` (a name no topic can have: topic
 names never start with "."), where ``tier rebuild`` finds the newest one for the group
 offsets.
@@ -42,8 +44,7 @@ from crc32c import crc32c
 
 from ..engine.files import read_if_exists, write_atomically
 from ..engine.names import validate_name
-from ..errors import ExportFormatError, FileChannelError, TierError
-from ..root import GROUPS_DIR
+from ..errors import ExportFormatError, TierError
 from .layout import (
     MANIFEST_SUFFIX,
     UPLOADED,
@@ -64,7 +65,7 @@ EXPORT_SUFFIX = ".export"
 
 @dataclass(frozen=True)
 class Export:
-    """One snapshot of the tier-2 metadata (see the module docstring for its format)."""
+    """The tier-2 metadata as one read transaction saw it, and group offsets (see the module docstring for its format)."""
 
     epoch: int
     exported_at_ms: int
@@ -214,33 +215,11 @@ def _from_body(body: dict[str, Any]) -> Export:
 # -- export ------------------------------------------------------------------------------------
 
 
-def group_offsets(root: str, topic: str | None = None) -> dict[str, dict[str, int]]:
-    """The committed offsets of every consumer group of ``root`` (of ``topic``'s partitions only if given)."""
-    from ..client.group import list_groups, read_group, tp_key
-
-    found: dict[str, dict[str, int]] = {}
-    for group in list_groups(root):
-        try:
-            _, offsets = read_group(root, group)
-        except FileChannelError:
-            continue  # a damaged group's state: its offsets are not exported (its durable positions stay)
-        kept = {tp_key(tp): off for tp, off in offsets.items() if topic is None or tp.topic == topic}
-        if kept:
-            found[group] = dict(sorted(kept.items()))
-    return found
-
-
-def take_export(metadata: TierMetadata, *, topic: str | None = None, root: str | None = None) -> Export:
-    """A snapshot of ``metadata`` (one read transaction), with the group offsets of ``root`` if given."""
+def take_export(metadata: TierMetadata, *, topic: str | None = None) -> Export:
+    """An export of ``metadata`` (one read transaction), with no group offsets: the client adds
+    them (``dataclasses.replace(export, groups=client.group.group_offsets(root, topic))``)."""
     epochs, segments = metadata.snapshot(topic)
-    return Export(
-        max((e.epoch for e in epochs), default=0),
-        time.time_ns() // 1_000_000,
-        topic,
-        tuple(epochs),
-        tuple(segments),
-        group_offsets(root, topic) if root is not None else {},
-    )
+    return Export(max((e.epoch for e in epochs), default=0), time.time_ns() // 1_000_000, topic, tuple(epochs), tuple(segments))
 
 
 def export_object_name(export: Export) -> str:
@@ -305,9 +284,9 @@ def newest_epoch_named(listing: Iterable[ObjectInfo]) -> int:
     return max((p.epoch for o in listing if (p := parse_object_name(o.name)) is not None), default=0)
 
 
-def import_export(export: Export, metadata: TierMetadata, listing: list[ObjectInfo], root: str | None = None) -> list[str]:
+def import_export(export: Export, metadata: TierMetadata, listing: list[ObjectInfo]) -> None:
     """Load ``export`` into the empty store ``metadata`` after checking it against ``listing``
-    (the bucket); restore its group offsets under ``root`` if given. Return one line per group restored.
+    (the bucket). Its group offsets are the client's to restore (``client.group.restore_groups``).
 
     Raises :class:`TierError` listing the problems (nothing loaded) if the bucket disagrees.
     """
@@ -320,33 +299,3 @@ def import_export(export: Export, metadata: TierMetadata, listing: list[ObjectIn
     if newest > max((e.epoch for e in epochs), default=0):
         epochs.append(EpochRecord(newest, "import: the newest epoch named in the bucket", time.time_ns() // 1_000_000))
     metadata.load(epochs, export.segments)
-    return restore_groups(root, export.groups) if root is not None else []
-
-
-def restore_groups(root: str, groups: dict[str, dict[str, int]], ends: dict[str, int] | None = None) -> list[str]:
-    """Store each group's committed offsets through the group's own code (``restore_offsets``: under
-    ``group.lock``, durable positions then ``offsets.json``, never over an existing one). With
-    ``ends`` (partition -> end offset), an offset past a partition's end is lowered to it (records
-    committed but never uploaded are gone). One line per group."""
-    from ..client.group import restore_offsets, tp_from_key
-
-    lines = []
-    for group, offsets in sorted(groups.items()):
-        restored = {}
-        lowered = []
-        for key, offset in sorted(offsets.items()):
-            if ends is not None:
-                if key not in ends:
-                    continue
-                if offset > ends[key]:
-                    lowered.append(f"{key} {offset} -> {ends[key]}")
-                    offset = ends[key]
-            restored[tp_from_key(key)] = offset
-        if not restored:
-            continue
-        if not restore_offsets(root, group, restored):
-            lines.append(f"group {group}: kept its existing offsets ({os.path.join(root, GROUPS_DIR, group, 'offsets.json')})")
-            continue
-        note = f" (past the end, lowered: {', '.join(lowered)})" if lowered else ""
-        lines.append(f"group {group}: restored the committed offsets of {len(restored)} partition(s){note}")
-    return lines
