@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import click
@@ -90,16 +91,15 @@ def _damage_line(d: DamagedRange, path: str) -> str:
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.pass_context
 def bench(ctx: click.Context) -> None:
-    """Run the benchmark harness (same options as `python -m bench`)."""
-    if os.path.isdir(os.path.join(os.getcwd(), "bench")) and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # the harness lives in the source checkout, not the package
-    try:
-        from bench.__main__ import main as bench_main  # type: ignore[import-not-found]
-    except ImportError as exc:
+    """Run the benchmark harness (same options as `python -m bench`) from a source checkout."""
+    # The harness lives in the source checkout, not in the package, which never imports it:
+    # it runs as `python -m bench` in the current folder, and its exit code is this command's.
+    if not os.path.isfile(os.path.join("bench", "__main__.py")):
         raise click.ClickException(
-            f"the benchmark harness is not importable ({exc}); run it from a source checkout: python -m bench"
-        ) from exc
-    sys.exit(bench_main(ctx.args))
+            "no benchmark harness here (./bench/__main__.py): run `filechannel bench` from a source checkout of filechannel"
+        )
+    code = subprocess.run([sys.executable, "-m", "bench", *ctx.args]).returncode
+    ctx.exit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell reports it
 
 
 # -- repair ------------------------------------------------------------------------------------
