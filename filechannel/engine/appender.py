@@ -34,6 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
@@ -58,10 +59,13 @@ from .record import (
 from .sealer import Sealer
 from .writer_state import WriterState, write_state
 
-try:  # Appender.append's common case in C (filechannel/engine/_codec.c), when it was built and loads
+if TYPE_CHECKING:  # typed as built; the fallback base, object, adds nothing the class does not set itself
     from ._codec import AppendCore as _Core
-except ImportError:
-    _Core = object  # type: ignore[assignment,misc]
+else:
+    try:  # Appender.append's common case in C (filechannel/engine/_codec.c), when it was built and loads
+        from ._codec import AppendCore as _Core
+    except ImportError:
+        _Core = object
 
 log = logging.getLogger("filechannel")
 # Durations (the hold limit, flush deadlines, segment age checks) are measured on the
