@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from itertools import repeat, starmap
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, overload
 
 from ..channel import FileChannel
 from ..engine.cursor import WouldBlock
@@ -814,6 +814,19 @@ class Consumer:
                 )
             checked[tp] = ts
         return {tp: self._with_channel(tp, lambda ch, ts=ts: lookup(ch, ts)) for tp, ts in checked.items()}
+
+    @overload
+    def committed(self, tp: TopicPartition, metadata: Literal[False] = False, timeout_ms: float | None = None) -> int | None: ...
+
+    @overload
+    def committed(
+        self, tp: TopicPartition, metadata: Literal[True], timeout_ms: float | None = None
+    ) -> OffsetAndMetadata | None: ...
+
+    @overload
+    def committed(
+        self, tp: TopicPartition, metadata: bool, timeout_ms: float | None = None
+    ) -> int | OffsetAndMetadata | None: ...
 
     def committed(
         self, tp: TopicPartition, metadata: bool = False, timeout_ms: float | None = None
