@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from ..channel import DamagedRange
 from ..client import Admin
 from .common import ROOT_OPTION, byte_progress, cli, err, out, root_folder
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 # -- root settings ------------------------------------------------------------------------------
 
@@ -58,11 +62,12 @@ def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
             for p in desc.partitions:
                 task = progress.add_task(f"{topic}[{p.partition}]", total=max(p.size_bytes, 1))
                 found: list[DamagedRange] = []
+
+                def show(done: int, total: int, task: TaskID = task) -> None:
+                    progress.update(task, completed=done, total=total)
+
                 with admin.open_partition(topic, p.partition, read_only=True) as ch:
-                    total_records += ch.check(
-                        progress=lambda done, total, task=task: progress.update(task, completed=done, total=total),
-                        on_damage=found.append,
-                    )
+                    total_records += ch.check(progress=show, on_damage=found.append)
                 progress.update(task, completed=progress.tasks[task].total)
                 for d in found:
                     err.print(f"damaged: {topic}[{p.partition}] {_damage_line(d, ch.path)}", soft_wrap=True, markup=False)

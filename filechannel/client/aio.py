@@ -38,14 +38,13 @@ import anyio.to_thread
 from ..engine.cursor import WouldBlock
 from ..engine.record import Headers
 from ..errors import ChannelClosedError, ConfigError
-from .consumer import Consumer, check_timeout_ms, to_tp
+from .consumer import CommitOffsets, Consumer, check_timeout_ms, to_tp
 from .futures import RecordFuture, SentFuture
 from .producer import Producer, Serializer
 from .records import (
     AIOKAFKA_RECORDS,
     AsyncConsumerRecord,
     ConsumerRecord,
-    OffsetAndMetadata,
     OffsetAndTimestamp,
     RecordMetadata,
     TopicPartition,
@@ -447,7 +446,7 @@ class AsyncConsumer:
 
     # -- awaitable, as aiokafka's ------------------------------------------------------------------
 
-    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+    async def commit(self, offsets: CommitOffsets | None = None) -> None:
         """Commit ``offsets`` (default: the positions, i.e. what was handed out), off the event loop."""
         await self._off_loop(self._consumer.commit, offsets)
 
