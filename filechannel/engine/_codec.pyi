@@ -83,7 +83,7 @@ class AppendCore:
     _always: bool
     _flushing: bool
     def append(
-        self, value: bytes, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
+        self, value: bytes | None, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
     ) -> int: ...
     def append_stamped(self, value: bytes, /) -> tuple[int, int]: ...
 

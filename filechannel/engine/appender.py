@@ -144,7 +144,7 @@ class Appender(_Core):
     # -- appending ---------------------------------------------------------------------------
 
     def _append(
-        self, value: bytes, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
+        self, value: bytes | None, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
     ) -> int:
         """Buffer one record; return its offset. The per-message hot path: keep it lean.
 
@@ -155,7 +155,7 @@ class Appender(_Core):
         return self._append_stamped(value, key=key, headers=headers, timestamp=timestamp)[0]
 
     def _append_stamped(
-        self, value: bytes, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
+        self, value: bytes | None, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
     ) -> tuple[int, int]:
         """Buffer one record; return its offset and timestamp (``append_stamped``'s Python path).
 
@@ -172,6 +172,7 @@ class Appender(_Core):
             ts = checked_timestamp(timestamp)
         frames: list[bytes] | None = None
         if key is None and headers is None and type(value) is bytes:
+            plain = value  # (a bytes value: the type checker's name for it in the frames-is-None branch below)
             n = len(value) + RECORD_PREFIX_SIZE
             if n > self._max_payload:
                 raise too_large(n, self._max_payload)
@@ -188,8 +189,8 @@ class Appender(_Core):
             if frames is None:
                 if ts != self._prefix_ts:
                     self._prefix_ts, self._prefix_crc = ts, crc32c(RECORD_PREFIX.pack(0, ts))
-                pending.append(_FRAME_AND_PREFIX(n, crc32c(value, self._prefix_crc), 0, ts))
-                pending.append(value)
+                pending.append(_FRAME_AND_PREFIX(n, crc32c(plain, self._prefix_crc), 0, ts))
+                pending.append(plain)
             else:
                 pending += frames
             offset = state.end_offset

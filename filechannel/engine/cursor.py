@@ -315,7 +315,7 @@ class Cursor:
                 try:
                     newp, n = decode_records(self._buf, self._bpos, self.offset, max_records - len(out), out, layout)
                 except CorruptRecordError as exc:
-                    self._advance(exc.position, exc.offset - self.offset)  # type: ignore[attr-defined]
+                    self._advance(exc.position, exc.offset - self.offset)
                     try:
                         self._on_bad_frame(exc)
                     except CorruptRecordError:

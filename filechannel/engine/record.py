@@ -233,7 +233,7 @@ def encode_frame(payload: bytes) -> bytes:
 
 def encode_record_frames(
     out: list[bytes],
-    value: bytes,
+    value: bytes | None,
     key: bytes | None,
     headers: Headers | None,
     timestamp: int,
@@ -560,6 +560,6 @@ def decode_records_py(
 
 def _crc_mismatch(position: int, offset: int) -> CorruptRecordError:
     err = CorruptRecordError(f"CRC-32C mismatch in the frame of offset {offset}")
-    err.position = position  # type: ignore[attr-defined]
-    err.offset = offset  # type: ignore[attr-defined]
+    err.position = position
+    err.offset = offset
     return err

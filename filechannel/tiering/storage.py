@@ -43,7 +43,7 @@ import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, TypeGuard, TypeVar
+from typing import TypeGuard, TypeVar
 
 from ..errors import ConfigError, FileChannelError, InvalidNameError, TierError
 
@@ -128,12 +128,13 @@ class ChunkStorage(ABC):
     safe to share between threads.
     """
 
-    supports_concat: ClassVar[bool] = False
-    supports_append: ClassVar[bool] = False
-    supports_truncate: ClassVar[bool] = False
+    # A binding's class sets them, or its instance where they depend on the backend (fsspec's).
+    supports_concat: bool = False
+    supports_append: bool = False
+    supports_truncate: bool = False
     #: True where :meth:`create_new` is a conditional create of the backend (atomic across processes and
     #: machines); False where it is a check then a write under a lock of this process only.
-    atomic_create: ClassVar[bool] = False
+    atomic_create: bool = False
 
     def __init__(self, url: str) -> None:
         self.url = redact_url(url)
