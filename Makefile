@@ -1,12 +1,11 @@
-# The whole set-up: `make run` runs the main job, `make test` runs the tests.
+# The whole set-up: `make run` runs the main job, `make test` runs the checks (`make lint`) and the tests.
 # Both create .venv on their own if it is missing and install what they need.
-# `make test` first checks the import layers of DESIGN.md "Layers" (lint-imports, contracts in pyproject.toml).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run lint test bench clean
 
 $(STAMP): pyproject.toml setup.py filechannel/engine/_codec.c filechannel/engine/_readahead.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,12 +16,20 @@ $(STAMP): pyproject.toml setup.py filechannel/engine/_codec.c filechannel/engine
 run: $(STAMP)
 	$(BIN)/python examples/pipeline.py
 
-test: $(STAMP)
+# mypy strict on the package, the import layers of DESIGN.md "Layers" (lint-imports), ruff's lint and
+# format checks; their configuration is in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest
+	$(BIN)/ruff check filechannel tests bench
+	$(BIN)/ruff format --check filechannel tests bench
+
+# One pytest-xdist worker per CPU; Spark's tests share one worker and its one Spark session.
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python -m bench --out bench/results --spark
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -26,11 +26,11 @@ from .engine.appender import Appender
 from .engine.compressed import check_block
 from .engine.cursor import Cursor
 from .engine.files import folder_bytes
-from .engine.log import MAX_FRAME_PAYLOAD, Log, SegmentRef
+from .engine.log import Log, SegmentRef
 from .engine.names import validate_name
 from .engine.position import PositionStore
 from .engine.record import Record, checked_timestamp
-from .engine.segment import SEGMENT_HEADER_SIZE, FrameScanner, damage_after, read_segment_header
+from .engine.segment import MAX_FRAME_PAYLOAD, SEGMENT_HEADER_SIZE, FrameScanner, damage_after, read_segment_header
 from .engine.wakeup import Wakeup
 from .errors import (
     ChannelClosedError,
@@ -216,6 +216,7 @@ class FileChannel:
             cursor = Cursor(self._log, start)
         except OffsetOutOfRangeError:
             return None  # collected meanwhile: later segments may still hold it
+        rec: Record  # (the cursor's default layout)
         try:
             while batch := cursor.read(4096, max_bytes=_SCAN_BYTES):
                 for rec in batch:
@@ -381,6 +382,7 @@ class FileChannel:
                     out: list[Record] = []
                     where = blocks.where(i)
                     following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
+                    bad: CorruptRecordError | None
                     try:
                         data = blocks.block(i)  # raises for a block that does not decompress
                     except CorruptRecordError as exc:

@@ -48,6 +48,11 @@ class OffsetOutOfRangeError(FileChannelError, IndexError):
 class CorruptRecordError(FileChannelError):
     """A frame failed its CRC-32C check or is malformed inside data that should be whole."""
 
+    # Set on the error for a CRC mismatch met while decoding a buffer (engine.record.decode_records):
+    # the frame's position in the buffer, and its offset. Not set on other corruption errors.
+    position: int
+    offset: int
+
 
 class AckError(FileChannelError, ValueError):
     """An ack receiver was asked to acknowledge more records than it has delivered."""

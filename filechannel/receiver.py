@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from itertools import islice
 from operator import length_hint
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from .engine.cursor import Cursor
 from .engine.names import validate_name
@@ -55,12 +55,12 @@ def _checked_timeout(timeout: float | None) -> float | None:
     raise ConfigError(f"timeout must be None or a number of seconds >= 0 (inf waits for ever), not {timeout!r}")
 
 
-def _checked_count(value: object, what: str) -> int:
+def _checked_count(value: SupportsIndex, what: str) -> int:
     """``value`` as an int >= 1 (anything with ``__index__`` but a bool), else ConfigError."""
     if type(value) is int and value >= 1:
         return value
     try:
-        n = operator.index(value)  # type: ignore[call-overload]
+        n = operator.index(value)
     except TypeError:
         n = 0
     if isinstance(value, bool) or n < 1:

@@ -122,7 +122,7 @@ class RootLayout:
         if data is None:
             return None
         try:
-            meta = json.loads(data)
+            meta: dict[str, Any] = json.loads(data)  # (anything else fails the checks below)
             n = meta["partitions"]
             if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10_000:
                 raise ValueError(f"partitions is {n!r}, not an int from 1 to 10000")

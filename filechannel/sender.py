@@ -41,13 +41,14 @@ class Sender:
 
     def send(
         self,
-        value: bytes,
+        value: bytes | None,
         *,
         key: bytes | None = None,
         headers: Headers | None = None,
         timestamp: int | None = None,
     ) -> int:
-        """Append one record; return its offset. ``timestamp`` in ms (default: now).
+        """Append one record; return its offset. ``timestamp`` in ms (default: now); a ``value``
+        of None is a tombstone (read back as None, distinct from ``b""``).
 
         (Each sender binds ``send`` to its channel's appender; this method is what a closed
         sender falls back to.)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from ..channel import DamagedRange
 from ..client import Admin
 from .common import ROOT_OPTION, byte_progress, cli, err, out, root_folder
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 # -- root settings ------------------------------------------------------------------------------
 
@@ -57,11 +62,12 @@ def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
             for p in desc.partitions:
                 task = progress.add_task(f"{topic}[{p.partition}]", total=max(p.size_bytes, 1))
                 found: list[DamagedRange] = []
+
+                def show(done: int, total: int, task: TaskID = task) -> None:
+                    progress.update(task, completed=done, total=total)
+
                 with admin.open_partition(topic, p.partition, read_only=True) as ch:
-                    total_records += ch.check(
-                        progress=lambda done, total, task=task: progress.update(task, completed=done, total=total),
-                        on_damage=found.append,
-                    )
+                    total_records += ch.check(progress=show, on_damage=found.append)
                 progress.update(task, completed=progress.tasks[task].total)
                 for d in found:
                     err.print(f"damaged: {topic}[{p.partition}] {_damage_line(d, ch.path)}", soft_wrap=True, markup=False)
@@ -90,16 +96,15 @@ def _damage_line(d: DamagedRange, path: str) -> str:
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.pass_context
 def bench(ctx: click.Context) -> None:
-    """Run the benchmark harness (same options as `python -m bench`)."""
-    if os.path.isdir(os.path.join(os.getcwd(), "bench")) and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # the harness lives in the source checkout, not the package
-    try:
-        from bench.__main__ import main as bench_main  # type: ignore[import-not-found]
-    except ImportError as exc:
+    """Run the benchmark harness (same options as `python -m bench`) from a source checkout."""
+    # The harness lives in the source checkout, not in the package, which never imports it:
+    # it runs as `python -m bench` in the current folder, and its exit code is this command's.
+    if not os.path.isfile(os.path.join("bench", "__main__.py")):
         raise click.ClickException(
-            f"the benchmark harness is not importable ({exc}); run it from a source checkout: python -m bench"
-        ) from exc
-    sys.exit(bench_main(ctx.args))
+            "no benchmark harness here (./bench/__main__.py): run `filechannel bench` from a source checkout of filechannel"
+        )
+    code = subprocess.run([sys.executable, "-m", "bench", *ctx.args]).returncode
+    ctx.exit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell reports it
 
 
 # -- repair ------------------------------------------------------------------------------------

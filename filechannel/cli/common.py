@@ -87,7 +87,7 @@ class CliGroup(click.Group):
 def root_folder(ctx: click.Context, must_exist: bool = True) -> str:
     """The root folder; one that does not exist is an error unless the command is one that
     creates it (``topics create``, ``produce``, ``config``): a reader never makes a root."""
-    root = ctx.obj["root"]
+    root: str | None = ctx.obj["root"]
     if not root:
         raise click.UsageError("no root folder: pass --root PATH or set FILECHANNEL_ROOT")
     if must_exist and not os.path.isdir(root):

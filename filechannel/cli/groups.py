@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
@@ -26,6 +26,9 @@ from .kafka import (
     require_inactive,
     reset_scope,
 )
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 @cli.group()
@@ -89,15 +92,16 @@ def _describe_group(root: str, group: str, fmt: str) -> None:
         info = state.members[member]
         out.print(f"member {member}: pid {info.get('pid', '?')}, topics {', '.join(info.get('topics', [])) or '-'}")
     table = Table(title=f"group {group} (generation {state.generation}, {len(live)} live member(s))")
-    for col, just in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("topic", "left"),
         ("partition", "right"),
         ("committed", "right"),
         ("end offset", "right"),
         ("lag", "right"),
         ("owner", "left"),
-    ):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    )
+    for col, just in columns:
+        table.add_column(col, justify=just)
     orphans: list[str] = []
     for row in rows:
         owner = row["owner"] or ""

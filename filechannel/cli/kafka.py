@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ..client import Admin, Consumer, TopicPartition
 from ..client.group import GroupMember, list_groups, read_group
@@ -111,7 +111,10 @@ def _plain_value(text: str) -> Any:
     return text
 
 
-def parse_properties(items: Iterable[str], known: dict[str, str | None], tool: str) -> dict[str, str | None]:
+_Value = TypeVar("_Value", str, str | None)  # a tool's properties: all with a default, or some without
+
+
+def parse_properties(items: Iterable[str], known: Mapping[str, _Value], tool: str) -> dict[str, _Value]:
     """``--property NAME=VALUE`` items, each a name in ``known`` (its default is the value there)."""
     props = dict(known)
     for item in items:
@@ -185,7 +188,7 @@ def client_properties(items: Iterable[str], flag: str) -> dict[str, Any]:
     return out
 
 
-def is_true(props: dict[str, str | None], name: str) -> bool:
+def is_true(props: Mapping[str, str | None], name: str) -> bool:
     value = (props[name] or "").strip().lower()
     if value not in ("true", "false"):
         raise ConfigError(f"--property {name} must be true or false, not {props[name]!r}")
@@ -461,7 +464,8 @@ def plan_reset(root: str, group: str, tps: list[TopicPartition], reset: Reset, w
             elif reset.kind == "offset":
                 target = reset.value
             elif reset.kind == "datetime":
-                target = found[tp].offset if found.get(tp) else ends[tp]
+                hit = found.get(tp)
+                target = hit.offset if hit else ends[tp]
             elif reset.kind == "file":
                 target = reset.offsets[tp]
             else:

@@ -166,7 +166,8 @@ def _start_offsets(consumer: Consumer, spec: str) -> None:
         found = consumer.offsets_for_times({tp: ts for tp in tps})
         ends = consumer.end_offsets(tps)
         for tp in tps:
-            consumer.seek(tp, found[tp].offset if found[tp] else ends[tp])
+            hit = found[tp]
+            consumer.seek(tp, hit.offset if hit else ends[tp])
 
 
 def _records(
@@ -357,7 +358,7 @@ def consume(
         # console consumer commits on shutdown. poll hands out whole batches, so the commit names
         # the offsets printed rather than the consumer's positions.
         stop = threading.Event()
-        signals = {signal.SIGINT: 130, signal.SIGTERM: 143}
+        signals: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}  # (a handler gets the number as an int)
         caught: list[int] = []
 
         def on_signal(signum: int, _frame: object) -> None:

@@ -161,7 +161,7 @@ def tier_status_cmd(ctx: click.Context, tier_root: str | None, as_json: bool) ->
     out.print(table)
 
 
-def _tier_options(value: str | None) -> dict | None:
+def _tier_options(value: str | None) -> dict[str, Any] | None:
     """``--tier-options`` as a dict (None if not given); a bad value is one usage line."""
     if value is None:
         return None
@@ -194,11 +194,11 @@ def _exit_on_errors(lines: list[str]) -> None:
         sys.exit(1)
 
 
-def _root_storages(root: str) -> dict[str, tuple[str, dict]]:
+def _root_storages(root: str) -> dict[str, tuple[str, dict[str, Any]]]:
     """The distinct storages of the root's tiered topics: URL -> (URL, options)."""
     from ..tiering.daemon import tiered_partitions
 
-    found: dict[str, tuple[str, dict]] = {}
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
     for part in tiered_partitions(root):
         assert part.config.tier is not None
         found.setdefault(part.config.tier, (part.config.tier, dict(part.config.tier_options or {})))

@@ -29,8 +29,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Generator, Iterable
-from typing import Any, NamedTuple
+from collections.abc import AsyncIterator, Callable, Collection, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -38,11 +38,25 @@ import anyio.to_thread
 from ..engine.cursor import WouldBlock
 from ..engine.record import Headers
 from ..errors import ChannelClosedError, ConfigError
-from .consumer import Consumer, check_timeout_ms, to_tp
+from .consumer import CommitOffsets, Consumer, check_timeout_ms, to_tp
 from .futures import RecordFuture, SentFuture
 from .producer import Producer, Serializer
-from .records import AIOKAFKA_RECORDS, AsyncConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from .records import (
+    AIOKAFKA_RECORDS,
+    AsyncConsumerRecord,
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
 
+if TYPE_CHECKING:
+    from ..engine._codec import AsyncSend
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+_CAsyncSend: type[AsyncSend[..., RecordDelivery | SentFuture]] | None
 try:  # AsyncProducer.send's common case in C (filechannel/engine/_codec.c), when it was built and loads
     from ..engine._codec import AsyncSend as _CAsyncSend
 except ImportError:
@@ -53,14 +67,14 @@ _AIOKAFKA_PRODUCER = {"loop": None, "max_batch_size": "batch_size"}
 _AIOKAFKA_CONSUMER = {"loop": None, "group_instance_id": None, "rebalance_timeout_ms": None}
 
 
-def _aiokafka_names(kwargs: dict[str, Any], names: dict[str, str | None]) -> dict[str, Any]:
+def _aiokafka_names(kwargs: dict[str, Any], names: Mapping[str, str | None]) -> dict[str, Any]:
     """``kwargs`` with aiokafka's own names dropped or renamed to kafka-python's."""
     out = {}
     for name, value in kwargs.items():
         if name not in names:
             out[name] = value
-        elif names[name] is not None:
-            out[names[name]] = value
+        elif (renamed := names[name]) is not None:
+            out[renamed] = value
     return out
 
 
@@ -78,7 +92,7 @@ class RecordDelivery:
 
     __slots__ = ("future",)
 
-    def __init__(self, future: RecordFuture) -> None:
+    def __init__(self, future: RecordFuture[RecordMetadata]) -> None:
         self.future = future
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
@@ -87,19 +101,19 @@ class RecordDelivery:
     async def _wait(self) -> RecordMetadata:
         future = self.future
         if future.done():
-            return future.result()  # type: ignore[no-any-return]
+            return future.result()
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # trio: a worker thread waits
-            return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)  # type: ignore[no-any-return]
-        return await asyncio.wrap_future(future)  # type: ignore[no-any-return]
+            return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+        return await asyncio.wrap_future(future)
 
     def done(self) -> bool:
         return self.future.done()
 
     def result(self) -> RecordMetadata:
         """The metadata once done (raises the record's error); :class:`Timeout` while pending."""
-        return self.future.get(timeout=0)  # type: ignore[no-any-return]
+        return self.future.get(timeout=0)
 
     def exception(self) -> BaseException | None:
         return self.future.exception(timeout=0)
@@ -201,7 +215,7 @@ class AsyncProducer:
         if key is None and partition is None and timestamp_ms is None and headers is None:
             future = self._producer.send(topic, value)  # the form the producer's short path takes
             if future.__class__ is SentFuture:
-                return future  # type: ignore[return-value]
+                return future
         else:
             future = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
         delivery = _new_delivery(RecordDelivery)  # RecordDelivery(future) without a Python __init__ call
@@ -257,6 +271,17 @@ class AsyncProducer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _as_async(batch: dict[TopicPartition, list[ConsumerRecord]]) -> dict[TopicPartition, list[AsyncConsumerRecord]]:
+    """An AsyncConsumer's records as they are: its Consumer's shape is AIOKAFKA_RECORDS (see
+    AsyncConsumer.__init__), though the Consumer's methods are typed with their default one."""
+    return cast(dict[TopicPartition, list[AsyncConsumerRecord]], batch)
+
+
+def _as_kafka_python(batch: dict[TopicPartition, list[AsyncConsumerRecord]]) -> dict[TopicPartition, list[ConsumerRecord]]:
+    """Records handed back to the Consumer (``_unread``), typed as its methods are (see _as_async)."""
+    return cast(dict[TopicPartition, list[ConsumerRecord]], batch)
 
 
 _STEP = 1.0  # seconds a worker thread waits at most per step (bounds an abandoned one's life)
@@ -341,7 +366,7 @@ class AsyncConsumer:
         try:
             if budget is None:
                 budget = self._consumer._max_poll_records
-            return self._consumer._take(budget, only) or self._read_here(budget, only)
+            return _as_async(self._consumer._take(budget, only)) or self._read_here(budget, only)
         finally:
             self._io.release()
 
@@ -352,7 +377,7 @@ class AsyncConsumer:
         if consumer._closed or time.monotonic() >= self._inline_until or consumer._upkeep_due():
             return {}
         try:
-            return consumer._fetch(budget, only, nowait=True)
+            return _as_async(consumer._fetch(budget, only, nowait=True))
         except WouldBlock as exc:
             self._inline_until = 0.0  # what was read went back to the pending records
             self._past_end = exc.partition if exc.segment_end else None  # see _trip
@@ -389,12 +414,12 @@ class AsyncConsumer:
                 try:
                     rec = self._consumer._take_one(only)
                     if rec is None:
-                        self._consumer._unread(self._read_here(self._consumer._max_poll_records, only))
+                        self._consumer._unread(_as_kafka_python(self._read_here(self._consumer._max_poll_records, only)))
                         rec = self._consumer._take_one(only)
                 finally:
                     self._io.release()
                 if rec is not None:
-                    return rec
+                    return cast(AsyncConsumerRecord, rec)  # see _as_async
             await self._trip(only, _STEP)
 
     def __aiter__(self) -> AsyncIterator[AsyncConsumerRecord]:
@@ -409,11 +434,11 @@ class AsyncConsumer:
                 raise StopAsyncIteration from None
             raise
 
-    def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
         with self._io:
             return fn(*args)
 
-    async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread, holding the consumer's lock (file work stays off the loop)."""
         if self._closed:
             raise ChannelClosedError("this consumer is closed")
@@ -421,17 +446,17 @@ class AsyncConsumer:
 
     # -- awaitable, as aiokafka's ------------------------------------------------------------------
 
-    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+    async def commit(self, offsets: CommitOffsets | None = None) -> None:
         """Commit ``offsets`` (default: the positions, i.e. what was handed out), off the event loop."""
         await self._off_loop(self._consumer.commit, offsets)
 
     async def committed(self, partition: TopicPartition) -> int | None:
         """The group's committed offset of ``partition``, or None."""
-        return await self._off_loop(self._consumer.committed, partition)  # type: ignore[no-any-return]
+        return await self._off_loop(self._consumer.committed, partition)
 
     async def position(self, partition: TopicPartition) -> int:
         """The offset of the next record to be returned from ``partition``."""
-        return await self._off_loop(self._consumer.position, partition)  # type: ignore[no-any-return]
+        return await self._off_loop(self._consumer.position, partition)
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         await self._off_loop(self._consumer.seek_to_beginning, *partitions)
@@ -442,7 +467,7 @@ class AsyncConsumer:
     async def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int | None]:
         """Seek each partition (default: all assigned) to its committed offset; returns them
         (None where nothing is committed: that partition keeps its position)."""
-        return await self._off_loop(self._seek_to_committed, partitions)  # type: ignore[no-any-return]
+        return await self._off_loop(self._seek_to_committed, partitions)
 
     def _seek_to_committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         consumer = self._consumer
@@ -454,20 +479,20 @@ class AsyncConsumer:
         return committed
 
     async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return await self._off_loop(self._consumer.beginning_offsets, list(partitions))  # type: ignore[no-any-return]
+        return await self._off_loop(self._consumer.beginning_offsets, list(partitions))
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return await self._off_loop(self._consumer.end_offsets, list(partitions))  # type: ignore[no-any-return]
+        return await self._off_loop(self._consumer.end_offsets, list(partitions))
 
     async def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        return await self._off_loop(self._consumer.offsets_for_times, timestamps)  # type: ignore[no-any-return]
+        return await self._off_loop(self._consumer.offsets_for_times, timestamps)
 
     async def topics(self) -> set[str]:
-        return await self._off_loop(self._consumer.topics)  # type: ignore[no-any-return]
+        return await self._off_loop(self._consumer.topics)
 
     # -- plain, as aiokafka's ---------------------------------------------------------------------
 
-    def _now(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _now(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn`` on the loop, under the consumer's lock (quick state changes and lookups)."""
         if self._closed:
             raise ChannelClosedError("this consumer is closed")
@@ -478,7 +503,7 @@ class AsyncConsumer:
         self._now(self._consumer.subscribe, topics, pattern, listener)
 
     def subscription(self) -> set[str] | None:
-        return self._now(self._consumer.subscription)  # type: ignore[no-any-return]
+        return self._now(self._consumer.subscription)
 
     def unsubscribe(self) -> None:
         self._now(self._consumer.unsubscribe)
@@ -506,7 +531,7 @@ class AsyncConsumer:
 
     def highwater(self, partition: TopicPartition) -> int:
         """The end offset of an assigned partition."""
-        return self._now(self._consumer.highwater, partition)  # type: ignore[no-any-return]
+        return self._now(self._consumer.highwater, partition)
 
     def last_stable_offset(self, partition: TopicPartition) -> int:
         """The same as :meth:`highwater`: there are no transactions, every record is stable."""

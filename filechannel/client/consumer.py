@@ -9,8 +9,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future
+from functools import partial
 from itertools import repeat, starmap
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 from ..channel import FileChannel
 from ..engine.cursor import WouldBlock
@@ -31,7 +32,12 @@ from .kafka_names import CONSUMER_IGNORED, check_names
 from .records import KAFKA_PYTHON_RECORDS, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordShape, TopicPartition
 from .topics import TopicStore
 
+T = TypeVar("T")
 Deserializer = Callable[[bytes], Any]
+# What commit takes: offsets, OffsetAndMetadata or both by partition (three dict types: a dict's value type is invariant).
+CommitOffsets = (
+    dict[TopicPartition, int] | dict[TopicPartition, OffsetAndMetadata] | dict[TopicPartition, OffsetAndMetadata | int]
+)
 _RESETS = ("earliest", "latest", "none")
 _HONOURED = (
     "auto_commit_interval_ms",
@@ -220,8 +226,8 @@ class Consumer:
                 f"isolation_level must be 'read_uncommitted' or 'read_committed', not {configs['isolation_level']!r}"
             )
         metadata_max_age_ms = configs.get("metadata_max_age_ms", 1000)
-        fetch_bytes = configs.get("max_partition_fetch_bytes", _FETCH_BYTES)
-        fetch_max_bytes = configs.get("fetch_max_bytes", _FETCH_MAX_BYTES)
+        fetch_bytes: int = configs.get("max_partition_fetch_bytes", _FETCH_BYTES)  # (checked below, as the others)
+        fetch_max_bytes: int = configs.get("fetch_max_bytes", _FETCH_MAX_BYTES)
         commit_callback = configs.get("default_offset_commit_callback")
         if commit_callback is not None and not callable(commit_callback):
             raise ConfigError(f"default_offset_commit_callback must be callable, not {commit_callback!r}")
@@ -737,7 +743,7 @@ class Consumer:
         for part in [self._part(tp) for tp in tps or list(self._parts)]:
             self._seek_part(part, part.channel.end_offset)
 
-    def _with_channel(self, tp: TopicPartition, fn: Callable[[FileChannel], Any]) -> Any:
+    def _with_channel(self, tp: TopicPartition, fn: Callable[[FileChannel], T]) -> T:
         part = self._parts.get(to_tp(tp))
         if part is not None:
             return fn(part.channel)
@@ -813,7 +819,20 @@ class Consumer:
                     f"from 0 to 2**63-1, not {ts!r}"
                 )
             checked[tp] = ts
-        return {tp: self._with_channel(tp, lambda ch, ts=ts: lookup(ch, ts)) for tp, ts in checked.items()}
+        return {tp: self._with_channel(tp, partial(lookup, ts=ts)) for tp, ts in checked.items()}
+
+    @overload
+    def committed(self, tp: TopicPartition, metadata: Literal[False] = False, timeout_ms: float | None = None) -> int | None: ...
+
+    @overload
+    def committed(
+        self, tp: TopicPartition, metadata: Literal[True], timeout_ms: float | None = None
+    ) -> OffsetAndMetadata | None: ...
+
+    @overload
+    def committed(
+        self, tp: TopicPartition, metadata: bool, timeout_ms: float | None = None
+    ) -> int | OffsetAndMetadata | None: ...
 
     def committed(
         self, tp: TopicPartition, metadata: bool = False, timeout_ms: float | None = None
@@ -831,9 +850,7 @@ class Consumer:
             return offset
         return OffsetAndMetadata(offset, self._group.committed_metadata(tp), -1)
 
-    def commit(
-        self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None, timeout_ms: float | None = None
-    ) -> None:
+    def commit(self, offsets: CommitOffsets | None = None, timeout_ms: float | None = None) -> None:
         """Commit ``offsets`` (default: the positions of the assigned partitions, i.e. the
         records handed out so far).
 
@@ -863,7 +880,7 @@ class Consumer:
 
     def commit_async(
         self,
-        offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None,
+        offsets: CommitOffsets | None = None,
         callback: Callable[[dict[TopicPartition, OffsetAndMetadata], Any], Any] | None = None,
     ) -> Future[None]:
         """kafka-python's ``commit_async``: commits (a commit here is a local file write, done
@@ -914,8 +931,12 @@ class Consumer:
             return
         group.commit(offsets, manual=self._manual, check=self._check_ends if check_ends else None, metadata=metadata)
         key = f"group.{group.group_id}"
+
+        def store(ch: FileChannel, offset: int) -> None:
+            ch.positions.set(key, offset)
+
         for tp, off in offsets.items():
-            self._with_channel(tp, lambda ch, off=off: ch.positions.set(key, off))
+            self._with_channel(tp, partial(store, offset=off))
         self._next_auto_commit = time.monotonic() + self._auto_commit_interval
 
     def _commit_quietly(self, offsets: dict[TopicPartition, int]) -> None:

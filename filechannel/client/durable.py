@@ -26,7 +26,8 @@ from ..errors import ChannelClosedError, FileChannelError
 from .futures import RecordFuture, complete
 from .records import RecordMetadata, TopicPartition
 
-_Entry = tuple[RecordFuture, Any, "bytes | None", "Headers | None", int]
+# (future, value or _MARKER, key, headers, timestamp): a record's future is of its RecordMetadata, a marker's of None
+_Entry = tuple[RecordFuture[Any], Any, "bytes | bytearray | memoryview | None", "Headers | None", int]
 _MARKER = object()  # a queue entry whose future completes when everything before it is durable
 
 
@@ -44,11 +45,17 @@ class GroupSync:
         self._thread = threading.Thread(target=self._run, name=f"{client_id}-sync-{topic}-{partition}", daemon=True)
         self._thread.start()
 
-    def add(self, value: bytes, key: bytes | None, headers: Headers | None, timestamp_ms: int) -> RecordFuture:
+    def add(
+        self,
+        value: bytes | bytearray | memoryview | None,
+        key: bytes | bytearray | memoryview | None,
+        headers: Headers | None,
+        timestamp_ms: int,
+    ) -> RecordFuture[RecordMetadata]:
         """Queue one record; its future completes once an fsync covers it."""
         if self._closed:
             raise ChannelClosedError(f"the producer of {self._topic}[{self._partition}] is closed")
-        future = RecordFuture(self._done)
+        future: RecordFuture[RecordMetadata] = RecordFuture(self._done)
         self._queue.append((future, value, key, headers, timestamp_ms))
         if not self._wake.is_set():
             self._wake.set()
@@ -73,14 +80,14 @@ class GroupSync:
             if self._closed and not queue:
                 return
 
-    def _append(self, batch: list[_Entry]) -> list[tuple[RecordFuture, Any]]:
+    def _append(self, batch: list[_Entry]) -> list[tuple[RecordFuture[Any], RecordMetadata | None]]:
         """Append the queued records in order; return the futures to complete after the fsync.
 
         Runs of key-less records with one timestamp go in with one ``send_many``.
         """
         send, send_many = self._sender.send, self._sender.send_many
         topic, partition, tp = self._topic, self._partition, self._tp
-        done: list[tuple[RecordFuture, Any]] = []
+        done: list[tuple[RecordFuture[Any], RecordMetadata | None]] = []
         i, n = 0, len(batch)
         one_by_one_until = 0
         while i < n:
@@ -114,9 +121,9 @@ class GroupSync:
             done.append((future, RecordMetadata(topic, partition, tp, offset, ts, None, *serialized_sizes(key, value, headers))))
         return done
 
-    def marker(self) -> RecordFuture:
+    def marker(self) -> RecordFuture[None]:
         """A future that completes once every record queued before it is durable."""
-        future = RecordFuture(self._done)
+        future: RecordFuture[None] = RecordFuture(self._done)
         self._queue.append((future, _MARKER, None, None, 0))
         self._wake.set()
         return future

@@ -29,23 +29,29 @@ from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import FINISHED, PENDING  # the states Future's own methods test
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import Timeout
-from .records import RecordMetadata
+from .records import RecordMetadata, TopicPartition
+
+if TYPE_CHECKING:
+    from concurrent.futures._base import _Waiter
+
+T = TypeVar("T")
 
 
-class RecordFuture(Future):
-    """A future of one record; ``condition`` is shared by the futures completed together."""
+class RecordFuture(Future[T]):
+    """A future of one record (of its :class:`RecordMetadata`, as ``Producer.send`` returns it);
+    ``condition`` is shared by the futures completed together."""
 
     def __init__(self, condition: threading.Condition) -> None:  # Future.__init__ is not called: see the module
         self._condition = condition
         self._state = PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
+        self._result = None
+        self._exception = None
 
     @classmethod
-    def resolved(cls, result: Any) -> RecordFuture:
+    def resolved(cls, result: T) -> RecordFuture[T]:
         """A future that is done already (a record whose offset is known on send)."""
         future = cls(_DONE)
         future._result = result
@@ -53,7 +59,7 @@ class RecordFuture(Future):
         return future
 
     @classmethod
-    def rejected(cls, error: BaseException) -> RecordFuture:
+    def rejected(cls, error: BaseException) -> RecordFuture[T]:
         """A future that failed already (a record refused on send)."""
         future = cls(_DONE)
         future._exception = error
@@ -62,22 +68,32 @@ class RecordFuture(Future):
 
     # Future's methods append to these under the condition; most futures never need them.
     @property
-    def _waiters(self) -> list[Any]:
-        return self.__dict__.setdefault("_waiter_list", [])
+    def _waiters(self) -> list[_Waiter]:
+        waiters: list[_Waiter] = self.__dict__.setdefault("_waiter_list", [])
+        return waiters
+
+    @_waiters.setter  # Future.__init__ would set it (it is not called)
+    def _waiters(self, waiters: list[_Waiter]) -> None:
+        self.__dict__["_waiter_list"] = waiters
 
     @property
-    def _done_callbacks(self) -> list[Callable[[Future], Any]]:
-        return self.__dict__.setdefault("_callback_list", [])
+    def _done_callbacks(self) -> list[Callable[[Future[T]], object]]:
+        callbacks: list[Callable[[Future[T]], object]] = self.__dict__.setdefault("_callback_list", [])
+        return callbacks
+
+    if TYPE_CHECKING:  # Future's own (CPython's concurrent/futures/_base.py), which typeshed leaves out
+
+        def _invoke_callbacks(self) -> None: ...
 
     def cancel(self) -> bool:
         """A record handed to the producer cannot be recalled: always False."""
         return False
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> T:
         self._wait(timeout)
         if self._exception is not None:
             raise self._exception
-        return self._result
+        return cast(T, self._result)  # finished without an exception: _result is what the future was completed with
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
@@ -85,7 +101,7 @@ class RecordFuture(Future):
 
     # -- kafka-python's FutureRecordMetadata ---------------------------------------------------
 
-    def get(self, timeout: float | None = None) -> Any:
+    def get(self, timeout: float | None = None) -> T:
         """The result, waiting up to ``timeout`` s; :class:`Timeout` (a ``TimeoutError``) if not done by then."""
         try:
             return self.result(timeout)
@@ -97,7 +113,7 @@ class RecordFuture(Future):
         return self._state == FINISHED
 
     @property
-    def value(self) -> Any:
+    def value(self) -> T | None:
         """The result once succeeded, else None (kafka-python's attribute)."""
         return self._result if self._state == FINISHED else None
 
@@ -107,19 +123,19 @@ class RecordFuture(Future):
     def failed(self) -> bool:
         return self._state == FINISHED and self._exception is not None
 
-    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RecordFuture:
+    def add_callback(self, fn: Callable[..., object], *args: Any, **kwargs: Any) -> RecordFuture[T]:
         """Call ``fn(*args, result, **kwargs)`` once the record is written (at once if it is); returns self."""
         call = functools.partial(fn, *args, **kwargs)
         self.add_done_callback(lambda f: call(f._result) if f._exception is None else None)
         return self
 
-    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RecordFuture:
+    def add_errback(self, fn: Callable[..., object], *args: Any, **kwargs: Any) -> RecordFuture[T]:
         """Call ``fn(*args, exception, **kwargs)`` if the record fails (at once if it did); returns self."""
         call = functools.partial(fn, *args, **kwargs)
         self.add_done_callback(lambda f: call(f._exception) if f._exception is not None else None)
         return self
 
-    def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RecordFuture:
+    def add_both(self, fn: Callable[..., object], *args: Any, **kwargs: Any) -> RecordFuture[T]:
         """``fn`` as both callback and errback; returns self."""
         return self.add_callback(fn, *args, **kwargs).add_errback(fn, *args, **kwargs)
 
@@ -134,7 +150,7 @@ class RecordFuture(Future):
 _DONE = threading.Condition()  # of futures created done: nobody ever waits on it
 
 
-class SentFuture(RecordFuture):
+class SentFuture(RecordFuture[RecordMetadata]):
     """The done future of a record buffered by ``Producer.send``'s common case: it keeps
     where the record went and builds the :class:`RecordMetadata` only when asked.
 
@@ -146,6 +162,9 @@ class SentFuture(RecordFuture):
     """
 
     __slots__ = ("_at", "_route", "_size")
+    _route: tuple[str, int, TopicPartition]
+    _at: tuple[int, int]
+    _size: int
     _condition = _DONE
     _state = FINISHED
     _exception = None
@@ -154,23 +173,29 @@ class SentFuture(RecordFuture):
         """The metadata at once: done at send, so ``AsyncProducer.send`` hands this future out
         as the delivery to await (no :class:`~.aio.RecordDelivery` around it: that object
         and its coroutine cost a seventh of an async send at 100 B)."""
-        return self._result  # type: ignore[no-any-return]
+        return self._result
         yield  # a generator that never suspends: awaiting it does not reach the event loop
 
     @property
-    def _result(self) -> Any:  # read by result(), value and Future's own methods
+    def _result(self) -> RecordMetadata:  # read by result(), value and Future's own methods
         topic, partition, tp = self._route
         offset, timestamp = self._at
         # tuple.__new__: the namedtuple's Python-level __new__ with 11 arguments costs more
         return _new_tuple(RecordMetadata, (topic, partition, tp, offset, timestamp, None, -1, self._size, -1, 0, -1))
 
+    @_result.setter  # Future's attribute is writable; this future is done at send, with its result
+    def _result(self, result: RecordMetadata | None) -> None:
+        raise AttributeError("a SentFuture is done at send: its result cannot be set")
+
 
 _new_tuple = tuple.__new__
 
 
-def complete(condition: threading.Condition, done: Iterable[tuple[RecordFuture, Any]], error: BaseException | None) -> None:
+def complete(
+    condition: threading.Condition, done: Iterable[tuple[RecordFuture[Any], object]], error: BaseException | None
+) -> None:
     """Complete many futures sharing ``condition``: with their results, or all with ``error``."""
-    called = []
+    called: list[RecordFuture[Any]] = []
     with condition:
         for future, result in done:
             if error is None:

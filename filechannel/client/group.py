@@ -308,11 +308,11 @@ class GroupMember:
             owned = set()
             for tp in sorted(assigned):
                 key = tp_key(tp)
-                owner = state.owners.get(key)
-                if owner != self.member_id and (owner is None or owner not in state.members or not self._alive(owner)):
-                    state.owners[key] = owner = self.member_id
+                holder = state.owners.get(key)
+                if holder != self.member_id and (holder is None or holder not in state.members or not self._alive(holder)):
+                    state.owners[key] = holder = self.member_id
                     dirty = True
-                if owner == self.member_id:
+                if holder == self.member_id:
                     owned.add(tp)
             if dirty:
                 self._save(state)

@@ -11,10 +11,10 @@ import inspect
 import itertools
 from collections.abc import Callable
 
-Partitioner = Callable[[bytes | None, int], int]
+Partitioner = Callable[[bytes | bytearray | memoryview | None, int], int]  # the key as sent (bytes-like), or None
 
 
-def murmur2(data: bytes) -> int:
+def murmur2(data: bytes | bytearray | memoryview) -> int:
     """Kafka's 32-bit murmur2 hash (seed 0x9747b28c), as a signed int like Java's."""
     length = len(data)
     seed = 0x9747B28C
@@ -51,7 +51,7 @@ class DefaultPartitioner:
     def __init__(self) -> None:
         self._counter = itertools.count()
 
-    def __call__(self, key: bytes | None, partitions: int) -> int:
+    def __call__(self, key: bytes | bytearray | memoryview | None, partitions: int) -> int:
         if key is None:
             # next() of an itertools.count is atomic in CPython: no lock on the send path
             return next(self._counter) % partitions
@@ -76,7 +76,7 @@ def as_partitioner(fn: Callable[..., int]) -> Partitioner:
         return fn
     lists: dict[int, list[int]] = {}
 
-    def kafka_python_style(key: bytes | None, partitions: int) -> int:
+    def kafka_python_style(key: bytes | bytearray | memoryview | None, partitions: int) -> int:
         every = lists.get(partitions)
         if every is None:
             every = lists[partitions] = list(range(partitions))

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..channel import FileChannel
 from ..config import ChannelConfig
@@ -22,9 +22,13 @@ from .partitioner import DefaultPartitioner, as_partitioner
 from .records import RecordMetadata, TopicPartition
 from .topics import TopicStore
 
+if TYPE_CHECKING:
+    from ..engine._codec import ProducerSend
+
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _new_metadata = tuple.__new__
 
+_CSend: type[ProducerSend[..., RecordFuture[RecordMetadata]]] | None
 try:  # Producer.send's short path in C (filechannel/engine/_codec.c), when it was built and loads
     from ..engine._codec import ProducerSend as _CSend
 except ImportError:
@@ -242,7 +246,7 @@ class Producer:
         headers: Headers | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> RecordFuture:
+    ) -> RecordFuture[RecordMetadata]:
         """Send one record; returns a future of where it landed (kafka-python's argument order).
 
         Errors, as kafka-python reports them: a key or value that is not bytes (after the
@@ -298,7 +302,7 @@ class Producer:
         headers: Headers | None,
         partition: int | None,
         timestamp_ms: int | None,
-    ) -> RecordFuture:
+    ) -> RecordFuture[RecordMetadata]:
         """``send``'s whole path: serializers, checks, partitioner, keys, headers, GroupSync."""
         if self._closed:
             raise ChannelClosedError("this producer is closed")

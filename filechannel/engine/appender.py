@@ -34,6 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
@@ -60,10 +61,13 @@ from .roll import roll
 from .sealer import Sealer
 from .writer_state import WriterState, write_state
 
-try:  # Appender.append's common case in C (filechannel/engine/_codec.c), when it was built and loads
+if TYPE_CHECKING:  # typed as built; the fallback base, object, adds nothing the class does not set itself
     from ._codec import AppendCore as _Core
-except ImportError:
-    _Core = object  # type: ignore[assignment,misc]
+else:
+    try:  # Appender.append's common case in C (filechannel/engine/_codec.c), when it was built and loads
+        from ._codec import AppendCore as _Core
+    except ImportError:
+        _Core = object
 
 log = logging.getLogger("filechannel")
 # Durations (the hold limit, flush deadlines, segment age checks) are measured on the
@@ -142,7 +146,7 @@ class Appender(_Core):
     # -- appending ---------------------------------------------------------------------------
 
     def _append(
-        self, value: bytes, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
+        self, value: bytes | None, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
     ) -> int:
         """Buffer one record; return its offset. The per-message hot path: keep it lean.
 
@@ -153,7 +157,7 @@ class Appender(_Core):
         return self._append_stamped(value, key=key, headers=headers, timestamp=timestamp)[0]
 
     def _append_stamped(
-        self, value: bytes, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
+        self, value: bytes | None, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
     ) -> tuple[int, int]:
         """Buffer one record; return its offset and timestamp (``append_stamped``'s Python path).
 
@@ -170,6 +174,7 @@ class Appender(_Core):
             ts = checked_timestamp(timestamp)
         frames: list[bytes] | None = None
         if key is None and headers is None and type(value) is bytes:
+            plain = value  # (a bytes value: the type checker's name for it in the frames-is-None branch below)
             n = len(value) + RECORD_PREFIX_SIZE
             if n > self._max_payload:
                 raise too_large(n, self._max_payload)
@@ -186,8 +191,8 @@ class Appender(_Core):
             if frames is None:
                 if ts != self._prefix_ts:
                     self._prefix_ts, self._prefix_crc = ts, crc32c(RECORD_PREFIX.pack(0, ts))
-                pending.append(_FRAME_AND_PREFIX(n, crc32c(value, self._prefix_crc), 0, ts))
-                pending.append(value)
+                pending.append(_FRAME_AND_PREFIX(n, crc32c(plain, self._prefix_crc), 0, ts))
+                pending.append(plain)
             else:
                 pending += frames
             offset = state.end_offset

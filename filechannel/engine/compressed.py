@@ -239,7 +239,7 @@ def _check_table(info: CompressedInfo, path: str) -> None:
 
 def table_length(header: bytes) -> int:
     """From the first ``Z_HEADER.size`` bytes, how many bytes the header and table span."""
-    count = Z_HEADER.unpack_from(header, 0)[5]
+    count: int = Z_HEADER.unpack_from(header, 0)[5]
     return Z_HEADER.size + Z_BLOCK.size * count + _CRC.size
 
 
@@ -311,7 +311,7 @@ class CompressedSegment:
         """The fetch of a block that does not fit in the file (see :meth:`block_result`)."""
         raise ValueError("the file ends inside the block")
 
-    def read_block(self, i: int) -> bytes:
+    def read_block(self, i: int) -> BlockData:
         """Decompress block ``i`` on this thread: whole frames, exactly as in the raw segment."""
         b = self.info.blocks[i]
 

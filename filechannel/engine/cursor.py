@@ -54,6 +54,7 @@ import errno
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import (
@@ -87,6 +88,7 @@ def _pread_nowait_py(fd: int, size: int, position: int) -> bytearray:
     return buf
 
 
+_pread_nowait: Callable[[int, int, int], bytes | bytearray]
 try:
     from ._codec import pread_nowait as _pread_nowait
 except ImportError:  # no C build, or a platform without RWF_NOWAIT
@@ -119,7 +121,7 @@ class _RawSource:
         with os_errors("read", self.ref.path):
             return os.pread(self.fd, size, position), 0
 
-    def read_cached(self, position: int, size: int) -> tuple[BlockData, int]:
+    def read_cached(self, position: int, size: int) -> tuple[bytes | bytearray, int]:
         """What of the ``size`` bytes at ``position`` the page cache holds from there on (b""
         at the end of the file); :class:`WouldBlock` if the first is not cached."""
         if not _RWF_NOWAIT:
@@ -198,7 +200,7 @@ class Cursor:
         self._source: _RawSource | _CompressedSource | None = None
         self._next: _CompressedSource | None = None  # the next segment, read ahead (see _fill)
         self._end: int | None = None  # end offset of the current segment once known sealed
-        self._buf: BlockData = b""  # a raw chunk or a decompressed block
+        self._buf: BlockData | bytearray = b""  # a raw chunk (a bytearray from _pread_nowait_py) or a decompressed block
         self._chunk = READ_CHUNK  # bytes a raw chunk read asks for (see the module docstring)
         self._frame = 0  # the length of the frames _chunk holds whole (0: not known yet)
         self._bpos = 0
@@ -313,7 +315,7 @@ class Cursor:
                 try:
                     newp, n = decode_records(self._buf, self._bpos, self.offset, max_records - len(out), out, layout)
                 except CorruptRecordError as exc:
-                    self._advance(exc.position, exc.offset - self.offset)  # type: ignore[attr-defined]
+                    self._advance(exc.position, exc.offset - self.offset)
                     try:
                         self._on_bad_frame(exc)
                     except CorruptRecordError:
@@ -415,6 +417,7 @@ class Cursor:
                 need = self._chunk
         if self._frame and room < need <= self._chunk:  # not past the whole frames that cover room
             need = max(self._frame, room + -room % self._frame)
+        data: BlockData | bytearray
         if nowait:
             if not isinstance(source, _RawSource):
                 raise WouldBlock

@@ -275,7 +275,7 @@ class Log:
         local = self.refresh_local()
         first_local = local[0].base_offset if local else None
         if self.tier is not None and (first_local is None or base_offset < first_local):
-            after = self.tier.segment_after(base_offset)
+            after: RemoteSegment | None = self.tier.segment_after(base_offset)
             if after is not None and (first_local is None or after.base_offset < first_local):
                 return after.base_offset
         return next((r.base_offset for r in local if r.base_offset > base_offset), None)

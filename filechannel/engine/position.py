@@ -54,7 +54,8 @@ class PositionStore:
             or crc32c(data[: _BODY.size]) != _CRC.unpack_from(data, _BODY.size)[0]
         ):
             raise CorruptRecordError(f"position file {path!r} is corrupt; delete it to make {name!r} start over")
-        return _BODY.unpack_from(data)[1]
+        offset: int = _BODY.unpack_from(data)[1]
+        return offset
 
     def set(self, name: str, offset: int) -> None:
         """Durably store ``offset`` for ``name``."""

@@ -21,14 +21,32 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ChannelClosedError
 from .compressed import Block, BlockData, CompressedSegment, decompress_block
 
+if TYPE_CHECKING:
+    from ._readahead import Job
+
+
+class _Readahead(Protocol):
+    """What this module uses of the C module (see _readahead.pyi): ``_readahead`` is it, or None."""
+
+    available: bool
+
+    def set_threads(self, n: int, /) -> None: ...
+
+    def submit(self, fd: int, position: int, length: int, raw_length: int, /) -> Job: ...
+
+    def submit_bytes(self, data: bytes, raw_length: int, /) -> Job: ...
+
+
+_readahead: _Readahead | None
 try:
     from . import _readahead
 except ImportError:  # installed without a C compiler
-    _readahead = None  # type: ignore[assignment]
+    _readahead = None
 
 READAHEAD_BLOCKS = 4
 
@@ -46,7 +64,7 @@ def usable_cpus() -> int:
 # two keep ahead of one reader (decompressing runs at about half the speed of decoding).
 READAHEAD_THREADS = max(1, min(2, usable_cpus() - 1))
 ENABLED = _readahead is not None and _readahead.available and usable_cpus() > 1
-if ENABLED:
+if ENABLED and _readahead is not None:  # (ENABLED implies the second test, which the type checker needs)
     _readahead.set_threads(READAHEAD_THREADS)
 
 
@@ -62,7 +80,7 @@ class BlockReadahead:
     def __init__(self, seg: CompressedSegment, enabled: bool | None = None) -> None:
         self.seg = seg
         self.enabled = ENABLED if enabled is None else enabled
-        self._ahead: dict[int, _readahead.Job] = {}
+        self._ahead: dict[int, Job] = {}
         self._last = -1
         self._lock = threading.Lock()  # block, start and close: jobs are submitted and cancelled under it
         self._closed = False
@@ -96,8 +114,9 @@ class BlockReadahead:
                     if self.seg.fits(j):
                         self._ahead[j] = self._submit(j)
 
-    def _submit(self, i: int) -> _readahead.Job:
+    def _submit(self, i: int) -> Job:
         b = self.seg.info.blocks[i]
+        assert _readahead is not None  # readahead is enabled only where the module loaded
         return _readahead.submit(self.seg.fd, b.file_position, b.compressed_length, b.raw_length)
 
     def _drop(self) -> None:
@@ -120,6 +139,7 @@ def decompress_fetched(body: bytes, block: Block) -> Callable[[], BlockData]:
     decompresses with python-zstandard. Errors raise from the call, as
     :func:`~filechannel.engine.compressed.block_result` expects."""
     if ENABLED:
+        assert _readahead is not None  # ENABLED: the module loaded
         return _readahead.submit_bytes(body if type(body) is bytes else bytes(body), block.raw_length).result
     return lambda: decompress_block(body, block)
 

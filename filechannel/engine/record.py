@@ -26,16 +26,72 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, SupportsIndex, TypeVar, cast
 
 from crc32c import crc32c
 
 from ..errors import CorruptRecordError, MessageTooLargeError, RecordTypeError
 
+
+class _Codec(Protocol):
+    """What this module and segment.py use of the C module (see _codec.pyi): ``_codec`` is it, or None."""
+
+    def encode_batch(
+        self,
+        values: list[bytes],
+        timestamp: int,
+        index_interval: int,
+        since_index: int,
+        rel_start: int,
+        pos0: int,
+        max_before: int,
+        /,
+    ) -> tuple[list[bytes], bytes, bytes, int, int]: ...
+
+    def shaped(
+        self,
+        record_type: type[T],
+        template: tuple[object, ...],
+        records: list[Record],
+        slots: tuple[int, ...],
+        size_slots: tuple[int, ...] = ...,
+        headers_type: type[list[Any]] | type[tuple[Any, ...]] | None = None,
+        /,
+    ) -> list[T]: ...
+
+    def decode_plain(
+        self,
+        buf: bytes | bytearray | memoryview,
+        pos: int,
+        offset: int,
+        max_records: int,
+        out: list[Any],
+        record_type: type[tuple[Any, ...]],
+        template: tuple[object, ...],
+        slots: tuple[int, int, int, int, int],
+        /,
+    ) -> tuple[int, int, int]: ...
+
+    def scan_frames(
+        self,
+        buf: bytes,
+        pos: int,
+        offset: int,
+        max_payload: int,
+        interval: int,
+        since: int,
+        max_ts: int,
+        marks: list[tuple[int, int, int]],
+        /,
+    ) -> tuple[int, int, int, int, bool]: ...
+
+
+_codec: _Codec | None
 try:  # the two hot loops below in C (filechannel/engine/_codec.c), when it was built and loads
     from . import _codec
 except ImportError:  # no compiler at install time, or no SSE4.2: the pure-Python loops
-    _codec = None  # type: ignore[assignment]
+    _codec = None
+
 
 FRAME_HEADER = struct.Struct("<II")
 FRAME_HEADER_SIZE = FRAME_HEADER.size
@@ -177,7 +233,7 @@ def encode_frame(payload: bytes) -> bytes:
 
 def encode_record_frames(
     out: list[bytes],
-    value: bytes,
+    value: bytes | None,
     key: bytes | None,
     headers: Headers | None,
     timestamp: int,
@@ -206,7 +262,7 @@ def encode_record_frames(
 class Batch(NamedTuple):
     """What :func:`encode_value_frames` made of a batch, besides its frames."""
 
-    count: int  # records
+    records: int  # how many (not `count`, which would hide tuple.count)
     nbytes: int  # frame bytes
     idx: bytes  # entries to append to the .idx file
     tix: bytes  # entries to append to the .tix file
@@ -232,12 +288,13 @@ def encode_value_frames(
     before the batch); ``rel_start`` is the first record's offset minus its segment's base,
     ``pos0`` its byte position in the segment, ``max_before`` the largest timestamp before it.
     """
-    vals = values if type(values) is list else _listed(values)
-    if not vals:
+    items = values if type(values) is list else _listed(values)
+    if not items:
         return Batch(0, 0, b"", b"", since_index)
-    if set(map(type, vals)) != {bytes}:
-        bad = next(v for v in vals if type(v) is not bytes)
+    if set(map(type, items)) != {bytes}:
+        bad = next(v for v in items if type(v) is not bytes)
         raise RecordTypeError(f"values must be bytes, not {type(bad).__name__}")
+    vals = cast(list[bytes], items)  # every item's type is bytes: checked just above
     longest = max(map(len, vals))
     if longest + RECORD_PREFIX_SIZE > max_record_bytes:
         raise too_large(longest + RECORD_PREFIX_SIZE, max_record_bytes)
@@ -256,13 +313,13 @@ def encode_value_frames(
     return Batch(len(vals), nbytes, idx, tix, since)
 
 
-def _listed(values: object) -> list[object]:
+def _listed(values: Iterable[object]) -> list[object]:
     if isinstance(values, (str, bytes, bytearray, memoryview)):
         raise RecordTypeError(
             f"send_many takes an iterable of bytes values, not a single {type(values).__name__}; use send for one record"
         )
     try:
-        it = iter(values)  # type: ignore[call-overload]
+        it = iter(values)
     except TypeError:
         raise RecordTypeError(f"send_many takes an iterable of bytes values, not {type(values).__name__}") from None
     return list(it)
@@ -295,12 +352,12 @@ def encode_batch_py(
     return heads, b"".join(idx), b"".join(tix), ends[-1], ends[-1] - last_mark if idx else since_index + ends[-1]
 
 
-def checked_timestamp(timestamp: object) -> int:
+def checked_timestamp(timestamp: SupportsIndex) -> int:
     """A record timestamp given by the caller, as an int, or RecordTypeError."""
     if type(timestamp) is bool:
         raise RecordTypeError("timestamp must be an int of milliseconds since the epoch, not bool")
     try:
-        ts = operator.index(timestamp)  # type: ignore[call-overload]
+        ts = operator.index(timestamp)
     except TypeError:
         raise RecordTypeError(
             f"timestamp must be an int of milliseconds since the epoch, not {type(timestamp).__name__}"
@@ -356,7 +413,7 @@ def decode_payload(payload: bytes | memoryview, offset: int) -> Record:
 
 
 def decode_records(
-    buf: bytes | memoryview,
+    buf: bytes | bytearray | memoryview,
     pos: int,
     offset: int,
     max_records: int,
@@ -393,7 +450,7 @@ def decode_records(
 
 
 def _decode_converted(
-    buf: bytes | memoryview,
+    buf: bytes | bytearray | memoryview,
     pos: int,
     offset: int,
     max_records: int,
@@ -410,7 +467,9 @@ def _decode_converted(
         out.extend(convert(records))
 
 
-def serialized_sizes(key: bytes | None, value: bytes | None, headers: Headers) -> tuple[int, int, int]:
+def serialized_sizes(
+    key: bytes | bytearray | memoryview | None, value: bytes | bytearray | memoryview | None, headers: Headers | None
+) -> tuple[int, int, int]:
     """Kafka's serialized key, value and header sizes of a record: bytes, -1 for none."""
     hsize = sum(len(name.encode()) + (0 if v is None else len(v)) for name, v in headers) if headers else -1
     return (-1 if key is None else len(key), -1 if value is None else len(value), hsize)
@@ -432,7 +491,7 @@ def shaped(
     ``headers_type``, the headers as a new list (kafka-python's type) or a tuple (aiokafka's). In C when it is built
     (the Python loop took two thirds of a Kafka-like consumer's time at 100 B)."""
     if _codec is not None:
-        return _codec.shaped(record_type, template, records, slots, size_slots, headers_type)  # type: ignore[no-any-return]
+        return _codec.shaped(record_type, template, records, slots, size_slots, headers_type)
     return shaped_py(record_type, template, records, slots, size_slots, headers_type)
 
 
@@ -460,7 +519,9 @@ def shaped_py(
     return out
 
 
-def decode_records_py(buf: bytes | memoryview, pos: int, offset: int, max_records: int, out: list[Record]) -> tuple[int, int]:
+def decode_records_py(
+    buf: bytes | bytearray | memoryview, pos: int, offset: int, max_records: int, out: list[Record]
+) -> tuple[int, int]:
     """:func:`decode_records` in Python only: the reference the C codec is tested against."""
     end = len(buf)
     mv = memoryview(buf)
@@ -499,6 +560,6 @@ def decode_records_py(buf: bytes | memoryview, pos: int, offset: int, max_record
 
 def _crc_mismatch(position: int, offset: int) -> CorruptRecordError:
     err = CorruptRecordError(f"CRC-32C mismatch in the frame of offset {offset}")
-    err.position = position  # type: ignore[attr-defined]
-    err.offset = offset  # type: ignore[attr-defined]
+    err.position = position
+    err.offset = offset
     return err

@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+
+if TYPE_CHECKING:  # Observer is the platform's class, chosen at run time; each is a BaseObserver
+    from watchdog.observers.api import BaseObserver
 
 log = logging.getLogger("filechannel")
 
@@ -72,7 +76,7 @@ class Wakeup:
         self._folders: list[str] = list(folders)
         self._cond = threading.Condition(threading.Lock())
         self._seq = 0
-        self._observer: Observer | None = None  # type: ignore[valid-type]
+        self._observer: BaseObserver | None = None
         self._polling = False
         self._closed = False
 
@@ -122,7 +126,7 @@ class Wakeup:
             for folder in self._folders:
                 self._schedule(observer, folder)
 
-    def _schedule(self, observer: Observer, folder: str) -> None:  # type: ignore[valid-type]
+    def _schedule(self, observer: BaseObserver, folder: str) -> None:
         try:
             observer.schedule(_Handler(self), folder, recursive=False)
         except OSError as exc:

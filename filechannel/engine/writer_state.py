@@ -19,15 +19,19 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
 from ..errors import os_errors
 
-try:  # the counters as C integers, for the appender's C fast path (filechannel/engine/_codec.c)
+if TYPE_CHECKING:  # typed as built; the fallback base, object, adds nothing the dataclass does not declare
     from ._codec import StateCore as _Core
-except ImportError:
-    _Core = object  # type: ignore[assignment,misc]
+else:
+    try:  # the counters as C integers, for the appender's C fast path (filechannel/engine/_codec.c)
+        from ._codec import StateCore as _Core
+    except ImportError:
+        _Core = object
 
 _MAGIC = b"FCHW"
 _BODY = struct.Struct("<4sHHQIIQQQqq")

@@ -9,6 +9,7 @@ Arrow form of the declared schema (pyspark checks), so it is derived with pyspar
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,8 +48,8 @@ def schema(include_headers: bool) -> StructType:
     return SCHEMA_WITH_HEADERS if include_headers else SCHEMA
 
 
-ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
-ARROW_SCHEMA_WITH_HEADERS = to_arrow_schema(SCHEMA_WITH_HEADERS, timezone="UTC")
+ARROW_SCHEMA: pa.Schema = to_arrow_schema(SCHEMA, timezone="UTC")
+ARROW_SCHEMA_WITH_HEADERS: pa.Schema = to_arrow_schema(SCHEMA_WITH_HEADERS, timezone="UTC")
 _HEADERS_ARROW = ARROW_SCHEMA_WITH_HEADERS.field("headers").type
 _TIMESTAMP_ARROW = ARROW_SCHEMA.field("timestamp").type
 
@@ -92,7 +93,7 @@ class BatchBuilder:
         """The batch of every record added since the last build."""
         n = len(self._offsets)
         ts = pa.array(self._timestamps, pa.int64())
-        columns = [
+        columns: list[pa.Array[Any]] = [
             pa.array(self._keys, pa.binary()),
             pa.array(self._values, pa.binary()),
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
@@ -114,11 +115,11 @@ def records_to_batch(topic: str, partition: int, records: Sequence[Record], incl
     return builder.build()
 
 
-def _headers_column(headers: Sequence[Sequence[tuple[str, bytes]]]) -> pa.Array:
+def _headers_column(headers: Sequence[Sequence[tuple[str, bytes]]]) -> pa.Array[Any]:
     """Null for a record without headers (most of them: a cheap all-null column then)."""
+    column: pa.Array[Any]  # (pyarrow-stubs give these calls Any for a DataType not of a particular kind)
     if not any(headers):
-        return pa.nulls(len(headers), _HEADERS_ARROW)
-    return pa.array(
-        [[{"key": k, "value": v} for k, v in h] if h else None for h in headers],
-        _HEADERS_ARROW,
-    )
+        column = pa.nulls(len(headers), _HEADERS_ARROW)
+    else:
+        column = pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in headers], _HEADERS_ARROW)
+    return column

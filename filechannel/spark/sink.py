@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +61,7 @@ class SinkSpec:
     columns: list[str] = field(default_factory=list)
 
     @classmethod
-    def parse(cls, options: dict[str, str], schema: StructType, *, streaming: bool) -> SinkSpec:
+    def parse(cls, options: Mapping[str, str], schema: StructType, *, streaming: bool) -> SinkSpec:
         opts = lower_keys(options)
         unknown = sorted(k for k in set(opts) - SINK_OPTIONS if not k.startswith("kafka."))
         if unknown:
@@ -153,7 +153,7 @@ def stage(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> StagedFile:
         os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{uuid.uuid4().hex}.arrow")
     rows = 0
-    writer = None
+    writer: pa.ipc.RecordBatchFileWriter | None = None
     try:
         with staging_errors("write", path):
             for batch in batches:
@@ -165,7 +165,8 @@ def stage(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> StagedFile:
                 rows += batch.num_rows
             if writer is None:
                 return StagedFile(None, 0)
-            writer, open_writer = None, writer
+            open_writer = writer
+            writer = None  # closed below, or not: never closed again by the handler
             open_writer.close()
     except BaseException:
         if writer is not None:
@@ -175,7 +176,7 @@ def stage(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> StagedFile:
     return StagedFile(path, rows)
 
 
-def _as_bytes(column: pa.Array) -> list[Any]:
+def _as_bytes(column: pa.Array[Any]) -> list[Any]:
     return (
         column.cast(pa.binary()).to_pylist()
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
@@ -230,9 +231,12 @@ class Router:
         return topic, p % n
 
 
-def staged_rows(spec: SinkSpec, messages: list[Any], router: Router) -> dict[tuple[str, int], list[tuple]]:
+StagedRow = tuple["bytes | None", "bytes | None", list[tuple[str, bytes]]]  # (value, key, headers) to append
+
+
+def staged_rows(spec: SinkSpec, messages: list[Any], router: Router) -> dict[tuple[str, int], list[StagedRow]]:
     """The staged rows of the successful tasks, grouped by (topic, partition), in order."""
-    out: dict[tuple[str, int], list[tuple]] = {}
+    out: dict[tuple[str, int], list[StagedRow]] = {}
     for msg in messages:
         if not isinstance(msg, StagedFile) or msg.path is None:
             continue
@@ -241,7 +245,7 @@ def staged_rows(spec: SinkSpec, messages: list[Any], router: Router) -> dict[tup
         names = {n.lower(): n for n in table.column_names}
         n = table.num_rows
 
-        def col(name: str, names: dict[str, str] = names, table: pa.Table = table, n: int = n) -> list[Any]:
+        def col(name: str, names: dict[str, str] = names, table: pa.Table = table, n: int = n) -> pa.Array[Any]:
             return table.column(names[name]).combine_chunks() if name in names else pa.nulls(n)
 
         values, keys = _as_bytes(col("value")), _as_bytes(col("key"))
@@ -344,7 +348,8 @@ class FileChannelWriter(DataSourceArrowWriter):
     def __init__(self, spec: SinkSpec) -> None:
         self.spec = spec
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
+    # pyspark's DataSourceArrowWriter.write takes RecordBatches where its base's takes Rows
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:  # type: ignore[override]
         return stage(self.spec, iterator)
 
     def commit(self, messages: list[Any]) -> None:
@@ -360,7 +365,8 @@ class FileChannelStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, spec: SinkSpec) -> None:
         self.spec = spec
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
+    # pyspark's DataSourceStreamArrowWriter.write takes RecordBatches where its base's takes Rows
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:  # type: ignore[override]
         return stage(self.spec, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:

@@ -181,7 +181,7 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._clock = clock
         self._last_trigger: float | None = None  # clock() of the last batch let through
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offsets:
         return resolve(self.opts, self.opts.starting, starting=True)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -194,7 +194,7 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = end_offsets(self.opts)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         latest = self._target if self._target is not None else end_offsets(self.opts)
         if isinstance(limit, ReadAllAvailable):  # the highest priority, as in Kafka's source
             return latest
@@ -217,16 +217,16 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._last_trigger = now
         return False
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> Offsets | None:
         return end_offsets(self.opts)
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         return plan(self.opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offsets) -> None:
         """Advance the consumer group named by option groupId (lets GC free processed segments)."""
         if self.opts.group_id is None:
             return

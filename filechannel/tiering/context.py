@@ -243,8 +243,8 @@ class TierContext:
         with self._lock:
             self._check_open()
             if self._reader is None:
-                in_memory = self.cache_dir is None
-                cache = BlockCache(self.cache_bytes) if in_memory else DiskBlockCache(self.cache_bytes, self.cache_dir)
+                cache_dir = self.cache_dir
+                cache = BlockCache(self.cache_bytes) if cache_dir is None else DiskBlockCache(self.cache_bytes, cache_dir)
                 self._reader = RemoteReader(
                     storage, self.cache_bytes, self.concurrency, self._still_uploaded, current=self._current, cache=cache
                 )

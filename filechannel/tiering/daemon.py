@@ -71,9 +71,10 @@ from ..engine import compression, retention
 from ..engine.compressed import compress_segment
 from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
-from ..engine.log import MAX_FRAME_PAYLOAD, Log, SegmentRef
+from ..engine.log import Log, SegmentRef
 from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
+from ..engine.segment import MAX_FRAME_PAYLOAD
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
 from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
 from .bindings import open_storage
@@ -432,9 +433,9 @@ class TieringDaemon:
                 self._progress(line)
             fresh = part.name not in self._swept
             if fresh:
-                line = bring_up(storage, self.metadata, part.name, self.root_id, fresh=self._fresh_index)
-                if line is not None:
-                    self._progress(f"{part.name}: {line}")
+                note = bring_up(storage, self.metadata, part.name, self.root_id, fresh=self._fresh_index)
+                if note is not None:
+                    self._progress(f"{part.name}: {note}")
                 self._sweep_orphans(part, storage)
                 self._copy_settings(part, storage)
                 self._swept.add(part.name)

@@ -38,7 +38,7 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from crc32c import crc32c
 
@@ -73,6 +73,9 @@ class Export:
     epochs: tuple[EpochRecord, ...]
     segments: tuple[SegmentRecord, ...]
     groups: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+_T = TypeVar("_T")
 
 
 def _canonical(value: Any) -> bytes:
@@ -120,7 +123,7 @@ def encode_export(export: Export) -> bytes:
     return _envelope(_canonical(_body(export)))
 
 
-def _need(value: object, kind: type, what: str) -> Any:
+def _need(value: object, kind: type[_T], what: str) -> _T:
     """``value`` if it is exactly a ``kind`` (so never a bool where an int is expected), else ValueError."""
     if type(value) is not kind:
         raise ValueError(f"{what} is {value!r}, not a {kind.__name__}")
@@ -201,11 +204,11 @@ def _from_body(body: dict[str, Any]) -> Export:
         groups[group] = {
             _need(k, str, "a partition"): _need(v, int, "an offset") for k, v in _need(offsets, dict, "offsets").items()
         }
-    topic = body["topic"] if body["topic"] is None else _need(body["topic"], str, "the topic")
+    exported_topic = body["topic"] if body["topic"] is None else _need(body["topic"], str, "the topic")
     return Export(
         _need(body["epoch"], int, "the epoch"),
         _need(body["exported_at_ms"], int, "the time"),
-        topic,
+        exported_topic,
         epochs,
         tuple(segments),
         groups,

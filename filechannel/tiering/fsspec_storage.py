@@ -88,9 +88,9 @@ class FsspecStorage(ChunkStorage):
         self._fs: fsspec.AbstractFileSystem = fs
         self._root = root.rstrip("/")
         self._local = isinstance(fs, LocalFileSystem)
-        self.supports_concat = self._local  # type: ignore[misc]
+        self.supports_concat = self._local
         self._s3 = _is_s3fs_with_create(fs)
-        self.atomic_create = self._local or self._s3  # type: ignore[misc]
+        self.atomic_create = self._local or self._s3
 
     def _path(self, name: str) -> str:
         return f"{self._root}/{name}"

@@ -41,7 +41,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from crc32c import crc32c
 
@@ -155,7 +155,7 @@ def validate_channel(channel: object) -> str:
     problem = _channel_problem(channel)
     if problem:
         raise InvalidNameError(problem)
-    return channel  # type: ignore[return-value]
+    return cast(str, channel)  # _channel_problem found none: it is a str
 
 
 def _int_problem(what: str, value: object, low: int, high: int) -> str | None:
@@ -171,7 +171,7 @@ def check_int(what: str, value: object, low: int, high: int) -> int:
     problem = _int_problem(what, value, low, high)
     if problem:
         raise ConfigError(problem)
-    return value  # type: ignore[return-value]
+    return cast(int, value)  # _int_problem found none: it is an int
 
 
 def chunk_name(channel: str, base_offset: int, epoch: int, start: int) -> str:
@@ -216,9 +216,11 @@ def parse_object_name(name: str) -> ObjectName | MergedObjectName | None:
     start = None if match["start"] is None else int(match["start"])
     if base > MAX_OFFSET or epoch < 1 or (start is not None and start > MAX_OFFSET):
         return None
-    if (match["kind"] == "merged") != (match["token"] is not None) or (match["kind"] == "merged" and start <= base):
+    if (match["kind"] == "merged") != (match["token"] is not None):
         return None
     if match["kind"] == "merged":
+        if start is None or start <= base:  # (the pattern gives a merged name a start)
+            return None
         return MergedObjectName("merged", match["channel"], base, epoch, start, match["token"])
     return ObjectName(match["kind"] or "manifest", match["channel"], base, epoch, start)
 
@@ -379,13 +381,15 @@ def decode_manifest(data: bytes | bytearray | memoryview, name: str) -> SegmentR
     if doc["version"] not in (1, MANIFEST_VERSION) or type(doc["version"]) is not int:
         raise corrupt(f"unknown manifest version {doc['version']!r} (this filechannel reads version {MANIFEST_VERSION})")
     problem = _fields_problem(doc, {"version": int, "crc32c": int, "segment": dict}, "the manifest")
-    body = doc["segment"] if problem is None else None
-    problem = problem or _fields_problem(body, {**_BODY_FIELDS, "chunks": list}, "the segment")
+    if problem:
+        raise corrupt(problem)
+    body = doc["segment"]
+    problem = _fields_problem(body, {**_BODY_FIELDS, "chunks": list}, "the segment")
     if problem:
         raise corrupt(problem)
     for i, chunk in enumerate(body["chunks"]):
-        fields = _CHUNK_FIELDS if doc["version"] == 1 else _MERGED_CHUNK_FIELDS
-        problem = _fields_problem(chunk, fields, f"chunk {i}")
+        chunk_fields = _CHUNK_FIELDS if doc["version"] == 1 else _MERGED_CHUNK_FIELDS
+        problem = _fields_problem(chunk, chunk_fields, f"chunk {i}")
         if problem:
             raise corrupt(problem)
     canonical = _canonical(body)

@@ -116,7 +116,10 @@ class LocalStorage(ChunkStorage):
         try:
             os.makedirs(root, exist_ok=True)
         except OSError as exc:
-            raise self._translate_error(exc, "create the folder", "") from exc
+            err = self._translate_error(exc, "create the folder", "")
+            if err is None:  # (not for an OSError: as ChunkStorage._call does)
+                raise
+            raise err from exc
 
     @classmethod
     def from_url(cls, url: str) -> LocalStorage:

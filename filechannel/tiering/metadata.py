@@ -211,6 +211,7 @@ _TO_VERSION_2 = (
 )
 
 _SEGMENT_COLUMNS = "channel, base_offset, end_offset, size, max_timestamp, state, epoch, manifest"
+_SegmentRow = tuple[str, int, int, int, int, str, int, "str | None"]  # a row of _SEGMENT_COLUMNS
 # The one segment that can hold OFFSET: segments never overlap, so it is the one with the
 # greatest base offset <= OFFSET (a probe of the primary key, not a scan).
 SEGMENT_AT = f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset <= ? ORDER BY base_offset DESC LIMIT 1"
@@ -446,9 +447,9 @@ class TierMetadata:
         )
 
     @staticmethod
-    def _record(db: sqlite3.Connection, row: Sequence[object]) -> SegmentRecord:
+    def _record(db: sqlite3.Connection, row: _SegmentRow) -> SegmentRecord:
         chunks = tuple(ChunkRecord(*c) for c in db.execute(_CHUNKS_OF, (row[0], row[1])))
-        return SegmentRecord(*row[:7], chunks=chunks, manifest=row[7])  # type: ignore[arg-type]
+        return SegmentRecord(*row[:7], chunks=chunks, manifest=row[7])
 
     def _require(
         self, db: sqlite3.Connection, action: str, channel: str, base_offset: int, state: str | tuple[str, ...]
@@ -730,7 +731,8 @@ class TierMetadata:
         """Every epoch, and every segment (all states, with its chunks) of the store or of one
         ``topic`` (its channels ``topic/N``, or a standalone channel of that name), read in one
         transaction: a consistent picture even while a daemon commits."""
-        where, args = "", ()
+        where = ""
+        args: tuple[object, ...] = ()
         if topic is not None:
             validate_channel(topic)
             where, args = "WHERE channel = ? OR substr(channel, 1, ?) = ?", (topic, len(topic) + 1, topic + "/")

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import boto3
@@ -52,6 +53,9 @@ from ..errors import (
 )
 from .retry import Backoff
 from .storage import ChunkStorage, ObjectInfo, is_valid_name, log, redact_url
+
+if TYPE_CHECKING:  # boto3-stubs[s3] (the dev extra)
+    from mypy_boto3_s3.type_defs import GetObjectRequestTypeDef, HeadObjectOutputTypeDef, UploadPartCopyRequestTypeDef
 
 MIN_PART = 5 << 20  # S3: every part of a multipart upload but the last is at least 5 MiB
 MAX_PART = 5 << 30  # S3: a part (and a copied range) is at most 5 GiB
@@ -281,7 +285,7 @@ class S3Storage(ChunkStorage):
 
     # -- operations -----------------------------------------------------------------------------------
 
-    def _head(self, name: str) -> dict[str, Any]:
+    def _head(self, name: str) -> HeadObjectOutputTypeDef:
         try:
             return self._client.head_object(Bucket=self.bucket, Key=self._key(name))
         except bce.ClientError as exc:
@@ -326,7 +330,7 @@ class S3Storage(ChunkStorage):
         failures = 0
         last = offset + length - 1
         while True:
-            request: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "Range": f"bytes={offset + got}-{last}"}
+            request: GetObjectRequestTypeDef = {"Bucket": self.bucket, "Key": key, "Range": f"bytes={offset + got}-{last}"}
             if etag:
                 request["IfMatch"] = etag
             try:
@@ -401,7 +405,7 @@ class S3Storage(ChunkStorage):
         )
         return response["ETag"]
 
-    def _multipart(self, key: str, count: int, upload: Any, concurrency: int | None = None) -> None:
+    def _multipart(self, key: str, count: int, upload: Callable[[int, str], str], concurrency: int | None = None) -> None:
         """One multipart upload of ``count`` parts, ``upload(number, upload_id) -> etag`` each; aborted on failure."""
         upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
         try:
@@ -448,14 +452,22 @@ class S3Storage(ChunkStorage):
 
         def upload(number: int, upload_id: str) -> str:
             part = parts[number - 1]
-            common = {"Bucket": self.bucket, "Key": key, "UploadId": upload_id, "PartNumber": number}
             if not part.copy:
-                return self._client.upload_part(**common, Body=data_of(part))["ETag"]
+                return self._client.upload_part(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data_of(part)
+                )["ETag"]
             piece = part.pieces[0]
-            source = {"Bucket": self.bucket, "Key": keys[piece.source]}
-            copy_range = f"bytes={piece.start}-{piece.end - 1}"
-            condition = {"CopySourceIfMatch": etags[piece.source]} if etags[piece.source] else {}
-            response = self._client.upload_part_copy(**common, CopySource=source, CopySourceRange=copy_range, **condition)
+            request: UploadPartCopyRequestTypeDef = {
+                "Bucket": self.bucket,
+                "Key": key,
+                "UploadId": upload_id,
+                "PartNumber": number,
+                "CopySource": {"Bucket": self.bucket, "Key": keys[piece.source]},
+                "CopySourceRange": f"bytes={piece.start}-{piece.end - 1}",
+            }
+            if etag := etags[piece.source]:
+                request["CopySourceIfMatch"] = etag
+            response = self._client.upload_part_copy(**request)
             return response["CopyPartResult"]["ETag"]
 
         self._multipart(key, len(parts), upload, concurrency=1)  # sequential: data parts hold 5 MiB each

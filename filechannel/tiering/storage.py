@@ -35,6 +35,7 @@ Object names are ``/``-separated relative paths of segments of ``[A-Za-z0-9._=-]
 
 from __future__ import annotations
 
+import builtins
 import logging
 import re
 import time
@@ -42,7 +43,7 @@ import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, TypeVar
+from typing import TypeGuard, TypeVar
 
 from ..errors import ConfigError, FileChannelError, InvalidNameError, TierError
 
@@ -69,7 +70,7 @@ class ObjectInfo:
     modified_ms: int | None = field(default=None, compare=False)
 
 
-def is_valid_name(name: object) -> bool:
+def is_valid_name(name: object) -> TypeGuard[str]:
     """True if ``name`` is a valid object name (see the module docstring)."""
     if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
         return False
@@ -83,7 +84,7 @@ def validate_name(name: object, what: str = "object name") -> str:
             f"{what} {name!r} is not allowed: use '/'-separated segments of [A-Za-z0-9._=-], "
             f"no '.' or '..' segment, no leading or doubled '/', at most {MAX_NAME_CHARS} characters"
         )
-    return name  # type: ignore[return-value]
+    return name
 
 
 def validate_prefix(prefix: object) -> str:
@@ -127,12 +128,13 @@ class ChunkStorage(ABC):
     safe to share between threads.
     """
 
-    supports_concat: ClassVar[bool] = False
-    supports_append: ClassVar[bool] = False
-    supports_truncate: ClassVar[bool] = False
+    # A binding's class sets them, or its instance where they depend on the backend (fsspec's).
+    supports_concat: bool = False
+    supports_append: bool = False
+    supports_truncate: bool = False
     #: True where :meth:`create_new` is a conditional create of the backend (atomic across processes and
     #: machines); False where it is a check then a write under a lock of this process only.
-    atomic_create: ClassVar[bool] = False
+    atomic_create: bool = False
 
     def __init__(self, url: str) -> None:
         self.url = redact_url(url)
@@ -205,7 +207,8 @@ class ChunkStorage(ABC):
         validate_name(name)
         self._call("delete", name, lambda: self._do_delete(name))
 
-    def concat(self, target: str, sources: list[str]) -> None:
+    # builtins.list: in this class's annotations, plain ``list`` is the method above
+    def concat(self, target: str, sources: builtins.list[str]) -> None:
         """Write ``target`` as the sources' bytes in order, atomically; the sources stay (delete them after)."""
         validate_name(target, "target name")
         if not isinstance(sources, list | tuple) or not sources:
@@ -253,12 +256,12 @@ class ChunkStorage(ABC):
     def _do_info(self, name: str) -> ObjectInfo: ...
 
     @abstractmethod
-    def _do_list(self, prefix: str) -> list[ObjectInfo]: ...
+    def _do_list(self, prefix: str) -> builtins.list[ObjectInfo]: ...
 
     @abstractmethod
     def _do_delete(self, name: str) -> None: ...
 
-    def _do_concat(self, target: str, sources: list[str]) -> None:
+    def _do_concat(self, target: str, sources: builtins.list[str]) -> None:
         raise NotImplementedError  # only called when supports_concat is True
 
     def _do_append(self, name: str, data: memoryview) -> None:

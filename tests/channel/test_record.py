@@ -70,7 +70,7 @@ def test_value_batch_matches_single_encoding_and_indexes_every_interval(values, 
     for v in values:
         encode_record_frames(single, v, None, None, ts, 1 << 20)
     assert b"".join(batch) == b"".join(single)
-    assert (got.count, got.nbytes) == (len(values), len(b"".join(single)))
+    assert (got.records, got.nbytes) == (len(values), len(b"".join(single)))
     # A record starts a new index entry once `interval` bytes passed since the last.
     idx, tix, pos = [], [], 0
     for i, v in enumerate(values):

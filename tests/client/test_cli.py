@@ -86,3 +86,20 @@ def test_missing_root_is_explained(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "FILECHANNEL_ROOT"}
     proc = subprocess.run([str(SCRIPT), "topics", "list"], capture_output=True, env=env, timeout=60)
     assert proc.returncode != 0 and "FILECHANNEL_ROOT" in proc.stderr.decode()
+
+
+def test_bench_runs_the_harness_of_the_checkout_it_is_started_in_as_a_subprocess(tmp_path):
+    # A stand-in harness in a "checkout": its arguments are the command's extra ones, its exit code the command's.
+    harness = tmp_path / "checkout" / "bench"
+    harness.mkdir(parents=True)
+    (harness / "__init__.py").write_text("")
+    (harness / "__main__.py").write_text("import sys\nprint(sys.argv[1:])\nsys.exit(3)\n")
+    env = {**os.environ, "FILECHANNEL_ROOT": str(tmp_path / "root")}
+    run = {"capture_output": True, "env": env, "timeout": 60}
+    proc = subprocess.run([str(SCRIPT), "bench", "--quick", "--only", "x"], cwd=harness.parent, **run)
+    assert (proc.returncode, proc.stdout) == (3, b"['--quick', '--only', 'x']\n"), proc.stderr
+    # Anywhere else: one line saying where to run it, exit 1.
+    elsewhere = subprocess.run([str(SCRIPT), "bench", "--quick"], cwd=tmp_path, **run)
+    assert (elsewhere.returncode, elsewhere.stdout) == (1, b"")
+    [line] = elsewhere.stderr.decode().splitlines()
+    assert line.startswith("error: ") and "source checkout" in line

@@ -1,0 +1,123 @@
+"""Types of the C module built from _codec.c (optional: the Python code falls back when it does
+not import). Each function's pure-Python reference is named in _codec.c's docstrings."""
+
+import threading
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Generic, ParamSpec, Self, TypeVar, final
+
+from _typeshed import ReadableBuffer
+
+from .record import Headers, Record
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+_P = ParamSpec("_P")
+_Tuple = TypeVar("_Tuple", bound=tuple[Any, ...])
+
+def crc32c(data: ReadableBuffer, previous: int = 0, /) -> int: ...
+def set_fold(on: bool, /) -> bool: ...
+def encode_batch(
+    values: list[bytes], timestamp: int, index_interval: int, since_index: int, rel_start: int, pos0: int, max_before: int, /
+) -> tuple[list[bytes], bytes, bytes, int, int]: ...
+def shaped(
+    record_type: type[_Tuple],
+    template: tuple[object, ...],
+    records: list[Record],
+    slots: tuple[int, ...],
+    size_slots: tuple[int, ...] = ...,
+    headers_type: type[list[Any]] | type[tuple[Any, ...]] | None = None,
+    /,
+) -> list[_Tuple]: ...
+def decode_plain(
+    buf: ReadableBuffer,
+    pos: int,
+    offset: int,
+    max_records: int,
+    out: list[Any],
+    record_type: type[tuple[Any, ...]],
+    template: tuple[object, ...],
+    slots: tuple[int, int, int, int, int],
+    /,
+) -> tuple[int, int, int]: ...
+def scan_frames(
+    buf: bytes,
+    pos: int,
+    offset: int,
+    max_payload: int,
+    interval: int,
+    since: int,
+    max_ts: int,
+    marks: list[tuple[int, int, int]],
+    /,
+) -> tuple[int, int, int, int, bool]: ...
+def pread_nowait(fd: int, size: int, position: int, /) -> bytes: ...  # where the platform has RWF_NOWAIT
+
+class StateCore:
+    """The writer state's counters as C integers (writer_state.WriterState subclasses it)."""
+
+    segment_base: int
+    segment_id: int
+    segment_size: int
+    end_offset: int
+    since_index: int
+    max_timestamp: int
+    created_ms: int
+
+class AppendCore:
+    """The appender's buffer and limits (appender.Appender subclasses it, and sets them)."""
+
+    _mutex: threading.Lock
+    _state: StateCore | None
+    _pending: list[bytes]
+    _index: list[tuple[bytes, bytes]]
+    _pending_bytes: int
+    _roll_bytes: int
+    _max_payload: int
+    _index_interval: int
+    _buffer_bytes: int
+    _prefix_ts: int
+    _wall_offset_ns: int
+    _prefix_crc: int
+    _check_at: float
+    _flush_due: float
+    _always: bool
+    _flushing: bool
+    def append(
+        self, value: bytes | None, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
+    ) -> int: ...
+    def append_stamped(self, value: bytes, /) -> tuple[int, int]: ...
+
+@final
+class ProducerSend(Generic[_P, _R]):
+    """Producer.send's common case; any other call goes to ``fallback``."""
+
+    # routes: topic -> (AppendCore, where); a topic whose value is anything else goes to the fallback
+    def __init__(self, routes: dict[str, Any], fallback: Callable[_P, _R], future_type: type[_R], /) -> None: ...
+    def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R: ...
+    @property
+    def sent(self) -> int: ...
+
+@final
+class Ready(Coroutine[Any, Any, _T]):
+    """An awaitable already done: a coroutine to collections.abc.Coroutine (it has its methods)."""
+
+    def __await__(self) -> Generator[Any, None, _T]: ...
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> Any: ...
+    def send(self, value: object, /) -> Any: ...
+    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any: ...
+    def close(self) -> None: ...
+
+@final
+class AsyncSend(Generic[_P, _R]):
+    """AsyncProducer.send's common case: ``send(topic, value)`` gives a :class:`Ready`; any other call goes to ``slow``."""
+
+    def __init__(
+        self,
+        send: Callable[[str, Any], object],
+        slow: Callable[_P, Coroutine[Any, Any, _R]],
+        deliver: Callable[[Any], object],
+        done_type: type,
+        /,
+    ) -> None: ...
+    def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> Coroutine[Any, Any, _R]: ...
