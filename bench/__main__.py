@@ -27,8 +27,11 @@ def _throughput_plan(quick: bool) -> list[tuple[str, int, int, float]]:
     ]
 
 
-def _selected(name: str, pattern: str | None) -> bool:
-    return pattern is None or fnmatch.fnmatch(name, pattern) or pattern.lower() in name.lower()
+def _selected(name: str, patterns: str | None) -> bool:
+    """Whether ``name`` matches one of the comma-separated ``patterns`` (a glob or a substring)."""
+    return patterns is None or any(
+        fnmatch.fnmatch(name, p) or p.lower() in name.lower() for p in (p.strip() for p in patterns.split(",")) if p
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         help="output folder (default: a new temp folder, named at the end; the run of record: --out bench/results)",
     )
-    parser.add_argument("--only", metavar="PATTERN", help="run only workloads/backends whose name matches")
+    parser.add_argument(
+        "--only", metavar="PATTERNS", help="run only workloads/backends whose name matches one of these (comma-separated)"
+    )
     parser.add_argument("--spark", action="store_true", help="also run bench/spark_source.py if importable")
     args = parser.parse_args(argv)
 

@@ -307,29 +307,38 @@ def _poll_records(size: int) -> int:
     return max(16, min(2000, (4 << 20) // size))
 
 
-def _topic_root(folder: str) -> str:
-    """A root folder in ``folder`` with topic "t" of one partition, fsync as in BENCH_CONFIG.
+def _topic_root(folder: str, defaults: bool) -> str:
+    """A root folder in ``folder`` with topic "t" of one partition: with ``defaults`` as a user
+    creates it, else fsync as in BENCH_CONFIG and uncompressed.
 
     Topics have no maintenance setting (the clients run it in the background), so the topic
     is uncompressed instead: like the channel rows' maintenance off, a run measures the API,
-    not zstd compressing the segments sealed meanwhile (at 64 KiB that took the Producer
-    row from about the Sender row's rate to 0.63-0.77x of it, A/B on this machine)."""
+    not zstd compressing the segments sealed meanwhile."""
     from filechannel.client import Admin
 
     root = os.path.join(folder, "root")
-    Admin(root).create_topic("t", partitions=1, fsync=BENCH_CONFIG["fsync"], compression="none")
+    settings: dict[str, Any] = {} if defaults else {"fsync": BENCH_CONFIG["fsync"], "compression": "none"}
+    Admin(root).create_topic("t", partitions=1, **settings)
     return root
 
 
 class KafkaLike(Backend):
+    """The Kafka-like client; with ``defaults`` its topic is created as a user would."""
+
     name = "filechannel Producer/Consumer"
     durability = NEVER
     ours = True
 
+    def __init__(self, defaults: bool = False) -> None:
+        self.defaults = defaults
+        if defaults:
+            self.name += " (defaults)"
+            self.durability = DEFAULTS
+
     def open(self, folder: str) -> None:
         from filechannel.client import Producer
 
-        self.root = _topic_root(folder)
+        self.root = _topic_root(folder, self.defaults)
         self.producer = Producer(self.root)
 
     def produce(self, values: list[bytes]) -> None:
@@ -365,7 +374,7 @@ class AsyncKafkaLike(KafkaLike):
 
         from filechannel.client import AsyncProducer
 
-        self.root = _topic_root(folder)
+        self.root = _topic_root(folder, self.defaults)
         self.portal_cm = start_blocking_portal()
         self.portal = self.portal_cm.__enter__()
         self.producer = AsyncProducer(self.root)
@@ -655,9 +664,12 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "nats-publish-async": lambda: NatsJetStream(in_flight=True),
     "fc-send": lambda: Channel(batched=False),
     "fc-send-many": lambda: Channel(batched=True),
+    "fc-send-defaults": lambda: Channel(batched=False, defaults=True),
     "fc-send-many-defaults": lambda: Channel(batched=True, defaults=True),
     "fc-producer": KafkaLike,
+    "fc-producer-defaults": lambda: KafkaLike(defaults=True),
     "fc-async": AsyncKafkaLike,
+    "fc-async-defaults": lambda: AsyncKafkaLike(defaults=True),
     "fc-async-gather": AsyncGather,
 }
 """Everything in the produce/consume table by key: the floor first, ours last."""

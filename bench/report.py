@@ -260,6 +260,17 @@ def client_targets(rows: list[Row]) -> list[dict[str, Any]]:
         )
         for api, backend in (("Consumer.poll", PRODUCER), ("AsyncConsumer.getmany", ASYNC)):
             target(f"{api} vs recv_many, {size} B", row("consume", backend), row("consume", SEND_MANY), 0.8)
+        # The defaults a user gets (fsync every second and on flush, zstd sealed segments in the
+        # background) against queuelib and against the same API with fsync off (issue 40).
+        for api, w, backend in (
+            ("Producer.send", "produce", PRODUCER),
+            ("AsyncProducer.send", "produce", ASYNC),
+            ("Consumer.poll", "consume", PRODUCER),
+            ("AsyncConsumer.getmany", "consume", ASYNC),
+        ):
+            defaults = row(w, f"{backend} (defaults)")
+            target(f"{api} with defaults vs queuelib, {size} B", defaults, row(w, QUEUELIB), 2.0)
+            target(f"{api} with defaults vs fsync off, {size} B", defaults, row(w, backend), 0.7)
     threads = {r.workload: r for r in rows if r.backend == "filechannel Producer.send" and not r.error}
     target(
         "Producer.send from 8 threads vs 1 thread, 100 B",
