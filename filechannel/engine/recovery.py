@@ -23,7 +23,6 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import time
 from typing import TYPE_CHECKING
 
 from ..errors import (
@@ -33,6 +32,7 @@ from ..errors import (
     os_errors,
 )
 from . import names
+from .clock import now_ms
 from .files import fsync_dir, fsync_if_exists, unlink_if_exists
 from .index import MIN_TIMESTAMP, index_bytes_match, rewrite_index_files
 from .recovery_point import read_recovery_point, write_recovery_point
@@ -106,7 +106,7 @@ def _recover_active(log: Log, last: SegmentRef, refs: list[SegmentRef]) -> Write
             # the machine lost), and no record after it: a torn tail. Start it again.
             prev_id = _segment_id(log, refs[-2]) if len(refs) > 1 else -1
             logger.warning("segment %s has a torn header and no record (%d bytes); rewriting it", path, size)
-            header = SegmentHeader(prev_id + 1, last.base_offset, int(time.time() * 1000))
+            header = SegmentHeader(prev_id + 1, last.base_offset, now_ms())
             with os_errors("rewrite the header of", path):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, header.encode(), 0)

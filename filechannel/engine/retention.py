@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import TYPE_CHECKING
 
 from ..errors import (
     os_errors,
 )
 from . import names
+from .clock import now_ms
 from .files import fsync_dir, unlink_if_exists
 from .segment import (
     MAX_FRAME_PAYLOAD,
@@ -75,7 +75,7 @@ def collect_garbage(log: Log, hold: int | None) -> list[int]:
         while k < len(sealed) and ends[k] <= hold:
             k += 1
     if log.config.retention_ms is not None:
-        cutoff = int(time.time() * 1000) - log.config.retention_ms
+        cutoff = now_ms() - log.config.retention_ms
         j = 0
         while j < len(sealed) and segment_max_timestamp(log, sealed[j], ends[j]) < cutoff:
             j += 1

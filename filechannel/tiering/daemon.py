@@ -68,6 +68,7 @@ from typing import Any
 
 from ..config import ChannelConfig
 from ..engine import compression, retention
+from ..engine.clock import now_ms
 from ..engine.compressed import compress_segment
 from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
@@ -268,7 +269,7 @@ class TieringDaemon:
         known |= set(self.metadata.garbage(part.name))
         known |= {n for m in self.metadata.merges(part.name) for n in (m.name, *m.sources)}
         listing = storage.list(part.name + "/")
-        young = _now_ms() - self.orphan_grace_ms
+        young = now_ms() - self.orphan_grace_ms
         candidates = []
         for info in listing:
             parsed = parse_object_name(info.name)
@@ -411,7 +412,7 @@ class TieringDaemon:
                 self._progress(f"FAILED {line}")
 
     def _write_status(self) -> None:
-        status = {"epoch": self.epoch, "owner": self.owner, "at_ms": time.time_ns() // 1_000_000}
+        status = {"epoch": self.epoch, "owner": self.owner, "at_ms": now_ms()}
         status["last_errors"] = dict(self._last_errors)
         write_atomically(os.path.join(self.tier_dir, STATUS_FILE), json.dumps(status, sort_keys=True).encode())
 
@@ -429,7 +430,7 @@ class TieringDaemon:
             for record in self.metadata.segments(part.name, states=(UPLOADING,)):
                 abandon(storage, self.metadata, self.epoch, record)  # a dead epoch's, or this one's failed attempt
                 self._progress(f"{part.name}: abandoned the upload of epoch {record.epoch} at offset {record.base_offset}")
-            for line in clean_up(storage, self.metadata, self.epoch, part.name, _now_ms()):
+            for line in clean_up(storage, self.metadata, self.epoch, part.name, now_ms()):
                 self._progress(line)
             fresh = part.name not in self._swept
             if fresh:
@@ -521,7 +522,7 @@ class TieringDaemon:
                         segment = staged.enter_context(self._staged(part, log_, ref))
                         if segment is None:  # collected or compressed under us: next pass
                             break
-                        if config.tier_after_ms is not None and segment.max_timestamp > _now_ms() - config.tier_after_ms:
+                        if config.tier_after_ms is not None and segment.max_timestamp > now_ms() - config.tier_after_ms:
                             break  # not old enough, and later segments are newer
                         upload = start_upload(
                             storage,
@@ -583,7 +584,7 @@ class TieringDaemon:
             ends = [r.base_offset for r in refs[1:]]
             sizes = [retention.segment_bytes_on_disk(r) for r in refs]
             total = sum(sizes)
-            cutoff = None if config.local_retention_ms is None else _now_ms() - config.local_retention_ms
+            cutoff = None if config.local_retention_ms is None else now_ms() - config.local_retention_ms
             k = 0
             for i, ref in enumerate(refs[:-1]):
                 if ref.base_offset not in uploaded and ends[i] != ref.base_offset:
@@ -611,7 +612,7 @@ class TieringDaemon:
         # local segments not uploaded (their local size). The active segment is never deleted.
         sizes = [r.size for r in remote] + [local_sizes[r.base_offset] for r in refs if r.base_offset not in remote_bases]
         total = sum(sizes)
-        cutoff = None if config.retention_ms is None else _now_ms() - config.retention_ms
+        cutoff = None if config.retention_ms is None else now_ms() - config.retention_ms
         active = refs[-1].base_offset if refs else None
         doomed: list[SegmentRecord] = []
         for record, size in zip(remote, sizes, strict=False):
@@ -680,7 +681,7 @@ def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress
             for guard in guards.values():
                 guard.enter()
             for part, key in partitions:
-                for line in clean_up(storages[key], metadata, epoch, part.name, _now_ms()):
+                for line in clean_up(storages[key], metadata, epoch, part.name, now_ms()):
                     say(line)
                 defrag_channel(storages[key], metadata, epoch, part.name, settings, report, say=say, guard=guards[key].verify)
         finally:
@@ -711,10 +712,6 @@ def locked(log_: Log) -> Iterator[None]:
     """Hold the channel's maintenance.lock (waits for its maintenance thread's current round)."""
     with log_.maintenance_lock.holding():
         yield
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # -- status -----------------------------------------------------------------------------------

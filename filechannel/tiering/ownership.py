@@ -36,7 +36,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.appender import now_ms
+from ..engine.clock import now_ms
 from ..engine.files import read_if_exists
 from ..errors import FencedError, NotOwnerError, TierError, os_errors
 from .layout import MAX_EPOCH, parse_object_name

@@ -41,11 +41,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.clock import now_ms
 from ..errors import ConfigError, FileChannelError, os_errors
 from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
 from .bindings import open_storage
@@ -158,7 +158,7 @@ def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any]
 
     # the metadata: every used segment, the epochs they name and the newest epoch in the bucket
     segments = [r for records in channels.values() for r in records]
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     epochs = {r.epoch: EpochRecord(r.epoch, "rebuild: uploader of the segments of this epoch", now) for r in segments}
     newest = max(newest_epoch_named(listing), newest_epoch(storage))
     if newest and newest not in epochs:
