@@ -78,7 +78,8 @@ from ..engine.recovery_point import read_recovery_point
 from ..engine.segment import MAX_FRAME_PAYLOAD
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
 from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
-from .bindings import open_storage
+from . import bindings
+from .bindings import StorageClients
 from .context import STANDALONE_METADATA
 from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel
 from .heads import ChannelHead, write_head
@@ -188,7 +189,7 @@ class TieringDaemon:
         self._stop = threading.Event()
         self._lock: FileLock | None = None
         self._metadata: TierMetadata | None = None
-        self._storages: dict[tuple[str, str], ChunkStorage] = {}
+        self._storages = StorageClients()
         self._last_errors: dict[str, str] = {}
         self._swept: set[str] = set()  # partitions whose orphans this epoch deleted
         self._guards: dict[tuple[str, str], PrefixGuard] = {}  # storages entered: claimed, this epoch marked
@@ -302,9 +303,7 @@ class TieringDaemon:
 
     def close(self) -> None:
         """Release the storages, the metadata and the lock (idempotent)."""
-        storages, self._storages = list(self._storages.values()), {}
-        for storage in storages:
-            storage.close()
+        self._storages.close()
         if self._metadata is not None:
             self._metadata.close()
             self._metadata = None
@@ -326,10 +325,7 @@ class TieringDaemon:
         return self._metadata
 
     def _storage(self, config: ChannelConfig) -> ChunkStorage:
-        key = storage_key(config)
-        if key not in self._storages:
-            self._storages[key] = open_storage(key[0], **(config.tier_options or {}))
-        return self._storages[key]
+        return self._storages.get(*tier_of(config))
 
     # -- passes ------------------------------------------------------------------------------
 
@@ -649,11 +645,16 @@ class TieringDaemon:
         self.metadata.finish_delete(self.epoch, channel, record.base_offset)
 
 
-def storage_key(config: ChannelConfig) -> tuple[str, str]:
-    """Which storage a tiered channel's settings name: its URL and options (one client per key)."""
+def tier_of(config: ChannelConfig) -> tuple[str, dict[str, Any] | None]:
+    """A tiered channel's storage: its URL and options (ConfigError for a channel without a tier)."""
     if config.tier is None:
         raise ConfigError("a channel without a tier setting has no storage")
-    return config.tier, json.dumps(config.tier_options or {}, sort_keys=True)
+    return config.tier, config.tier_options
+
+
+def storage_key(config: ChannelConfig) -> tuple[str, str]:
+    """Which storage a tiered channel's settings name (:func:`.bindings.storage_key`: one client per key)."""
+    return bindings.storage_key(*tier_of(config))
 
 
 def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress: Progress | None = None) -> DefragReport:
@@ -668,25 +669,21 @@ def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress
     if not os.path.exists(os.path.join(root, ROOT_METADATA)):
         return report  # nothing was ever uploaded
     owner = f"tier defrag:{socket.gethostname()}:{os.getpid()}"
-    storages: dict[tuple[str, str], ChunkStorage] = {}
+    storages = StorageClients()
     with exclusive(tier_dir, "defragment"), open_index(os.path.join(root, ROOT_METADATA)) as metadata:
         try:
-            partitions = [(part, storage_key(part.config)) for part in tiered_partitions(root)]
-            for part, key in partitions:
-                if key not in storages:
-                    storages[key] = open_storage(key[0], **(part.config.tier_options or {}))
-            epoch = metadata.take_epoch(owner, above=max((newest_epoch(s) for s in storages.values()), default=0))
+            partitions = [(part, storages.get(*tier_of(part.config))) for part in tiered_partitions(root)]
+            epoch = metadata.take_epoch(owner, above=max((newest_epoch(s) for s in storages.opened()), default=0))
             root_id = root_identity(tier_dir)
-            guards = {key: PrefixGuard(storage, root_id, owner, epoch) for key, storage in storages.items()}
+            guards = {id(storage): PrefixGuard(storage, root_id, owner, epoch) for storage in storages.opened()}
             for guard in guards.values():
                 guard.enter()
-            for part, key in partitions:
-                for line in clean_up(storages[key], metadata, epoch, part.name, now_ms()):
+            for part, storage in partitions:
+                for line in clean_up(storage, metadata, epoch, part.name, now_ms()):
                     say(line)
-                defrag_channel(storages[key], metadata, epoch, part.name, settings, report, say=say, guard=guards[key].verify)
+                defrag_channel(storage, metadata, epoch, part.name, settings, report, say=say, guard=guards[id(storage)].verify)
         finally:
-            for storage in storages.values():
-                storage.close()
+            storages.close()
     return report
 
 
