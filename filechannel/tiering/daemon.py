@@ -53,6 +53,7 @@ context: its listing is the local files only, which is what it uploads and delet
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -579,18 +580,16 @@ class TieringDaemon:
             }
             ends = [r.base_offset for r in refs[1:]]
             sizes = [retention.segment_bytes_on_disk(r) for r in refs]
-            total = sum(sizes)
-            cutoff = None if config.local_retention_ms is None else now_ms() - config.local_retention_ms
-            k = 0
-            for i, ref in enumerate(refs[:-1]):
-                if ref.base_offset not in uploaded and ends[i] != ref.base_offset:
-                    break  # never past a segment that exists only here
-                by_bytes = config.local_retention_bytes is not None and total > config.local_retention_bytes
-                by_age = cutoff is not None and retention.segment_max_timestamp(log_, ref, ends[i]) < cutoff
-                if not (by_bytes or by_age):
-                    break
-                total -= sizes[i]
-                k = i + 1
+            n = 0  # the sealed segments that may go: never past one that exists only here (not uploaded, not empty)
+            while n < len(ends) and (refs[n].base_offset in uploaded or ends[n] == refs[n].base_offset):
+                n += 1
+            k = retention.past_retention(
+                sizes[:n],
+                sum(sizes),
+                lambda i: retention.segment_max_timestamp(log_, refs[i], ends[i]),
+                config.local_retention_bytes,
+                config.local_retention_ms,
+            )
             if k:
                 deleted = retention.delete_sealed_prefix(log_, ends[k - 1])
                 report.deleted_local += len(deleted)
@@ -606,20 +605,13 @@ class TieringDaemon:
         remote_bases = {r.base_offset for r in remote}
         # The log across both tiers, oldest first: uploaded segments (their tier-2 size), then
         # local segments not uploaded (their local size). The active segment is never deleted.
-        sizes = [r.size for r in remote] + [local_sizes[r.base_offset] for r in refs if r.base_offset not in remote_bases]
-        total = sum(sizes)
-        cutoff = None if config.retention_ms is None else now_ms() - config.retention_ms
+        total = sum(r.size for r in remote) + sum(local_sizes[r.base_offset] for r in refs if r.base_offset not in remote_bases)
         active = refs[-1].base_offset if refs else None
-        doomed: list[SegmentRecord] = []
-        for record, size in zip(remote, sizes, strict=False):
-            if record.base_offset == active:
-                break
-            by_bytes = config.retention_bytes is not None and total > config.retention_bytes
-            by_age = cutoff is not None and record.max_timestamp < cutoff
-            if not (by_bytes or by_age):
-                break
-            total -= size
-            doomed.append(record)
+        sealed = list(itertools.takewhile(lambda r: r.base_offset != active, remote))
+        k = retention.past_retention(
+            [r.size for r in sealed], total, lambda i: sealed[i].max_timestamp, config.retention_bytes, config.retention_ms
+        )
+        doomed = sealed[:k]
         if not doomed:
             return
         upto = doomed[-1].end_offset
