@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from ..client import Admin, TopicPartition
-from ..client.group import GroupState, delete_offsets, list_groups, read_group
+from ..client.group import GroupState, delete_offsets, list_groups, read_group, tp_key
 from ..engine.clock import now_ms
 from ..errors import FileChannelError
 from .common import FORMAT_OPTION, ROOT_OPTION, cli, one_name, out, print_json, root_folder
@@ -137,7 +137,7 @@ def _partition_rows(admin: Admin, state: GroupState, offsets: dict[TopicPartitio
             continue
         for p in desc.partitions:
             committed = offsets.get(TopicPartition(topic, p.partition))
-            owner = state.owners.get(f"{topic}/{p.partition}") or None
+            owner = state.owners.get(tp_key(TopicPartition(topic, p.partition))) or None
             rows.append(
                 {
                     "topic": topic,

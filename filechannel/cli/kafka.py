@@ -19,10 +19,11 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..client import Admin, Consumer, TopicPartition
-from ..client.group import GroupMember, list_groups, read_group
-from ..client.topics import GROUPS_DIR, TopicStore
+from ..client.group import GroupMember, group_folder, list_groups, position_name, read_group
+from ..client.topics import TopicStore
 from ..engine.position import PositionStore
 from ..errors import ConfigError, os_errors
+from ..root import partition_path
 
 # Kafka topic config -> (our setting, how its value converts). None: accepted, means nothing here.
 _UNLIMITED = -1  # Kafka's "no limit" for retention.ms / retention.bytes
@@ -533,7 +534,7 @@ def delete_group(root: str, group: str) -> None:
     require_inactive(root, group, "a group can be deleted")
     partitions = set(offsets) | {TopicPartition(t, p) for t, n in state.partitions.items() for p in range(n)}
     for tp in sorted(partitions):
-        PositionStore(os.path.join(root, tp.topic, str(tp.partition))).delete(f"group.{group}")
-    folder = os.path.join(root, GROUPS_DIR, group)
+        PositionStore(partition_path(root, tp.topic, tp.partition)).delete(position_name(group))
+    folder = group_folder(root, group)
     with os_errors("delete group folder", folder):
         shutil.rmtree(folder)

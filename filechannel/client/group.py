@@ -65,6 +65,7 @@ from ..engine.lock import FileLock
 from ..engine.names import validate_name
 from ..engine.position import PositionStore
 from ..errors import CommitFailedError, ConfigError, CorruptRecordError, FileChannelError, StorageError, os_errors
+from ..root import partition_path
 from .records import TopicPartition
 from .topics import GROUPS_DIR
 
@@ -78,6 +79,22 @@ _TMP = re.compile(r"^(?:state|offsets)\.json\.(\d+)(?:\.\d+)?\.tmp$")
 
 
 _warned: set[tuple[str, bytes]] = set()  # unreadable offsets files already reported (once each)
+
+
+STATE_FILE = "state.json"
+OFFSETS_FILE = "offsets.json"
+LOCK_FILE = "group.lock"
+
+
+def group_folder(root: str, group_id: str) -> str:
+    """A group's folder: ``ROOT/.groups/GROUP`` (InvalidNameError for a name that is not one)."""
+    return os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+
+
+def position_name(group_id: str) -> str:
+    """The name of a group's committed offset among a partition's durable positions (the
+    channel's :class:`~filechannel.engine.position.PositionStore`): ``group.GROUP``."""
+    return f"group.{group_id}"
 
 
 def tp_key(tp: TopicPartition) -> str:
@@ -148,13 +165,13 @@ class GroupMember:
                 f"the root folder {os.path.abspath(root)!r} does not exist, so group {group_id!r} cannot keep its "
                 "state there: check the root, or create it with a topic first (filechannel topics create)"
             )
-        self.folder = os.path.join(root, GROUPS_DIR, group_id)
+        self.folder = group_folder(root, group_id)
         self.members_folder = os.path.join(self.folder, "members")
         with os_errors("create group folder", self.members_folder):
             os.makedirs(self.members_folder, exist_ok=True)
-        self.state_path = os.path.join(self.folder, "state.json")
-        self.offsets_path = os.path.join(self.folder, "offsets.json")
-        self._lock = FileLock(os.path.join(self.folder, "group.lock"))
+        self.state_path = os.path.join(self.folder, STATE_FILE)
+        self.offsets_path = os.path.join(self.folder, OFFSETS_FILE)
+        self._lock = FileLock(os.path.join(self.folder, LOCK_FILE))
         host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
         self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         with self._lock.holding():
@@ -395,14 +412,15 @@ def delete_offsets(root: str, group_id: str, tps: list[TopicPartition]) -> None:
     again finishes it; never an offset missing from offsets.json that its durable position
     would bring back.
     """
-    folder = os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+    folder = group_folder(root, group_id)
     if not os.path.isdir(folder):
         raise ConfigError(f"there is no consumer group {group_id!r} under {root!r}")
-    offsets_path = os.path.join(folder, "offsets.json")
-    with FileLock(os.path.join(folder, "group.lock")).holding():
+    offsets_path = os.path.join(folder, OFFSETS_FILE)
+    with FileLock(os.path.join(folder, LOCK_FILE)).holding():
         for tp in tps:
-            if os.path.isdir(os.path.join(root, tp.topic, str(tp.partition))):  # a deleted topic has none
-                PositionStore(os.path.join(root, tp.topic, str(tp.partition))).delete(f"group.{group_id}")
+            partition = partition_path(root, tp.topic, tp.partition)
+            if os.path.isdir(partition):  # a deleted topic has none
+                PositionStore(partition).delete(position_name(group_id))
         keys = {tp_key(tp) for tp in tps}
         kept: dict[str, Any] = {tp_key(tp): off for tp, off in read_offsets(offsets_path).items() if tp_key(tp) not in keys}
         texts = {k: v for k, v in read_metadata(offsets_path).items() if k not in keys}
@@ -419,17 +437,17 @@ def restore_offsets(root: str, group_id: str, offsets: dict[TopicPartition, int]
     for tp, off in offsets.items():
         if isinstance(off, bool) or not isinstance(off, int) or not 0 <= off < 2**63:
             raise ConfigError(f"restore {tp.topic}[{tp.partition}] of group {group_id!r}: {off!r} is not an offset")
-    folder = os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+    folder = group_folder(root, group_id)
     with os_errors("create group folder", folder):
         os.makedirs(folder, exist_ok=True)
-    offsets_path = os.path.join(folder, "offsets.json")
-    with FileLock(os.path.join(folder, "group.lock")).holding():
+    offsets_path = os.path.join(folder, OFFSETS_FILE)
+    with FileLock(os.path.join(folder, LOCK_FILE)).holding():
         if os.path.exists(offsets_path):
             return False
         for tp, off in offsets.items():
-            partition = os.path.join(root, tp.topic, str(tp.partition))
+            partition = partition_path(root, tp.topic, tp.partition)
             if os.path.isdir(partition):
-                PositionStore(partition).set(f"group.{group_id}", off)
+                PositionStore(partition).set(position_name(group_id), off)
         write_atomically(offsets_path, json.dumps({tp_key(tp): off for tp, off in offsets.items()}, sort_keys=True).encode())
     return True
 
@@ -485,9 +503,9 @@ def read_metadata(path: str) -> dict[str, str]:
 
 def durable_offset(root: str, group_id: str, tp: TopicPartition) -> int | None:
     """The offset group ``group_id`` last committed for ``tp``, from the partition's durable positions."""
-    store = PositionStore(os.path.join(root, tp.topic, str(tp.partition)))
+    store = PositionStore(partition_path(root, tp.topic, tp.partition))
     try:
-        return store.get(f"group.{group_id}")
+        return store.get(position_name(group_id))
     except (CorruptRecordError, StorageError) as exc:
         log.warning("cannot read group %r's durable position of %s[%d]: %s", group_id, tp.topic, tp.partition, exc)
         return None
@@ -495,12 +513,12 @@ def durable_offset(root: str, group_id: str, tp: TopicPartition) -> int | None:
 
 def read_group(root: str, group_id: str) -> tuple[GroupState, dict[TopicPartition, int]]:
     """A group's state and committed offsets, for describing it (no membership taken)."""
-    folder = os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+    folder = group_folder(root, group_id)
     if not os.path.isdir(folder):
         raise ConfigError(f"there is no consumer group {group_id!r} under {root!r}")
-    state_path = os.path.join(folder, "state.json")
+    state_path = os.path.join(folder, STATE_FILE)
     state = GroupState.decode(read_if_exists(state_path, "group state"), state_path)
-    offsets = read_offsets(os.path.join(folder, "offsets.json"))
+    offsets = read_offsets(os.path.join(folder, OFFSETS_FILE))
     for topic, count in state.partitions.items():
         for p in range(count):
             tp = TopicPartition(topic, p)
@@ -544,7 +562,7 @@ def restore_groups(root: str, groups: dict[str, dict[str, int]], ends: dict[str,
         if not restored:
             continue
         if not restore_offsets(root, group, restored):
-            lines.append(f"group {group}: kept its existing offsets ({os.path.join(root, GROUPS_DIR, group, 'offsets.json')})")
+            lines.append(f"group {group}: kept its existing offsets ({os.path.join(group_folder(root, group), OFFSETS_FILE)})")
             continue
         note = f" (past the end, lowered: {', '.join(lowered)})" if lowered else ""
         lines.append(f"group {group}: restored the committed offsets of {len(restored)} partition(s){note}")

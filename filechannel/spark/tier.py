@@ -51,7 +51,7 @@ from ..config import ChannelConfig
 from ..engine.readahead import READAHEAD_BLOCKS
 from ..engine.record import Record, decode_records
 from ..errors import AccessDeniedError, CorruptRecordError, OffsetOutOfRangeError
-from ..root import ROOT_METADATA
+from ..root import ROOT_METADATA, partition_name
 from ..tiering.bindings import StorageClients
 from ..tiering.layout import SegmentRecord
 from ..tiering.metadata import TierMetadata
@@ -145,7 +145,7 @@ class TierPlanner:
             if not os.path.exists(path):
                 return []  # nothing was ever uploaded under this root
             self._metadata = open_index(path)  # a damaged index is moved aside and rebuilt, not a failed query
-        return self._metadata.segments(f"{topic}/{partition}")
+        return self._metadata.segments(partition_name(topic, partition))
 
     def split_tiers(self, r: OffsetRange) -> list[TierRange | OffsetRange]:
         """``r`` as tier ranges of at most about :data:`TASK_BYTES` over its uploaded run, then the local rest."""

@@ -78,7 +78,7 @@ from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..engine.segment import MAX_FRAME_PAYLOAD
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
-from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
+from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, RootLayout, partition_name
 from . import bindings
 from .bindings import StorageClients
 from .context import STANDALONE_METADATA
@@ -141,7 +141,7 @@ def tiered_partitions(root: str) -> list[TieredChannel]:
         for p in range(int(meta["partitions"])):
             path = store.partition_path(topic, p)
             if os.path.isdir(path):
-                found.append(TieredChannel(path, f"{topic}/{p}", config, int(meta["partitions"])))
+                found.append(TieredChannel(path, partition_name(topic, p), config, int(meta["partitions"])))
     return found
 
 
