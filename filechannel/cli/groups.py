@@ -9,22 +9,28 @@ import click
 from rich.table import Table
 
 from ..client import Admin, TopicPartition
-from ..client.group import GroupState, delete_offsets, list_groups, read_group, tp_key
+from ..client.group import (
+    GroupState,
+    delete_group,
+    delete_offsets,
+    list_groups,
+    live_members,
+    read_group,
+    require_inactive,
+    tp_key,
+)
 from ..engine.clock import now_ms
 from ..errors import FileChannelError
 from .common import FORMAT_OPTION, ROOT_OPTION, cli, one_name, out, print_json, root_folder
 from .kafka import (
     Reset,
     check_partitions,
-    delete_group,
     execute_reset,
-    live_members,
     offsets_scope,
     parse_datetime,
     parse_duration,
     parse_reset_file,
     plan_reset,
-    require_inactive,
     reset_scope,
 )
 

@@ -53,10 +53,11 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,7 @@ _warned: set[tuple[str, bytes]] = set()  # unreadable offsets files already repo
 STATE_FILE = "state.json"
 OFFSETS_FILE = "offsets.json"
 LOCK_FILE = "group.lock"
+MEMBERS_DIR = "members"
 
 
 def group_folder(root: str, group_id: str) -> str:
@@ -95,6 +97,28 @@ def position_name(group_id: str) -> str:
     """The name of a group's committed offset among a partition's durable positions (the
     channel's :class:`~filechannel.engine.position.PositionStore`): ``group.GROUP``."""
     return f"group.{group_id}"
+
+
+def _life_path(folder: str, member_id: str) -> str:
+    """The life lock of member ``member_id`` of the group in ``folder``: ``members/ID.lock``."""
+    return os.path.join(folder, MEMBERS_DIR, member_id + ".lock")
+
+
+def _life_lock_held(path: str) -> bool:
+    """Whether a process holds the member life lock at ``path``; one nobody holds (its member
+    died) is deleted."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    unlink_if_exists(path)
+    return False
 
 
 def tp_key(tp: TopicPartition) -> str:
@@ -166,7 +190,7 @@ class GroupMember:
                 "state there: check the root, or create it with a topic first (filechannel topics create)"
             )
         self.folder = group_folder(root, group_id)
-        self.members_folder = os.path.join(self.folder, "members")
+        self.members_folder = os.path.join(self.folder, MEMBERS_DIR)
         with os_errors("create group folder", self.members_folder):
             os.makedirs(self.members_folder, exist_ok=True)
         self.state_path = os.path.join(self.folder, STATE_FILE)
@@ -209,21 +233,7 @@ class GroupMember:
 
     def _alive(self, member_id: str) -> bool:
         """Whether member ``member_id``'s process still holds its life lock."""
-        if member_id == self.member_id:
-            return True
-        path = self._life_path(member_id)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        unlink_if_exists(path)
-        return False
+        return member_id == self.member_id or _life_lock_held(self._life_path(member_id))
 
     def _reassign(self, state: GroupState) -> None:
         state.generation += 1
@@ -233,7 +243,7 @@ class GroupMember:
         state.owners = {k: v for k, v in state.owners.items() if v in state.members}
 
     def _life_path(self, member_id: str) -> str:
-        return os.path.join(self.members_folder, member_id + ".lock")
+        return _life_path(self.folder, member_id)
 
     def join(self, topics: list[str], partitions: dict[str, int]) -> None:
         """Enter the group subscribed to ``topics`` (or change the subscription)."""
@@ -417,16 +427,60 @@ def delete_offsets(root: str, group_id: str, tps: list[TopicPartition]) -> None:
         raise ConfigError(f"there is no consumer group {group_id!r} under {root!r}")
     offsets_path = os.path.join(folder, OFFSETS_FILE)
     with FileLock(os.path.join(folder, LOCK_FILE)).holding():
-        for tp in tps:
-            partition = partition_path(root, tp.topic, tp.partition)
-            if os.path.isdir(partition):  # a deleted topic has none
-                PositionStore(partition).delete(position_name(group_id))
+        _forget_positions(root, group_id, tps)
         keys = {tp_key(tp) for tp in tps}
         kept: dict[str, Any] = {tp_key(tp): off for tp, off in read_offsets(offsets_path).items() if tp_key(tp) not in keys}
         texts = {k: v for k, v in read_metadata(offsets_path).items() if k not in keys}
         if texts:
             kept[METADATA_KEY] = texts
         write_atomically(offsets_path, json.dumps(kept, sort_keys=True).encode())
+
+
+def _forget_positions(root: str, group_id: str, tps: Iterable[TopicPartition]) -> None:
+    """Delete ``group_id``'s committed offset from the durable positions of each partition of ``tps``."""
+    for tp in tps:
+        partition = partition_path(root, tp.topic, tp.partition)
+        if os.path.isdir(partition):  # a deleted topic has none
+            PositionStore(partition).delete(position_name(group_id))
+
+
+def live_members(root: str, group_id: str) -> list[str]:
+    """The members of ``group_id`` whose process is alive (whatever their heartbeats say); none if
+    there is no such group. Joins nothing."""
+    if group_id not in list_groups(root):
+        return []
+    state, _ = read_group(root, group_id)
+    folder = group_folder(root, group_id)
+    return [m for m in state.members if _life_lock_held(_life_path(folder, m))]
+
+
+def require_inactive(root: str, group_id: str, what: str) -> None:
+    """ConfigError (saying ``what`` needs it) unless no member of ``group_id`` is alive: how a
+    change of the group's offsets from outside it (reset, delete) makes sure no member commits over it."""
+    live = live_members(root, group_id)
+    if live:
+        raise ConfigError(
+            f"{what} only when group {group_id!r} is inactive, but it has {len(live)} live member(s) "
+            f"({', '.join(live)}); stop its consumers first"
+        )
+
+
+def delete_group(root: str, group_id: str) -> None:
+    """Delete group ``group_id`` (Kafka's ``--delete``): its committed offsets kept in the
+    partitions' durable positions, then its folder. ConfigError if there is no such group or a
+    member of it is alive.
+
+    In that order, so a delete killed half-way leaves the group listed (its offsets.json
+    intact) and running it again finishes it; never positions that hold back garbage
+    collection for a group that is gone.
+    """
+    state, offsets = read_group(root, group_id)
+    require_inactive(root, group_id, "a group can be deleted")
+    partitions = set(offsets) | {TopicPartition(t, p) for t, n in state.partitions.items() for p in range(n)}
+    _forget_positions(root, group_id, sorted(partitions))
+    folder = group_folder(root, group_id)
+    with os_errors("delete group folder", folder):
+        shutil.rmtree(folder)
 
 
 def restore_offsets(root: str, group_id: str, offsets: dict[TopicPartition, int]) -> bool:
