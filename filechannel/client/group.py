@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
+from ..engine.files import opened_if_exists, read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
 from ..engine.names import validate_name
 from ..engine.position import PositionStore
@@ -107,16 +107,13 @@ def _life_path(folder: str, member_id: str) -> str:
 def _life_lock_held(path: str) -> bool:
     """Whether a process holds the member life lock at ``path``; one nobody holds (its member
     died) is deleted."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    with opened_if_exists(path, os.O_RDWR) as fd:
+        if fd is None:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
     unlink_if_exists(path)
     return False
 

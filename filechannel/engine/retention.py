@@ -15,12 +15,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import (
-    os_errors,
-)
 from . import names
 from .clock import now_ms
-from .files import fsync_dir, unlink_if_exists
+from .files import fsync_dir, opened, unlink_if_exists
 from .segment import (
     MAX_FRAME_PAYLOAD,
     FrameScanner,
@@ -47,12 +44,8 @@ def segment_max_timestamp(log: Log, ref: SegmentRef, end_offset: int) -> int:
         return log.compressed_info(ref).max_timestamp
     idx, tix = log.sealed_indexes(ref)
     offset, position, max_ts = (idx.offsets[-1], idx.positions[-1], tix.max_before[-1]) if len(idx) else idx.start
-    with os_errors("open segment", ref.path):
-        fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
+    with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
         _marks, _since, max_ts = FrameScanner(fd, ref.path, position, offset, MAX_FRAME_PAYLOAD).scan(max_ts=max_ts)
-    finally:
-        os.close(fd)
     return max_ts
 
 
