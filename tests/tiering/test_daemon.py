@@ -19,8 +19,7 @@ from filechannel.client.topics import Admin, TopicStore
 from filechannel.config import ChannelConfig
 from filechannel.errors import ConfigError, StorageUnavailableError, TierError
 from filechannel.root import ROOT_METADATA
-from filechannel.tiering import daemon as daemon_module
-from filechannel.tiering import open_storage
+from filechannel.tiering import bindings, open_storage
 from filechannel.tiering.daemon import TieringDaemon, tier_status
 from filechannel.tiering.layout import parse_object_name
 from filechannel.tiering.local_storage import LocalStorage
@@ -346,7 +345,7 @@ class GatedStorage(LocalStorage):
 
 
 def gated_daemon(root: Path, monkeypatch: pytest.MonkeyPatch, storage: GatedStorage) -> TieringDaemon:
-    monkeypatch.setattr(daemon_module, "open_storage", lambda url, **options: storage)
+    monkeypatch.setattr(bindings, "open_storage", lambda url, **options: storage)  # what the daemon's StorageClients open
     return TieringDaemon(root)
 
 
