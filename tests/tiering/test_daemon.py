@@ -238,9 +238,14 @@ def test_standalone_channel_is_tiered_by_its_own_daemon(tmp_path: Path) -> None:
 
 
 def _answers_reads(url: str, options: dict) -> bool:
+    """Whether the server reads back the bytes of every object under ``url``: a restarted
+    SeaweedFS answers listings and HEADs (its filer) before its volumes serve data (an
+    ``InternalError`` meanwhile), and the daemon's next pass reads objects' data."""
     try:
         with open_storage(url, **options) as storage:
-            storage.exists(".claim.json")
+            for info in storage.list():
+                if info.length:
+                    storage.read(info.name, 0, 1)
         return True
     except TierError:
         return False
