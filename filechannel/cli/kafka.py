@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -91,7 +92,7 @@ def topic_setting(key: str, raw: str) -> tuple[str, Any] | None:
     Kafka's, converted (``retention.ms=-1`` is no limit, ``flush.ms`` becomes seconds).
     """
     if "." not in key:
-        return key, _plain_value(raw)
+        return key, plain_value(raw)
     if key not in KAFKA_TOPIC_CONFIGS:
         raise ConfigError(f"unknown topic config {key!r}; Kafka's configs taken here: {', '.join(sorted(KAFKA_TOPIC_CONFIGS))}")
     setting, convert = KAFKA_TOPIC_CONFIGS[key]
@@ -99,9 +100,15 @@ def topic_setting(key: str, raw: str) -> tuple[str, Any] | None:
     return (setting, value) if setting is not None else None
 
 
-def _plain_value(text: str) -> Any:
+def plain_value(text: str) -> Any:
+    """``null``, an int, a float, a JSON object or list (``tier_options={"endpoint_url": ...}``), else the text."""
     if text.lower() == "null":
         return None
+    if text.startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"{text!r} is not valid JSON ({exc})") from None
     for cast in (int, float):
         try:
             return cast(text)

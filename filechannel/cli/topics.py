@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 from rich.table import Table
 
 from ..client import Admin
-from ..client.topics import TopicStore
+from ..client.topics import TopicStore, validate_topic_config
 from ..errors import TopicExistsError
+from ..tiering.bindings import probe_storage
 from .common import FORMAT_OPTION, ROOT_OPTION, cli, one_name, out, print_json, root_folder
-from .kafka import topic_setting
+from .kafka import plain_value, topic_setting
 
 
 @cli.group()
@@ -32,6 +34,16 @@ def topics() -> None:
     metavar="KEY=VALUE",
     help="Topic setting, ours (retention_ms=3600000) or Kafka's (retention.ms=3600000) (repeatable).",
 )
+@click.option(
+    "--tier-option",
+    "tier_opts",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A tier-2 storage option stored with the topic, e.g. endpoint_url=http://s3:8333 (repeatable; no credentials).",
+)
+@click.option(
+    "--skip-tier-check", is_flag=True, help="Do not reach the tier-2 storage now (by default: read, write and delete a probe)."
+)
 @click.option("--replication-factor", type=click.IntRange(1), default=None, help="Accepted and ignored (one machine).")
 @click.option("--if-not-exists", is_flag=True, help="A topic of that name already there is left as it is (exit 0).")
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
@@ -42,22 +54,36 @@ def topics_create(
     topic_opt: str | None,
     partitions: int,
     settings: tuple[str, ...],
+    tier_opts: tuple[str, ...],
+    skip_tier_check: bool,
     replication_factor: int | None,
     if_not_exists: bool,
     bootstrap_server: str | None,
 ) -> None:
-    """Create topic NAME (or --topic NAME)."""
+    """Create topic NAME (or --topic NAME).
+
+    A topic with a tier (``-c tier=s3://bucket/prefix``) has its storage reached once first,
+    unless --skip-tier-check: a bucket that is missing, unreachable or not writable fails
+    the command, and no topic is made.
+    """
     name = one_name("topic", name, topic_opt)
-    config = {}
+    config: dict[str, Any] = {}
     for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--config")
-        setting = topic_setting(key.strip(), value.strip())
+        key, value = _key_value(item, "--config")
+        setting = topic_setting(key, value)
         if setting is None:
-            click.echo(f"note: topic config {key.strip()} means nothing on one machine; ignored", err=True)
+            click.echo(f"note: topic config {key} means nothing on one machine; ignored", err=True)
         else:
             config[setting[0]] = setting[1]
+    if tier_opts:
+        options = dict(config.get("tier_options") or {})
+        for item in tier_opts:
+            key, value = _key_value(item, "--tier-option")
+            options[key] = plain_value(value)
+        config["tier_options"] = options
+    config = validate_topic_config(config)  # before the probe: credentials in tier_options are refused unsent
+    if config.get("tier") is not None and not skip_tier_check:
+        probe_storage(config["tier"], config.get("tier_options"))
     admin = Admin(root_folder(ctx, must_exist=False))
     try:
         admin.create_topic(name, partitions, **config)
@@ -68,6 +94,13 @@ def topics_create(
         out.print(f"topic {name} already exists with {len(existing.partitions)} partition(s); left as it is")
         return
     out.print(f"created topic {name} with {partitions} partition(s)")
+
+
+def _key_value(item: str, option: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=option)
+    return key.strip(), value.strip()
 
 
 @topics.command("list")

@@ -7,6 +7,7 @@ public names. :class:`TopicStore` is the root's layout that also opens partition
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
@@ -22,6 +23,7 @@ from ..root import (
     RootLayout,
     validate_topic_config,
 )
+from ..tiering.bindings import check_storage
 
 __all__ = [
     "GROUPS_DIR",
@@ -45,6 +47,15 @@ class TopicStore(RootLayout):
         """Open partition ``partition`` of ``topic`` as a channel with the topic's settings."""
         settings = self.partition_settings(topic, partition, **overrides)
         return FileChannel(self.partition_path(topic, partition), wakeup=wakeup, **settings)
+
+    def create(self, topic: str, partitions: int, config: Mapping[str, Any], exist_ok: bool = False) -> dict[str, Any]:
+        """:meth:`RootLayout.create`, after opening the topic's tier-2 storage (if it has a ``tier``)
+        without a request: a URL naming no storage, an unknown option or a missing library fails
+        the creation with :class:`ConfigError`, not the topic's first upload."""
+        checked = validate_topic_config(config)
+        if checked.get("tier") is not None:
+            check_storage(checked["tier"], checked.get("tier_options"))
+        return super().create(topic, partitions, checked, exist_ok=exist_ok)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ them: boto3 and fsspec are the ``s3`` extra's, and a folder tier needs neither.
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -34,25 +36,50 @@ def open_storage(url: str, **options: Any) -> ChunkStorage:
     ``s3://``); they are passed to the client library and never kept, printed or logged
     by filechannel. A URL without a scheme or of an unknown protocol is a :class:`ConfigError`.
     """
-    if not isinstance(url, str) or "://" not in url:
+    scheme = url.partition("://")[0].lower() if isinstance(url, str) and "://" in url else ""
+    if not _SCHEME.fullmatch(scheme):
         raise ConfigError(f"storage URL {url!r} has no scheme: use file:///path, s3://bucket/prefix or another fsspec URL")
     backend = options.pop("backend", None)
     if backend not in (None, "fsspec"):
         raise ConfigError(f"backend={backend!r} is not known for {redact_url(url)}: leave it unset or use 'fsspec'")
-    scheme = url.partition("://")[0].lower()
     if backend is None and scheme == "file":
         from .local_storage import LocalStorage
 
         if options:
             raise ConfigError(f"file:// storage takes no options, got {sorted(options)}")
         return LocalStorage.from_url(url)
-    if backend is None and scheme == "s3":
-        from .s3_storage import S3Storage
+    try:
+        if backend is None and scheme == "s3":
+            from .s3_storage import S3Storage
 
-        return S3Storage.from_url(url, **options)
-    from .fsspec_storage import FsspecStorage
-
+            return S3Storage.from_url(url, **options)
+        from .fsspec_storage import FsspecStorage
+    except ImportError as exc:  # boto3, fsspec, s3fs: the s3 extra's
+        raise ConfigError(
+            f"{redact_url(url)} needs {exc.name or 'a library'}, which is not installed: pip install 'filechannel[s3]'"
+        ) from None
     return FsspecStorage(url, **options)
+
+
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")  # RFC 3986's, lower-cased
+
+
+def check_storage(url: str, options: Mapping[str, Any] | None = None) -> None:
+    """Open and close the storage at ``url``, without a request: a URL that names no storage, an
+    unknown option or a missing library raises :class:`ConfigError` here, when a topic is
+    created, rather than at its first upload."""
+    open_storage(url, **dict(options or {})).close()
+
+
+def probe_storage(url: str, options: Mapping[str, Any] | None = None) -> None:
+    """Reach the storage at ``url`` once: read (whether the bucket exists), then write and delete an
+    empty ``.probe.<pid>`` object. Raises the storage's error (:class:`TierError`), which names
+    the bucket or folder and what to do, if it cannot be read or written."""
+    with open_storage(url, **dict(options or {})) as storage:
+        storage.exists(".claim.json")
+        name = f".probe.{os.getpid()}"
+        storage.write(name, b"")
+        storage.delete(name)
 
 
 def storage_key(url: str, options: Mapping[str, Any] | None) -> tuple[str, str]:

@@ -238,6 +238,10 @@ class S3Storage(ChunkStorage):
         self._part_size = _positive(part_size, "part_size", MIN_PART)
         if self._part_size > MAX_PART:
             raise ConfigError(f"part_size must be at most {MAX_PART} bytes (5 GiB), not {part_size}")
+        if (aws_access_key_id is None) != (aws_secret_access_key is None):
+            raise ConfigError(
+                "give aws_access_key_id and aws_secret_access_key together, or neither (boto3's chain: environment, ~/.aws)"
+            )
         self._max_concurrency = _positive(max_concurrency, "max_concurrency")
         for value, what in ((connect_timeout, "connect_timeout"), (read_timeout, "read_timeout")):
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:

@@ -51,9 +51,10 @@ def test_run_once_uploads_and_status_shows_it(tmp_path: Path) -> None:
 
 def test_run_once_fails_with_one_line_per_failure(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    not_a_folder = tmp_path / "file"
-    not_a_folder.write_bytes(b"x")
+    not_a_folder = tmp_path / "tier"
     make_topic(root, f"file://{not_a_folder}", partitions=2, local_retention_bytes=0)
+    not_a_folder.rmdir()  # the storage, good when the topic was made, is a file by the time the daemon runs
+    not_a_folder.write_bytes(b"x")
     for p in range(2):
         produce(root, [os.urandom(100) for _ in range(100)], partition=p)
     before = [local_bases(root, p) for p in range(2)]
