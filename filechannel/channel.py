@@ -25,7 +25,7 @@ from .engine import compression, recovery, retention, roll
 from .engine.appender import Appender
 from .engine.compressed import check_block
 from .engine.cursor import Cursor
-from .engine.files import folder_bytes
+from .engine.files import folder_bytes, opened
 from .engine.log import Log, SegmentRef
 from .engine.names import validate_name
 from .engine.position import PositionStore
@@ -413,9 +413,7 @@ class FileChannel:
                 return n, info.end_offset
             finally:
                 blocks.close()
-        with os_errors("open segment", ref.path):
-            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
+        with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
             with os_errors("stat", ref.path):
                 size = os.fstat(fd).st_size
             if size < SEGMENT_HEADER_SIZE and not sealed:
@@ -444,8 +442,6 @@ class FileChannel:
                     ),
                 )
             return n, scanner.end_offset
-        finally:
-            os.close(fd)
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -64,6 +64,21 @@ ROOT_METADATA = os.path.join(ROOT_TIER_DIR, "metadata.db")
 DELETED_DIR = "deleted"  # ROOT/.tier/deleted/TOPIC: a deleted tiered topic whose tier-2 copies are not purged yet
 
 
+def topic_path(root: str, topic: str) -> str:
+    """The folder of ``topic`` under ``root``: ``ROOT/TOPIC`` (InvalidNameError for a name that is not one)."""
+    return os.path.join(root, validate_name(topic, "topic name"))
+
+
+def partition_path(root: str, topic: str, partition: int) -> str:
+    """The folder of partition ``partition`` of ``topic``, its channel: ``ROOT/TOPIC/PARTITION``."""
+    return os.path.join(topic_path(root, topic), str(partition))
+
+
+def partition_name(topic: str, partition: int) -> str:
+    """A partition's name in tier-2 and its metadata store (its channel's ``tier_name``): ``TOPIC/PARTITION``."""
+    return f"{topic}/{partition}"
+
+
 def mark_topic_deleted(root: str, topic: str, config: Mapping[str, Any]) -> None:
     """Record that tiered ``topic`` is being deleted, with the storage its tier-2 copies are in
     (its ``topic.json`` goes with it). Called by :meth:`RootLayout.delete` before it removes the
@@ -100,10 +115,10 @@ class RootLayout:
         self._meta: dict[str, dict[str, Any]] = {}
 
     def topic_path(self, topic: str) -> str:
-        return os.path.join(self.root, validate_name(topic, "topic name"))
+        return topic_path(self.root, topic)
 
     def partition_path(self, topic: str, partition: int) -> str:
-        return os.path.join(self.topic_path(topic), str(partition))
+        return partition_path(self.root, topic, partition)
 
     def _partition_folders(self, topic: str) -> list[int]:
         """The numbers of the partition folders under the topic's folder (sorted)."""
@@ -202,7 +217,7 @@ class RootLayout:
                     log.warning("restoring the missing %s of topic %r (%d partitions)", TOPIC_FILE, topic, partitions)
                 with os_errors("create topic folder", path):
                     for p in range(partitions):
-                        os.makedirs(os.path.join(path, str(p)), exist_ok=True)
+                        os.makedirs(self.partition_path(topic, p), exist_ok=True)
                 meta = {"name": topic, "partitions": partitions, "config": config}
                 write_atomically(os.path.join(path, TOPIC_FILE), json.dumps(meta, indent=2).encode())
         finally:
@@ -314,5 +329,9 @@ class RootLayout:
             raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {n - 1}")
         config = {**self.meta(topic).get("config", {}), **overrides}
         if config.get("tier") is not None:  # one metadata store per root; the partition is TOPIC/PARTITION in it
-            return {"tier_metadata": os.path.join(self.root, ROOT_METADATA), "tier_name": f"{topic}/{partition}", **config}
+            return {
+                "tier_metadata": os.path.join(self.root, ROOT_METADATA),
+                "tier_name": partition_name(topic, partition),
+                **config,
+            }
         return config

@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 
 from .. import __version__, native_extensions
+from ..engine.files import opened
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -48,12 +49,9 @@ def silence_closed_output() -> None:
     """After a reader closed our stdout (``| head -1``): point stdout and stderr at /dev/null,
     so the interpreter's last flush of what is still buffered cannot fail with a second
     "Exception ignored ... BrokenPipeError" line; the command then ends with exit 0."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
+    with opened(os.devnull, os.O_WRONLY) as devnull:
         for fd in (1, 2):
             os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
 
 
 def stdout_reader_gone() -> bool:

@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
-import time
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 
 from ..client import Admin, TopicPartition
-from ..client.group import GroupState, delete_offsets, list_groups, read_group
+from ..client.group import (
+    GroupState,
+    delete_group,
+    delete_offsets,
+    list_groups,
+    live_members,
+    read_group,
+    require_inactive,
+    tp_key,
+)
+from ..engine.clock import now_ms
 from ..errors import FileChannelError
 from .common import FORMAT_OPTION, ROOT_OPTION, cli, one_name, out, print_json, root_folder
 from .kafka import (
     Reset,
     check_partitions,
-    delete_group,
     execute_reset,
-    live_members,
     offsets_scope,
     parse_datetime,
     parse_duration,
     parse_reset_file,
     plan_reset,
-    require_inactive,
     reset_scope,
 )
 
@@ -136,7 +143,7 @@ def _partition_rows(admin: Admin, state: GroupState, offsets: dict[TopicPartitio
             continue
         for p in desc.partitions:
             committed = offsets.get(TopicPartition(topic, p.partition))
-            owner = state.owners.get(f"{topic}/{p.partition}") or None
+            owner = state.owners.get(tp_key(TopicPartition(topic, p.partition))) or None
             rows.append(
                 {
                     "topic": topic,
@@ -212,7 +219,7 @@ def groups_reset_offsets(
         Reset("latest") if to_latest else None,
         Reset("offset", to_offset) if to_offset is not None else None,
         Reset("datetime", parse_datetime(to_datetime)) if to_datetime is not None else None,
-        Reset("datetime", int((time.time() - parse_duration(by_duration).total_seconds()) * 1000)) if by_duration else None,
+        Reset("datetime", now_ms() - parse_duration(by_duration) // timedelta(milliseconds=1)) if by_duration else None,
         Reset("shift", shift_by) if shift_by is not None else None,
         Reset("file", offsets=parse_reset_file(from_file.read(), group, from_file.name)) if from_file is not None else None,
         Reset("current") if to_current else None,

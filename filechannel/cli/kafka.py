@@ -3,26 +3,25 @@
 - Kafka's dotted topic configs (``retention.ms``, ``segment.bytes``, ...) as topic settings.
 - The console consumer's ``--property`` names (``print.key``, ``key.separator``, ...): how a
   record is printed; the console producer's (``parse.key``, ``key.separator``, ``ignore.error``).
-- ``kafka-consumer-groups --reset-offsets`` (its scenarios, its clamping to the log's range)
-  and ``--delete``, both refused while the group has a live member, as Kafka refuses them
-  for a group that is not empty.
+- ``kafka-consumer-groups --reset-offsets``: its scenarios, its clamping to the log's range.
+  The group operations themselves (delete a group or its offsets, which members live) are
+  :mod:`filechannel.client.group`'s, refused while the group has a live member, as Kafka
+  refuses them for a group that is not empty.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..client import Admin, Consumer, TopicPartition
-from ..client.group import GroupMember, list_groups, read_group
-from ..client.topics import GROUPS_DIR, TopicStore
-from ..engine.position import PositionStore
-from ..errors import ConfigError, os_errors
+from ..client.group import read_group
+from ..client.topics import TopicStore
+from ..errors import ConfigError
 
 # Kafka topic config -> (our setting, how its value converts). None: accepted, means nothing here.
 _UNLIMITED = -1  # Kafka's "no limit" for retention.ms / retention.bytes
@@ -427,27 +426,6 @@ def reset_scope(root: str, group: str, topics: Iterable[str], all_topics: bool) 
     return sorted(set(out))
 
 
-def live_members(root: str, group: str) -> list[str]:
-    """Members of ``group`` whose process is alive (a probe that joins nothing); none if there is no such group."""
-    if group not in list_groups(root):
-        return []
-    state, _ = read_group(root, group)
-    probe = GroupMember(root, group, session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
-    try:
-        return [m for m in state.members if probe._alive(m)]
-    finally:
-        probe.leave()
-
-
-def require_inactive(root: str, group: str, what: str) -> None:
-    live = live_members(root, group)
-    if live:
-        raise ConfigError(
-            f"{what} only when group {group!r} is inactive, but it has {len(live)} live member(s) "
-            f"({', '.join(live)}); stop its consumers first"
-        )
-
-
 def plan_reset(root: str, group: str, tps: list[TopicPartition], reset: Reset, warn: Any) -> dict[TopicPartition, int]:
     """The new offset of each partition, clamped to the log's range as Kafka clamps it (with a warning)."""
     consumer = Consumer(root=root, group_id=group, enable_auto_commit=False)
@@ -520,20 +498,3 @@ def offsets_scope(root: str, group: str, topics: Iterable[str]) -> list[TopicPar
                 raise ConfigError(f"topic {name!r} does not exist and group {group!r} has no offsets for it")
             out.update(known)
     return sorted(out)
-
-
-def delete_group(root: str, group: str) -> None:
-    """Delete ``group``: its committed offsets kept in the partitions' durable positions, then its folder.
-
-    In that order, so a delete killed half-way leaves the group listed (its offsets.json
-    intact) and running it again finishes it; never positions that hold back garbage
-    collection for a group that is gone.
-    """
-    state, offsets = read_group(root, group)
-    require_inactive(root, group, "a group can be deleted")
-    partitions = set(offsets) | {TopicPartition(t, p) for t, n in state.partitions.items() for p in range(n)}
-    for tp in sorted(partitions):
-        PositionStore(os.path.join(root, tp.topic, str(tp.partition))).delete(f"group.{group}")
-    folder = os.path.join(root, GROUPS_DIR, group)
-    with os_errors("delete group folder", folder):
-        shutil.rmtree(folder)

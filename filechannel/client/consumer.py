@@ -27,7 +27,7 @@ from ..errors import (
     UnknownTopicError,
 )
 from ..receiver import Receiver
-from .group import GroupMember
+from .group import GroupMember, position_name
 from .kafka_names import CONSUMER_IGNORED, check_names
 from .records import KAFKA_PYTHON_RECORDS, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordShape, TopicPartition
 from .topics import TopicStore
@@ -930,7 +930,7 @@ class Consumer:
         if group is None or not offsets:
             return
         group.commit(offsets, manual=self._manual, check=self._check_ends if check_ends else None, metadata=metadata)
-        key = f"group.{group.group_id}"
+        key = position_name(group.group_id)
 
         def store(ch: FileChannel, offset: int) -> None:
             ch.positions.set(key, offset)

@@ -53,18 +53,20 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
+from ..engine.files import opened_if_exists, read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
 from ..engine.names import validate_name
 from ..engine.position import PositionStore
 from ..errors import CommitFailedError, ConfigError, CorruptRecordError, FileChannelError, StorageError, os_errors
+from ..root import partition_path
 from .records import TopicPartition
 from .topics import GROUPS_DIR
 
@@ -78,6 +80,42 @@ _TMP = re.compile(r"^(?:state|offsets)\.json\.(\d+)(?:\.\d+)?\.tmp$")
 
 
 _warned: set[tuple[str, bytes]] = set()  # unreadable offsets files already reported (once each)
+
+
+STATE_FILE = "state.json"
+OFFSETS_FILE = "offsets.json"
+LOCK_FILE = "group.lock"
+MEMBERS_DIR = "members"
+
+
+def group_folder(root: str, group_id: str) -> str:
+    """A group's folder: ``ROOT/.groups/GROUP`` (InvalidNameError for a name that is not one)."""
+    return os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+
+
+def position_name(group_id: str) -> str:
+    """The name of a group's committed offset among a partition's durable positions (the
+    channel's :class:`~filechannel.engine.position.PositionStore`): ``group.GROUP``."""
+    return f"group.{group_id}"
+
+
+def _life_path(folder: str, member_id: str) -> str:
+    """The life lock of member ``member_id`` of the group in ``folder``: ``members/ID.lock``."""
+    return os.path.join(folder, MEMBERS_DIR, member_id + ".lock")
+
+
+def _life_lock_held(path: str) -> bool:
+    """Whether a process holds the member life lock at ``path``; one nobody holds (its member
+    died) is deleted."""
+    with opened_if_exists(path, os.O_RDWR) as fd:
+        if fd is None:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    unlink_if_exists(path)
+    return False
 
 
 def tp_key(tp: TopicPartition) -> str:
@@ -148,13 +186,13 @@ class GroupMember:
                 f"the root folder {os.path.abspath(root)!r} does not exist, so group {group_id!r} cannot keep its "
                 "state there: check the root, or create it with a topic first (filechannel topics create)"
             )
-        self.folder = os.path.join(root, GROUPS_DIR, group_id)
-        self.members_folder = os.path.join(self.folder, "members")
+        self.folder = group_folder(root, group_id)
+        self.members_folder = os.path.join(self.folder, MEMBERS_DIR)
         with os_errors("create group folder", self.members_folder):
             os.makedirs(self.members_folder, exist_ok=True)
-        self.state_path = os.path.join(self.folder, "state.json")
-        self.offsets_path = os.path.join(self.folder, "offsets.json")
-        self._lock = FileLock(os.path.join(self.folder, "group.lock"))
+        self.state_path = os.path.join(self.folder, STATE_FILE)
+        self.offsets_path = os.path.join(self.folder, OFFSETS_FILE)
+        self._lock = FileLock(os.path.join(self.folder, LOCK_FILE))
         host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
         self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         with self._lock.holding():
@@ -192,21 +230,7 @@ class GroupMember:
 
     def _alive(self, member_id: str) -> bool:
         """Whether member ``member_id``'s process still holds its life lock."""
-        if member_id == self.member_id:
-            return True
-        path = self._life_path(member_id)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        unlink_if_exists(path)
-        return False
+        return member_id == self.member_id or _life_lock_held(self._life_path(member_id))
 
     def _reassign(self, state: GroupState) -> None:
         state.generation += 1
@@ -216,7 +240,7 @@ class GroupMember:
         state.owners = {k: v for k, v in state.owners.items() if v in state.members}
 
     def _life_path(self, member_id: str) -> str:
-        return os.path.join(self.members_folder, member_id + ".lock")
+        return _life_path(self.folder, member_id)
 
     def join(self, topics: list[str], partitions: dict[str, int]) -> None:
         """Enter the group subscribed to ``topics`` (or change the subscription)."""
@@ -395,20 +419,65 @@ def delete_offsets(root: str, group_id: str, tps: list[TopicPartition]) -> None:
     again finishes it; never an offset missing from offsets.json that its durable position
     would bring back.
     """
-    folder = os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+    folder = group_folder(root, group_id)
     if not os.path.isdir(folder):
         raise ConfigError(f"there is no consumer group {group_id!r} under {root!r}")
-    offsets_path = os.path.join(folder, "offsets.json")
-    with FileLock(os.path.join(folder, "group.lock")).holding():
-        for tp in tps:
-            if os.path.isdir(os.path.join(root, tp.topic, str(tp.partition))):  # a deleted topic has none
-                PositionStore(os.path.join(root, tp.topic, str(tp.partition))).delete(f"group.{group_id}")
+    offsets_path = os.path.join(folder, OFFSETS_FILE)
+    with FileLock(os.path.join(folder, LOCK_FILE)).holding():
+        _forget_positions(root, group_id, tps)
         keys = {tp_key(tp) for tp in tps}
         kept: dict[str, Any] = {tp_key(tp): off for tp, off in read_offsets(offsets_path).items() if tp_key(tp) not in keys}
         texts = {k: v for k, v in read_metadata(offsets_path).items() if k not in keys}
         if texts:
             kept[METADATA_KEY] = texts
         write_atomically(offsets_path, json.dumps(kept, sort_keys=True).encode())
+
+
+def _forget_positions(root: str, group_id: str, tps: Iterable[TopicPartition]) -> None:
+    """Delete ``group_id``'s committed offset from the durable positions of each partition of ``tps``."""
+    for tp in tps:
+        partition = partition_path(root, tp.topic, tp.partition)
+        if os.path.isdir(partition):  # a deleted topic has none
+            PositionStore(partition).delete(position_name(group_id))
+
+
+def live_members(root: str, group_id: str) -> list[str]:
+    """The members of ``group_id`` whose process is alive (whatever their heartbeats say); none if
+    there is no such group. Joins nothing."""
+    if group_id not in list_groups(root):
+        return []
+    state, _ = read_group(root, group_id)
+    folder = group_folder(root, group_id)
+    return [m for m in state.members if _life_lock_held(_life_path(folder, m))]
+
+
+def require_inactive(root: str, group_id: str, what: str) -> None:
+    """ConfigError (saying ``what`` needs it) unless no member of ``group_id`` is alive: how a
+    change of the group's offsets from outside it (reset, delete) makes sure no member commits over it."""
+    live = live_members(root, group_id)
+    if live:
+        raise ConfigError(
+            f"{what} only when group {group_id!r} is inactive, but it has {len(live)} live member(s) "
+            f"({', '.join(live)}); stop its consumers first"
+        )
+
+
+def delete_group(root: str, group_id: str) -> None:
+    """Delete group ``group_id`` (Kafka's ``--delete``): its committed offsets kept in the
+    partitions' durable positions, then its folder. ConfigError if there is no such group or a
+    member of it is alive.
+
+    In that order, so a delete killed half-way leaves the group listed (its offsets.json
+    intact) and running it again finishes it; never positions that hold back garbage
+    collection for a group that is gone.
+    """
+    state, offsets = read_group(root, group_id)
+    require_inactive(root, group_id, "a group can be deleted")
+    partitions = set(offsets) | {TopicPartition(t, p) for t, n in state.partitions.items() for p in range(n)}
+    _forget_positions(root, group_id, sorted(partitions))
+    folder = group_folder(root, group_id)
+    with os_errors("delete group folder", folder):
+        shutil.rmtree(folder)
 
 
 def restore_offsets(root: str, group_id: str, offsets: dict[TopicPartition, int]) -> bool:
@@ -419,17 +488,17 @@ def restore_offsets(root: str, group_id: str, offsets: dict[TopicPartition, int]
     for tp, off in offsets.items():
         if isinstance(off, bool) or not isinstance(off, int) or not 0 <= off < 2**63:
             raise ConfigError(f"restore {tp.topic}[{tp.partition}] of group {group_id!r}: {off!r} is not an offset")
-    folder = os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+    folder = group_folder(root, group_id)
     with os_errors("create group folder", folder):
         os.makedirs(folder, exist_ok=True)
-    offsets_path = os.path.join(folder, "offsets.json")
-    with FileLock(os.path.join(folder, "group.lock")).holding():
+    offsets_path = os.path.join(folder, OFFSETS_FILE)
+    with FileLock(os.path.join(folder, LOCK_FILE)).holding():
         if os.path.exists(offsets_path):
             return False
         for tp, off in offsets.items():
-            partition = os.path.join(root, tp.topic, str(tp.partition))
+            partition = partition_path(root, tp.topic, tp.partition)
             if os.path.isdir(partition):
-                PositionStore(partition).set(f"group.{group_id}", off)
+                PositionStore(partition).set(position_name(group_id), off)
         write_atomically(offsets_path, json.dumps({tp_key(tp): off for tp, off in offsets.items()}, sort_keys=True).encode())
     return True
 
@@ -485,9 +554,9 @@ def read_metadata(path: str) -> dict[str, str]:
 
 def durable_offset(root: str, group_id: str, tp: TopicPartition) -> int | None:
     """The offset group ``group_id`` last committed for ``tp``, from the partition's durable positions."""
-    store = PositionStore(os.path.join(root, tp.topic, str(tp.partition)))
+    store = PositionStore(partition_path(root, tp.topic, tp.partition))
     try:
-        return store.get(f"group.{group_id}")
+        return store.get(position_name(group_id))
     except (CorruptRecordError, StorageError) as exc:
         log.warning("cannot read group %r's durable position of %s[%d]: %s", group_id, tp.topic, tp.partition, exc)
         return None
@@ -495,12 +564,12 @@ def durable_offset(root: str, group_id: str, tp: TopicPartition) -> int | None:
 
 def read_group(root: str, group_id: str) -> tuple[GroupState, dict[TopicPartition, int]]:
     """A group's state and committed offsets, for describing it (no membership taken)."""
-    folder = os.path.join(root, GROUPS_DIR, validate_name(group_id, "group_id"))
+    folder = group_folder(root, group_id)
     if not os.path.isdir(folder):
         raise ConfigError(f"there is no consumer group {group_id!r} under {root!r}")
-    state_path = os.path.join(folder, "state.json")
+    state_path = os.path.join(folder, STATE_FILE)
     state = GroupState.decode(read_if_exists(state_path, "group state"), state_path)
-    offsets = read_offsets(os.path.join(folder, "offsets.json"))
+    offsets = read_offsets(os.path.join(folder, OFFSETS_FILE))
     for topic, count in state.partitions.items():
         for p in range(count):
             tp = TopicPartition(topic, p)
@@ -544,7 +613,7 @@ def restore_groups(root: str, groups: dict[str, dict[str, int]], ends: dict[str,
         if not restored:
             continue
         if not restore_offsets(root, group, restored):
-            lines.append(f"group {group}: kept its existing offsets ({os.path.join(root, GROUPS_DIR, group, 'offsets.json')})")
+            lines.append(f"group {group}: kept its existing offsets ({os.path.join(group_folder(root, group), OFFSETS_FILE)})")
             continue
         note = f" (past the end, lowered: {', '.join(lowered)})" if lowered else ""
         lines.append(f"group {group}: restored the committed offsets of {len(restored)} partition(s){note}")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..channel import FileChannel
 from ..config import ChannelConfig
 from ..engine.appender import Appender
+from ..engine.clock import now_ms
 from ..engine.record import Headers, checked_timestamp, serialized_sizes
 from ..errors import ChannelClosedError, ConfigError, MessageTooLargeError, RecordTypeError, Timeout, UnknownTopicError
 from .durable import GroupSync
@@ -317,7 +318,7 @@ class Producer:
         if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int) or partition < 0):
             raise ConfigError(f"partition must be an int >= 0, not {partition!r}")
         # Checked before the topic may be auto-created: a rejected send leaves nothing behind.
-        timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else checked_timestamp(timestamp_ms)
+        timestamp_ms = now_ms() if timestamp_ms is None else checked_timestamp(timestamp_ms)
         count = self._partition_count(topic, partition)
         if partition is None:
             partition = self._partitioner(kbytes, count)

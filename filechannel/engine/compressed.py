@@ -41,6 +41,7 @@ import zstandard
 from crc32c import crc32c
 
 from ..errors import ChannelClosedError, CorruptRecordError, os_errors
+from .files import opened
 from .record import Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, read_segment_header
 
@@ -109,9 +110,7 @@ def compress_segment(raw_path: str, out_path: str, *, level: int, block_bytes: i
     Every frame's CRC is checked on the way; a corrupt segment raises
     :class:`CorruptRecordError` and nothing is written to ``out_path``.
     """
-    with os_errors("open segment", raw_path):
-        fd = os.open(raw_path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
+    with opened(raw_path, os.O_RDONLY, action="open segment") as fd:
         header = read_segment_header(fd, raw_path)
         scanner = FrameScanner(fd, raw_path, SEGMENT_HEADER_SIZE, header.base_offset, max_payload)
         # Blocks start where marks every block_bytes fall; a block's max timestamp is that
@@ -133,8 +132,6 @@ def compress_segment(raw_path: str, out_path: str, *, level: int, block_bytes: i
                 raw = os.pread(fd, stop - start, start)
             bodies.append(compressor.compress(raw))
             lengths.append(stop - start)
-    finally:
-        os.close(fd)
     table_size = Z_HEADER.size + Z_BLOCK.size * len(cuts) + _CRC.size
     blocks = []
     file_pos = table_size

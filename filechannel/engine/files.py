@@ -4,33 +4,67 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ..errors import os_errors, storage_error
 
 
+@contextmanager
+def opened(path: str, flags: int, mode: int = 0o666, *, action: str | None = None) -> Iterator[int]:
+    """``with opened(path, flags) as fd``: ``path`` opened with ``flags`` (and ``O_CLOEXEC``),
+    closed when the block ends, however it ends. For an fd kept past a block, ``os.open``.
+
+    With ``action``, an OSError of the open is raised as a :class:`~filechannel.errors.StorageError`
+    ("cannot ACTION 'PATH'", as ``os_errors(action, path)`` raises it); without, as it is (for a
+    caller inside an ``os_errors`` of its own, or one that tells errors apart). What the block
+    raises is the block's own.
+    """
+    fd = _open(path, flags, mode, action, missing_ok=False)
+    assert fd is not None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def opened_if_exists(path: str, flags: int, *, action: str | None = None) -> Iterator[int | None]:
+    """As :func:`opened`, but the block gets None (and nothing is open) if ``path`` does not exist."""
+    fd = _open(path, flags, 0o666, action, missing_ok=True)
+    if fd is None:
+        yield None
+        return
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _open(path: str, flags: int, mode: int, action: str | None, missing_ok: bool) -> int | None:
+    try:
+        return os.open(path, flags | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if missing_ok and isinstance(exc, FileNotFoundError):
+            return None
+        if action is None:
+            raise
+        raise storage_error(exc, action, path) from exc
+
+
 def fsync_dir(path: str) -> None:
     """fsync a folder so that a rename, create or delete inside it is durable."""
-    with os_errors("fsync folder", path):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    with os_errors("fsync folder", path), opened(path, os.O_RDONLY | os.O_DIRECTORY) as fd:
+        os.fsync(fd)
 
 
 def fsync_if_exists(path: str) -> bool:
     """fsync the file at ``path`` (written by another fd, maybe another process); False if it is gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise storage_error(exc, "open", path) from exc
-    try:
+    with opened_if_exists(path, os.O_RDONLY, action="open") as fd:
+        if fd is None:
+            return False
         with os_errors("fsync", path):
             os.fsync(fd)
-    finally:
-        os.close(fd)
     return True
 
 
@@ -96,12 +130,9 @@ def write_atomically(path: str, data: bytes) -> None:
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with os_errors("write", tmp):
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-            try:
+            with opened(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as fd:
                 os.write(fd, data)
                 os.fsync(fd)
-            finally:
-                os.close(fd)
             os.replace(tmp, path)
         except BaseException:
             unlink_if_exists(tmp)

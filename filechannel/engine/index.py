@@ -29,8 +29,8 @@ import bisect
 import os
 import struct
 
-from ..errors import os_errors, storage_error
-from .files import read_if_exists, write_atomically
+from ..errors import os_errors
+from .files import opened, opened_if_exists, read_if_exists, write_atomically
 from .record import FRAME_HEADER, FRAME_HEADER_SIZE, OFFSET_ENTRY, RECORD_PREFIX_SIZE, TIME_ENTRY
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, frame_is_valid
 
@@ -175,16 +175,8 @@ class OffsetIndex:
         path = self.segment_path
         assert path is not None
         start = (self.offsets[i - 1], self.positions[i - 1], MIN_TIMESTAMP) if i else self.start
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise storage_error(exc, "open segment", path) from exc
-        try:
-            return entry_agrees(fd, path, start, self.offsets[i], self.positions[i])
-        finally:
-            os.close(fd)
+        with opened_if_exists(path, os.O_RDONLY, action="open segment") as fd:
+            return None if fd is None else entry_agrees(fd, path, start, self.offsets[i], self.positions[i])
 
     @property
     def start(self) -> tuple[int, int, int]:
@@ -251,9 +243,5 @@ def rewrite_index_files(idx_path: str, tix_path: str, base_offset: int, marks: l
     of ``writer.lock`` calls this; a crash midway leaves entries that lookups reject."""
     idx, tix = encode_marks(base_offset, marks)
     for path, data in ((idx_path, idx), (tix_path, tix)):
-        with os_errors("write index", path):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
+        with os_errors("write index", path), opened(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as fd:
+            os.write(fd, data)

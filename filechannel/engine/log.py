@@ -54,7 +54,7 @@ from ..errors import (
 )
 from . import names
 from .compressed import CompressedInfo, CompressedSegment
-from .files import unlink_if_exists
+from .files import opened, opened_if_exists, unlink_if_exists
 from .index import (
     MIN_TIMESTAMP,
     IndexMark,
@@ -306,14 +306,10 @@ class Log:
             return state.end_offset
         idx = self.load_offset_index(last.base_offset, valid_end=size)
         offset, pos = idx.last()
-        with os_errors("open segment", last.path):
-            fd = os.open(last.path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
+        with opened(last.path, os.O_RDONLY, action="open segment") as fd:
             scanner = FrameScanner(fd, last.path, pos, offset, MAX_FRAME_PAYLOAD)
             scanner.scan()
             return scanner.end_offset
-        finally:
-            os.close(fd)
 
     # -- indexes ---------------------------------------------------------------------------
 
@@ -349,13 +345,9 @@ class Log:
             return cached[1], cached[2]
         idx_path = self.file(ref.base_offset, names.OFFSET_INDEX_SUFFIX)
         tix_path = self.file(ref.base_offset, names.TIME_INDEX_SUFFIX)
-        try:
-            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return OffsetIndex(ref.base_offset, [], []), TimeIndex(ref.base_offset, [], [])
-        except OSError as exc:
-            raise storage_error(exc, "open segment", ref.path) from exc
-        try:
+        with opened_if_exists(ref.path, os.O_RDONLY, action="open segment") as fd:
+            if fd is None:
+                return OffsetIndex(ref.base_offset, [], []), TimeIndex(ref.base_offset, [], [])
             # One scan of the frames (in C) gives the entries a writer with our interval makes:
             # files that hold exactly those agree. Files made with another interval are checked
             # entry by entry; files that disagree are rebuilt.
@@ -370,8 +362,6 @@ class Log:
                 else:
                     log.warning("channel %s: the index of %s did not match its frames; rebuilding it", self.path, ref.path)
                     self._write_index(ref, marks)
-        finally:
-            os.close(fd)
         with self._mutex:
             self._sealed_index[ref.base_offset] = (signature, idx, tix)
         return idx, tix
@@ -379,12 +369,8 @@ class Log:
     def rebuild_index(self, ref: SegmentRef) -> list[IndexMark]:
         """Write a sealed raw segment's index files anew from its frames (they are derived
         data; a segment with a bad frame gets the entries before it); return the entries."""
-        with os_errors("open segment", ref.path):
-            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
+        with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
             marks, _since, _max, _scanner = self.scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
-        finally:
-            os.close(fd)
         self._write_index(ref, marks)
         return marks
 
@@ -433,21 +419,13 @@ class Log:
         if i < 0:
             return ref.base_offset
         idx = self.load_offset_index(ref.base_offset)
-        try:
-            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return ref.base_offset
-        except OSError as exc:
-            raise storage_error(exc, "open segment", ref.path) from exc
-        try:
-            while i >= 0:
+        with opened_if_exists(ref.path, os.O_RDONLY, action="open segment") as fd:
+            while fd is not None and i >= 0:
                 if i < len(idx) and idx.offsets[i] == tix.offsets[i]:
                     start = (idx.offsets[i - 1], idx.positions[i - 1], tix.max_before[i - 1]) if i else idx.start
                     if entry_agrees(fd, ref.path, start, tix.offsets[i], idx.positions[i], tix.max_before[i]):
                         return tix.offsets[i]
                 i -= 1
-        finally:
-            os.close(fd)
         return ref.base_offset
 
     def compressed_info(self, ref: SegmentRef) -> CompressedInfo:

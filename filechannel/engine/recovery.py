@@ -23,7 +23,6 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import time
 from typing import TYPE_CHECKING
 
 from ..errors import (
@@ -33,7 +32,8 @@ from ..errors import (
     os_errors,
 )
 from . import names
-from .files import fsync_dir, fsync_if_exists, unlink_if_exists
+from .clock import now_ms
+from .files import fsync_dir, fsync_if_exists, opened, unlink_if_exists
 from .index import MIN_TIMESTAMP, index_bytes_match, rewrite_index_files
 from .recovery_point import read_recovery_point, write_recovery_point
 from .roll import start_segment
@@ -93,9 +93,7 @@ def _recover_active(log: Log, last: SegmentRef, refs: list[SegmentRef]) -> Write
     """Check every frame of the active segment; trim a torn tail, refuse corruption;
     rewrite its index files if they do not hold exactly the entries of its frames."""
     path = last.path
-    with os_errors("open segment", path):
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    try:
+    with opened(path, os.O_RDWR, action="open segment") as fd:
         size = os.fstat(fd).st_size
         try:
             header = read_segment_header(fd, path, last.base_offset)
@@ -106,7 +104,7 @@ def _recover_active(log: Log, last: SegmentRef, refs: list[SegmentRef]) -> Write
             # the machine lost), and no record after it: a torn tail. Start it again.
             prev_id = _segment_id(log, refs[-2]) if len(refs) > 1 else -1
             logger.warning("segment %s has a torn header and no record (%d bytes); rewriting it", path, size)
-            header = SegmentHeader(prev_id + 1, last.base_offset, int(time.time() * 1000))
+            header = SegmentHeader(prev_id + 1, last.base_offset, now_ms())
             with os_errors("rewrite the header of", path):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, header.encode(), 0)
@@ -128,8 +126,6 @@ def _recover_active(log: Log, last: SegmentRef, refs: list[SegmentRef]) -> Write
                 os.ftruncate(fd, scanner.end_position)
                 if log.config.fsync != "never":
                     os.fsync(fd)
-    finally:
-        os.close(fd)
     idx_path = log.file(last.base_offset, names.OFFSET_INDEX_SUFFIX)
     tix_path = log.file(last.base_offset, names.TIME_INDEX_SUFFIX)
     if not index_bytes_match(idx_path, tix_path, last.base_offset, marks):
@@ -162,12 +158,8 @@ def _corruption(log: Log, path: str, position: int, offset: int, after: int) -> 
 def _segment_id(log: Log, ref: SegmentRef) -> int:
     if ref.compressed:
         return log.compressed_info(ref).segment_id
-    with os_errors("open segment", ref.path):
-        fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
+    with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
         return read_segment_header(fd, ref.path, ref.base_offset).segment_id
-    finally:
-        os.close(fd)
 
 
 def current_state(log: Log) -> WriterState:
@@ -245,9 +237,7 @@ def repair(log: Log, after_offset: int) -> WriterState:
 def _position_of(log: Log, ref: SegmentRef, end: int, after_offset: int) -> int:
     """The byte where the frame of offset ``end`` starts in raw segment ``ref`` (its end
     if ``end`` is one past its last record); every frame before it must be valid."""
-    with os_errors("open segment", ref.path):
-        fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
+    with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
         read_segment_header(fd, ref.path, ref.base_offset)
         marks, _since, _max, scanner = log.scan_marks(fd, ref.path, SEGMENT_HEADER_SIZE, ref.base_offset, 0, MIN_TIMESTAMP)
         if end > scanner.end_offset:
@@ -263,8 +253,6 @@ def _position_of(log: Log, ref: SegmentRef, end: int, after_offset: int) -> int:
         frames, _s, _m = step.scan(1)  # a mark at every frame after the first
         starts = {offset: position, **{o: p for o, p, _t in frames}, step.end_offset: step.end_position}
         return starts[end]
-    finally:
-        os.close(fd)
 
 
 def _delete_segments(log: Log, refs: list[SegmentRef]) -> None:
@@ -308,9 +296,7 @@ def _torn_at(log: Log, ref: SegmentRef, end_offset: int) -> int | None:
     records (0: not even its header); None if it is whole. Raises
     :class:`LogCorruptedError` if valid frames follow a bad one. Rebuilds index files
     that do not match a whole segment's frames."""
-    with os_errors("open segment", ref.path):
-        fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
+    with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
         with os_errors("stat", ref.path):
             size = os.fstat(fd).st_size
         try:
@@ -326,8 +312,6 @@ def _torn_at(log: Log, ref: SegmentRef, end_offset: int) -> int | None:
             after = find_valid_frame(fd, ref.path, scanner.end_position + 1, size)
             if after is not None:
                 raise _corruption(log, ref.path, scanner.end_position, scanner.end_offset, after)
-    finally:
-        os.close(fd)
     if scanner.end_offset > end_offset:
         raise LogCorruptedError(
             f"channel {log.path!r}: sealed segment {ref.path!r} holds records up to offset {scanner.end_offset - 1}, "
@@ -353,13 +337,9 @@ def _first_with_records(log: Log, refs: list[SegmentRef]) -> SegmentRef | None:
             if info.end_offset > info.base_offset:
                 return ref
             continue
-        with os_errors("open segment", ref.path):
-            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
+        with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
             if find_valid_frame(fd, ref.path, SEGMENT_HEADER_SIZE) is not None:
                 return ref
-        finally:
-            os.close(fd)
     return None
 
 

@@ -30,7 +30,7 @@ from functools import cache
 from crc32c import crc32c
 
 from ..errors import os_errors
-from .files import read_if_exists
+from .files import opened, read_if_exists
 
 FILE_NAME = "recovery-point"
 _MAGIC = b"FCRP"
@@ -74,9 +74,5 @@ def read_recovery_point(path: str) -> RecoveryPoint | None:
 def write_recovery_point(path: str, offset: int) -> None:
     """Record that every sealed segment below ``offset`` is on disk (call only once it is)."""
     body = _BODY.pack(_MAGIC, 1, 0, offset, boot_id())
-    with os_errors("write recovery point", path):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        try:
-            os.pwrite(fd, body + _CRC.pack(crc32c(body)), 0)
-        finally:
-            os.close(fd)
+    with os_errors("write recovery point", path), opened(path, os.O_WRONLY | os.O_CREAT) as fd:
+        os.pwrite(fd, body + _CRC.pack(crc32c(body)), 0)

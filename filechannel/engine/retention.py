@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
-import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import (
-    os_errors,
-)
 from . import names
-from .files import fsync_dir, unlink_if_exists
+from .clock import now_ms
+from .files import fsync_dir, opened, unlink_if_exists
 from .segment import (
     MAX_FRAME_PAYLOAD,
     FrameScanner,
@@ -46,12 +44,8 @@ def segment_max_timestamp(log: Log, ref: SegmentRef, end_offset: int) -> int:
         return log.compressed_info(ref).max_timestamp
     idx, tix = log.sealed_indexes(ref)
     offset, position, max_ts = (idx.offsets[-1], idx.positions[-1], tix.max_before[-1]) if len(idx) else idx.start
-    with os_errors("open segment", ref.path):
-        fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
+    with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
         _marks, _since, max_ts = FrameScanner(fd, ref.path, position, offset, MAX_FRAME_PAYLOAD).scan(max_ts=max_ts)
-    finally:
-        os.close(fd)
     return max_ts
 
 
@@ -74,21 +68,38 @@ def collect_garbage(log: Log, hold: int | None) -> list[int]:
     if hold is not None:
         while k < len(sealed) and ends[k] <= hold:
             k += 1
-    if log.config.retention_ms is not None:
-        cutoff = int(time.time() * 1000) - log.config.retention_ms
-        j = 0
-        while j < len(sealed) and segment_max_timestamp(log, sealed[j], ends[j]) < cutoff:
-            j += 1
-        k = max(k, j)
-    if log.config.retention_bytes is not None:
-        sizes = [segment_bytes_on_disk(r) for r in refs]
-        total = sum(sizes)
-        j = 0
-        while j < len(sealed) and total > log.config.retention_bytes:
-            total -= sizes[j]
-            j += 1
+    limit_bytes, limit_ms = log.config.retention_bytes, log.config.retention_ms
+    if limit_bytes is not None or limit_ms is not None:
+        sizes = [segment_bytes_on_disk(r) for r in refs] if limit_bytes is not None else [0] * len(refs)
+        j = past_retention(
+            sizes[:-1], sum(sizes), lambda i: segment_max_timestamp(log, sealed[i], ends[i]), limit_bytes, limit_ms
+        )
         k = max(k, j)
     return delete_sealed_prefix(log, ends[k - 1]) if k else []
+
+
+def past_retention(
+    sizes: Sequence[int], total: int, max_timestamp: Callable[[int], int], limit_bytes: int | None, limit_ms: int | None
+) -> int:
+    """How many of the oldest segments retention deletes: the longest prefix of them in which
+    each is past ``limit_bytes`` (the log, ``total`` bytes, is still larger than that less the
+    segments before it) or past ``limit_ms`` (its newest record, ``max_timestamp(i)``, is older
+    than that); a None limit never applies.
+
+    ``sizes`` (oldest first) are those of the segments that may go: sealed ones, up to the
+    first the caller must keep. ``max_timestamp`` is asked only for a segment the bytes do not
+    already doom, oldest first (it may read the segment). Used by garbage collection here and
+    by the tiering daemon's local and total retention.
+    """
+    cutoff = None if limit_ms is None else now_ms() - limit_ms
+    k = 0
+    for i, size in enumerate(sizes):
+        by_bytes = limit_bytes is not None and total > limit_bytes
+        if not (by_bytes or (cutoff is not None and max_timestamp(i) < cutoff)):
+            break
+        total -= size
+        k = i + 1
+    return k
 
 
 def delete_sealed_prefix(log: Log, upto: int) -> list[int]:

@@ -17,10 +17,10 @@ Invariants:
 from __future__ import annotations
 
 import os
-import time
 from typing import TYPE_CHECKING
 
 from . import names
+from .clock import now_ms
 from .files import fsync_dir, fsync_if_exists
 from .index import MIN_TIMESTAMP
 from .recovery_point import read_recovery_point, write_recovery_point
@@ -55,7 +55,7 @@ def roll(log: Log, state: WriterState) -> WriterState:
 def start_segment(log: Log, base_offset: int, segment_id: int, sync_dir: bool) -> WriterState:
     """Create the active segment ``segment_id`` at ``base_offset`` (its header) and record it
     as the writer state; the caller holds ``writer.lock``. Returns that state."""
-    now = int(time.time() * 1000)
+    now = now_ms()
     fd = create_segment(log.segment_path(base_offset), SegmentHeader(segment_id, base_offset, now))
     os.close(fd)
     if sync_dir:

@@ -36,10 +36,8 @@ import contextlib
 import dataclasses
 import functools
 import itertools
-import json
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -53,8 +51,8 @@ from ..config import ChannelConfig
 from ..engine.readahead import READAHEAD_BLOCKS
 from ..engine.record import Record, decode_records
 from ..errors import AccessDeniedError, CorruptRecordError, OffsetOutOfRangeError
-from ..root import ROOT_METADATA
-from ..tiering.bindings import open_storage
+from ..root import ROOT_METADATA, partition_name
+from ..tiering.bindings import StorageClients
 from ..tiering.layout import SegmentRecord
 from ..tiering.metadata import TierMetadata
 from ..tiering.reindex import open_index
@@ -147,7 +145,7 @@ class TierPlanner:
             if not os.path.exists(path):
                 return []  # nothing was ever uploaded under this root
             self._metadata = open_index(path)  # a damaged index is moved aside and rebuilt, not a failed query
-        return self._metadata.segments(f"{topic}/{partition}")
+        return self._metadata.segments(partition_name(topic, partition))
 
     def split_tiers(self, r: OffsetRange) -> list[TierRange | OffsetRange]:
         """``r`` as tier ranges of at most about :data:`TASK_BYTES` over its uploaded run, then the local rest."""
@@ -244,8 +242,7 @@ def _run_from(uploaded: list[SegmentRecord], offset: int) -> list[SegmentRecord]
     return run
 
 
-_STORAGES: dict[tuple[str, str], ChunkStorage] = {}
-_STORAGES_LOCK = threading.Lock()
+_STORAGES = StorageClients()  # never closed: the worker's process ends with them
 
 
 def storage_for(url: str, options: dict[str, Any]) -> ChunkStorage:
@@ -255,12 +252,7 @@ def storage_for(url: str, options: dict[str, Any]) -> ChunkStorage:
     0.3 s (it loads the service's model): once per worker, not once per task. A client is
     thread-safe, and its credentials come from the worker's environment, which does not change.
     """
-    key = (url, json.dumps(options, sort_keys=True, default=str))
-    with _STORAGES_LOCK:
-        storage = _STORAGES.get(key)
-        if storage is None:
-            storage = _STORAGES[key] = open_storage(url, **options)
-        return storage
+    return _STORAGES.get(url, options)
 
 
 class _Segments:

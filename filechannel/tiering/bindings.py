@@ -1,4 +1,5 @@
-"""Which binding a storage URL opens: :func:`open_storage`, the one way into chunk storage.
+"""Which binding a storage URL opens: :func:`open_storage`, the one way into chunk storage;
+and :class:`StorageClients`, the clients a process keeps, one per URL and options.
 
 Apart from :mod:`.storage` (the contract), so that the bindings import the contract and this
 module imports the bindings, never in a circle. The bindings are imported when a URL asks for
@@ -7,6 +8,9 @@ them: boto3 and fsspec are the ``s3`` extra's, and a folder tier needs neither.
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
@@ -49,3 +53,44 @@ def open_storage(url: str, **options: Any) -> ChunkStorage:
     from .fsspec_storage import FsspecStorage
 
     return FsspecStorage(url, **options)
+
+
+def storage_key(url: str, options: Mapping[str, Any] | None) -> tuple[str, str]:
+    """Which storage client ``url`` with ``options`` names: the URL and the options as canonical JSON
+    (values JSON cannot hold by their ``str``). Equal keys share one client."""
+    return url, json.dumps(dict(options or {}), sort_keys=True, default=str)
+
+
+class StorageClients:
+    """Storage clients by URL and options (:func:`storage_key`), each opened (:func:`open_storage`)
+    on first use and kept until :meth:`close`. Thread-safe.
+
+    A client can be costly to make (a boto3 client loads the service's model: about 0.3 s) and
+    is thread-safe: whoever opens the storages of many partitions (the tiering daemon, ``tier
+    defrag``, fsck, a Spark worker's tasks) opens each storage once.
+    """
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple[str, str], ChunkStorage] = {}
+        self._lock = threading.Lock()
+
+    def get(self, url: str, options: Mapping[str, Any] | None = None) -> ChunkStorage:
+        """The client of the storage at ``url`` with ``options``, opened now if it is the first use."""
+        key = storage_key(url, options)
+        with self._lock:
+            storage = self._clients.get(key)
+            if storage is None:
+                storage = self._clients[key] = open_storage(url, **dict(options or {}))
+            return storage
+
+    def opened(self) -> list[ChunkStorage]:
+        """The clients opened so far, in the order they were."""
+        with self._lock:
+            return list(self._clients.values())
+
+    def close(self) -> None:
+        """Close every client opened so far and forget them (a later :meth:`get` opens anew)."""
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for storage in clients:
+            storage.close()

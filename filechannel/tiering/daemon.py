@@ -53,6 +53,7 @@ context: its listing is the local files only, which is what it uploads and delet
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -68,6 +69,7 @@ from typing import Any
 
 from ..config import ChannelConfig
 from ..engine import compression, retention
+from ..engine.clock import now_ms
 from ..engine.compressed import compress_segment
 from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
@@ -76,8 +78,9 @@ from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..engine.segment import MAX_FRAME_PAYLOAD
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
-from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
-from .bindings import open_storage
+from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, RootLayout, partition_name
+from . import bindings
+from .bindings import StorageClients
 from .context import STANDALONE_METADATA
 from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel
 from .heads import ChannelHead, write_head
@@ -138,7 +141,7 @@ def tiered_partitions(root: str) -> list[TieredChannel]:
         for p in range(int(meta["partitions"])):
             path = store.partition_path(topic, p)
             if os.path.isdir(path):
-                found.append(TieredChannel(path, f"{topic}/{p}", config, int(meta["partitions"])))
+                found.append(TieredChannel(path, partition_name(topic, p), config, int(meta["partitions"])))
     return found
 
 
@@ -187,7 +190,7 @@ class TieringDaemon:
         self._stop = threading.Event()
         self._lock: FileLock | None = None
         self._metadata: TierMetadata | None = None
-        self._storages: dict[tuple[str, str], ChunkStorage] = {}
+        self._storages = StorageClients()
         self._last_errors: dict[str, str] = {}
         self._swept: set[str] = set()  # partitions whose orphans this epoch deleted
         self._guards: dict[tuple[str, str], PrefixGuard] = {}  # storages entered: claimed, this epoch marked
@@ -268,7 +271,7 @@ class TieringDaemon:
         known |= set(self.metadata.garbage(part.name))
         known |= {n for m in self.metadata.merges(part.name) for n in (m.name, *m.sources)}
         listing = storage.list(part.name + "/")
-        young = _now_ms() - self.orphan_grace_ms
+        young = now_ms() - self.orphan_grace_ms
         candidates = []
         for info in listing:
             parsed = parse_object_name(info.name)
@@ -301,9 +304,7 @@ class TieringDaemon:
 
     def close(self) -> None:
         """Release the storages, the metadata and the lock (idempotent)."""
-        storages, self._storages = list(self._storages.values()), {}
-        for storage in storages:
-            storage.close()
+        self._storages.close()
         if self._metadata is not None:
             self._metadata.close()
             self._metadata = None
@@ -325,10 +326,7 @@ class TieringDaemon:
         return self._metadata
 
     def _storage(self, config: ChannelConfig) -> ChunkStorage:
-        key = storage_key(config)
-        if key not in self._storages:
-            self._storages[key] = open_storage(key[0], **(config.tier_options or {}))
-        return self._storages[key]
+        return self._storages.get(*tier_of(config))
 
     # -- passes ------------------------------------------------------------------------------
 
@@ -411,7 +409,7 @@ class TieringDaemon:
                 self._progress(f"FAILED {line}")
 
     def _write_status(self) -> None:
-        status = {"epoch": self.epoch, "owner": self.owner, "at_ms": time.time_ns() // 1_000_000}
+        status = {"epoch": self.epoch, "owner": self.owner, "at_ms": now_ms()}
         status["last_errors"] = dict(self._last_errors)
         write_atomically(os.path.join(self.tier_dir, STATUS_FILE), json.dumps(status, sort_keys=True).encode())
 
@@ -429,7 +427,7 @@ class TieringDaemon:
             for record in self.metadata.segments(part.name, states=(UPLOADING,)):
                 abandon(storage, self.metadata, self.epoch, record)  # a dead epoch's, or this one's failed attempt
                 self._progress(f"{part.name}: abandoned the upload of epoch {record.epoch} at offset {record.base_offset}")
-            for line in clean_up(storage, self.metadata, self.epoch, part.name, _now_ms()):
+            for line in clean_up(storage, self.metadata, self.epoch, part.name, now_ms()):
                 self._progress(line)
             fresh = part.name not in self._swept
             if fresh:
@@ -521,7 +519,7 @@ class TieringDaemon:
                         segment = staged.enter_context(self._staged(part, log_, ref))
                         if segment is None:  # collected or compressed under us: next pass
                             break
-                        if config.tier_after_ms is not None and segment.max_timestamp > _now_ms() - config.tier_after_ms:
+                        if config.tier_after_ms is not None and segment.max_timestamp > now_ms() - config.tier_after_ms:
                             break  # not old enough, and later segments are newer
                         upload = start_upload(
                             storage,
@@ -582,18 +580,16 @@ class TieringDaemon:
             }
             ends = [r.base_offset for r in refs[1:]]
             sizes = [retention.segment_bytes_on_disk(r) for r in refs]
-            total = sum(sizes)
-            cutoff = None if config.local_retention_ms is None else _now_ms() - config.local_retention_ms
-            k = 0
-            for i, ref in enumerate(refs[:-1]):
-                if ref.base_offset not in uploaded and ends[i] != ref.base_offset:
-                    break  # never past a segment that exists only here
-                by_bytes = config.local_retention_bytes is not None and total > config.local_retention_bytes
-                by_age = cutoff is not None and retention.segment_max_timestamp(log_, ref, ends[i]) < cutoff
-                if not (by_bytes or by_age):
-                    break
-                total -= sizes[i]
-                k = i + 1
+            n = 0  # the sealed segments that may go: never past one that exists only here (not uploaded, not empty)
+            while n < len(ends) and (refs[n].base_offset in uploaded or ends[n] == refs[n].base_offset):
+                n += 1
+            k = retention.past_retention(
+                sizes[:n],
+                sum(sizes),
+                lambda i: retention.segment_max_timestamp(log_, refs[i], ends[i]),
+                config.local_retention_bytes,
+                config.local_retention_ms,
+            )
             if k:
                 deleted = retention.delete_sealed_prefix(log_, ends[k - 1])
                 report.deleted_local += len(deleted)
@@ -609,20 +605,13 @@ class TieringDaemon:
         remote_bases = {r.base_offset for r in remote}
         # The log across both tiers, oldest first: uploaded segments (their tier-2 size), then
         # local segments not uploaded (their local size). The active segment is never deleted.
-        sizes = [r.size for r in remote] + [local_sizes[r.base_offset] for r in refs if r.base_offset not in remote_bases]
-        total = sum(sizes)
-        cutoff = None if config.retention_ms is None else _now_ms() - config.retention_ms
+        total = sum(r.size for r in remote) + sum(local_sizes[r.base_offset] for r in refs if r.base_offset not in remote_bases)
         active = refs[-1].base_offset if refs else None
-        doomed: list[SegmentRecord] = []
-        for record, size in zip(remote, sizes, strict=False):
-            if record.base_offset == active:
-                break
-            by_bytes = config.retention_bytes is not None and total > config.retention_bytes
-            by_age = cutoff is not None and record.max_timestamp < cutoff
-            if not (by_bytes or by_age):
-                break
-            total -= size
-            doomed.append(record)
+        sealed = list(itertools.takewhile(lambda r: r.base_offset != active, remote))
+        k = retention.past_retention(
+            [r.size for r in sealed], total, lambda i: sealed[i].max_timestamp, config.retention_bytes, config.retention_ms
+        )
+        doomed = sealed[:k]
         if not doomed:
             return
         upto = doomed[-1].end_offset
@@ -648,11 +637,16 @@ class TieringDaemon:
         self.metadata.finish_delete(self.epoch, channel, record.base_offset)
 
 
-def storage_key(config: ChannelConfig) -> tuple[str, str]:
-    """Which storage a tiered channel's settings name: its URL and options (one client per key)."""
+def tier_of(config: ChannelConfig) -> tuple[str, dict[str, Any] | None]:
+    """A tiered channel's storage: its URL and options (ConfigError for a channel without a tier)."""
     if config.tier is None:
         raise ConfigError("a channel without a tier setting has no storage")
-    return config.tier, json.dumps(config.tier_options or {}, sort_keys=True)
+    return config.tier, config.tier_options
+
+
+def storage_key(config: ChannelConfig) -> tuple[str, str]:
+    """Which storage a tiered channel's settings name (:func:`.bindings.storage_key`: one client per key)."""
+    return bindings.storage_key(*tier_of(config))
 
 
 def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress: Progress | None = None) -> DefragReport:
@@ -667,25 +661,21 @@ def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress
     if not os.path.exists(os.path.join(root, ROOT_METADATA)):
         return report  # nothing was ever uploaded
     owner = f"tier defrag:{socket.gethostname()}:{os.getpid()}"
-    storages: dict[tuple[str, str], ChunkStorage] = {}
+    storages = StorageClients()
     with exclusive(tier_dir, "defragment"), open_index(os.path.join(root, ROOT_METADATA)) as metadata:
         try:
-            partitions = [(part, storage_key(part.config)) for part in tiered_partitions(root)]
-            for part, key in partitions:
-                if key not in storages:
-                    storages[key] = open_storage(key[0], **(part.config.tier_options or {}))
-            epoch = metadata.take_epoch(owner, above=max((newest_epoch(s) for s in storages.values()), default=0))
+            partitions = [(part, storages.get(*tier_of(part.config))) for part in tiered_partitions(root)]
+            epoch = metadata.take_epoch(owner, above=max((newest_epoch(s) for s in storages.opened()), default=0))
             root_id = root_identity(tier_dir)
-            guards = {key: PrefixGuard(storage, root_id, owner, epoch) for key, storage in storages.items()}
+            guards = {id(storage): PrefixGuard(storage, root_id, owner, epoch) for storage in storages.opened()}
             for guard in guards.values():
                 guard.enter()
-            for part, key in partitions:
-                for line in clean_up(storages[key], metadata, epoch, part.name, _now_ms()):
+            for part, storage in partitions:
+                for line in clean_up(storage, metadata, epoch, part.name, now_ms()):
                     say(line)
-                defrag_channel(storages[key], metadata, epoch, part.name, settings, report, say=say, guard=guards[key].verify)
+                defrag_channel(storage, metadata, epoch, part.name, settings, report, say=say, guard=guards[id(storage)].verify)
         finally:
-            for storage in storages.values():
-                storage.close()
+            storages.close()
     return report
 
 
@@ -711,10 +701,6 @@ def locked(log_: Log) -> Iterator[None]:
     """Hold the channel's maintenance.lock (waits for its maintenance thread's current round)."""
     with log_.maintenance_lock.holding():
         yield
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # -- status -----------------------------------------------------------------------------------

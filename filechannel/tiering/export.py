@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from crc32c import crc32c
 
+from ..engine.clock import now_ms
 from ..engine.files import read_if_exists, write_atomically
 from ..engine.names import validate_name
 from ..errors import ExportFormatError, TierError
@@ -222,7 +222,7 @@ def take_export(metadata: TierMetadata, *, topic: str | None = None) -> Export:
     """An export of ``metadata`` (one read transaction), with no group offsets: the client adds
     them (``dataclasses.replace(export, groups=client.group.group_offsets(root, topic))``)."""
     epochs, segments = metadata.snapshot(topic)
-    return Export(max((e.epoch for e in epochs), default=0), time.time_ns() // 1_000_000, topic, tuple(epochs), tuple(segments))
+    return Export(max((e.epoch for e in epochs), default=0), now_ms(), topic, tuple(epochs), tuple(segments))
 
 
 def export_object_name(export: Export) -> str:
@@ -300,5 +300,5 @@ def import_export(export: Export, metadata: TierMetadata, listing: list[ObjectIn
     epochs = list(export.epochs)
     newest = newest_epoch_named(listing)
     if newest > max((e.epoch for e in epochs), default=0):
-        epochs.append(EpochRecord(newest, "import: the newest epoch named in the bucket", time.time_ns() // 1_000_000))
+        epochs.append(EpochRecord(newest, "import: the newest epoch named in the bucket", now_ms()))
     metadata.load(epochs, export.segments)

@@ -55,8 +55,8 @@ from ..engine.compressed import check_block
 from ..engine.log import Log
 from ..errors import CorruptRecordError, FileChannelError, TierError, os_errors
 from ..root import ROOT_METADATA, ROOT_TIER_DIR
-from .bindings import open_storage
-from .daemon import TieredChannel, exclusive, storage_key, tiered_partitions
+from .bindings import StorageClients
+from .daemon import TieredChannel, exclusive, storage_key, tier_of, tiered_partitions
 from .layout import (
     LISTED,
     LOST,
@@ -169,20 +169,21 @@ def _check_root(
     say: Say,
     advance: Bytes | None,
 ) -> None:
-    storages: dict[tuple[str, str], ChunkStorage] = {}
+    storages = StorageClients()
+    checked: set[tuple[str, str]] = set()
     try:
         for part in tiered_partitions(root):
+            storage = storages.get(*tier_of(part.config))
             key = storage_key(part.config)
-            if key not in storages:
-                storages[key] = open_storage(key[0], **(part.config.tier_options or {}))
-                if repair:  # a repair deletes and rewrites: only in a prefix this root owns (or nobody claimed)
-                    claim = read_claim(storages[key])
-                    if claim is not None and claim.root_id != root_identity(os.path.join(root, ROOT_TIER_DIR)):
-                        raise not_owner(storages[key], claim)
-            _check_partition(part, storages[key], store, repair, epoch, deep, report, say, advance)
+            if repair and key not in checked:
+                # a repair deletes and rewrites: only in a prefix this root owns (or nobody claimed)
+                checked.add(key)
+                claim = read_claim(storage)
+                if claim is not None and claim.root_id != root_identity(os.path.join(root, ROOT_TIER_DIR)):
+                    raise not_owner(storage, claim)
+            _check_partition(part, storage, store, repair, epoch, deep, report, say, advance)
     finally:
-        for storage in storages.values():
-            storage.close()
+        storages.close()
 
 
 def _named(records: list[SegmentRecord]) -> set[str]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from ..engine.appender import now_ms
+from ..engine.clock import now_ms
 from ..errors import CorruptRecordError
 from .layout import validate_channel
 from .storage import ChunkStorage

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from functools import partial
 from urllib.parse import unquote, urlsplit
 
+from ..engine.files import opened
 from ..errors import AccessDeniedError, ConfigError, ObjectNotFoundError, StorageFullError, TierError
 from .storage import ChunkStorage, ObjectInfo, is_valid_name, log
 
@@ -76,11 +77,8 @@ def link_new(temp: str, final: str) -> bool:
 
 def fsync_dir(path: str) -> None:
     """fsync a folder, so that the entries created or renamed in it are durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
+    with opened(path, os.O_RDONLY | os.O_DIRECTORY) as fd:
         os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def make_dirs(root: str, rel_dir: str) -> str:
@@ -146,8 +144,7 @@ class LocalStorage(ChunkStorage):
         return ObjectInfo(name, st.st_size, st.st_mtime_ns // 1_000_000)
 
     def _do_read(self, name: str, offset: int, length: int) -> bytes:
-        fd = os.open(self._path(name), os.O_RDONLY)
-        try:
+        with opened(self._path(name), os.O_RDONLY) as fd:
             size = os.fstat(fd).st_size
             length = min(length, max(0, size - offset))  # never allocate past the end
             chunks = []
@@ -159,8 +156,6 @@ class LocalStorage(ChunkStorage):
                 offset += len(chunk)
                 length -= len(chunk)
             return b"".join(chunks)
-        finally:
-            os.close(fd)
 
     def _do_list(self, prefix: str) -> list[ObjectInfo]:
         folder, _, _ = prefix.rpartition("/")
@@ -223,13 +218,10 @@ class LocalStorage(ChunkStorage):
         folder_path = make_dirs(self.root, folder)
         final = self._path(name)
         temp = temp_name(final)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            try:
+            with opened(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644) as fd:  # temp is unique: ours to delete
                 fill(fd)
                 os.fsync(fd)
-            finally:
-                os.close(fd)
             published = publish(temp, final)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -240,25 +232,19 @@ class LocalStorage(ChunkStorage):
         return published
 
     def _do_append(self, name: str, data: memoryview) -> None:
-        fd = os.open(self._path(name), os.O_WRONLY | os.O_APPEND)  # no O_CREAT: a missing object is ENOENT
-        try:
+        with opened(self._path(name), os.O_WRONLY | os.O_APPEND) as fd:  # no O_CREAT: a missing object is ENOENT
             written = 0
             while written < len(data):
                 written += os.write(fd, data[written:])
             os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _do_truncate(self, name: str, length: int) -> None:
-        fd = os.open(self._path(name), os.O_WRONLY)
-        try:
+        with opened(self._path(name), os.O_WRONLY) as fd:
             size = os.fstat(fd).st_size
             if length > size:
                 raise ConfigError(f"cannot truncate {name!r} in {self.url} to {length} bytes: it holds only {size}")
             os.ftruncate(fd, length)
             os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _translate_error(self, exc: Exception, op: str, name: str) -> TierError | None:
         if not isinstance(exc, OSError):

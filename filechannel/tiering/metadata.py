@@ -67,6 +67,7 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 from operator import itemgetter
 
+from ..engine.clock import now_ms
 from ..errors import ConfigError, FencedError, MetadataDamagedError, TierError
 from .layout import (
     DELETING,
@@ -299,10 +300,6 @@ def _merge_problem(record: SegmentRecord, merge: Merge) -> str | None:
     return None
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class TierMetadata:
     """The metadata of the segments of one root in tier-2 (see the module docstring for its invariants).
 
@@ -490,7 +487,7 @@ class TierMetadata:
             current = max(self._current(db)[0], above)
             if current >= MAX_EPOCH:
                 raise TierError(f"tier metadata {self.path!r} has used every epoch up to {MAX_EPOCH}")
-            db.execute("INSERT INTO epochs (epoch, owner, taken_at_ms) VALUES (?, ?, ?)", (current + 1, owner, _now_ms()))
+            db.execute("INSERT INTO epochs (epoch, owner, taken_at_ms) VALUES (?, ?, ?)", (current + 1, owner, now_ms()))
         return current + 1
 
     def current_epoch(self) -> int:
@@ -533,7 +530,7 @@ class TierMetadata:
                     f"begin_upload refused: segment {channel}@[{base_offset}, {end_offset}) overlaps segment "
                     f"@[{row[1]}, {row[2]}) which is {row[5]} (epoch {row[6]}): {what}"
                 )
-            now = _now_ms()
+            now = now_ms()
             db.execute(
                 f"INSERT INTO segments ({_SEGMENT_COLUMNS}, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (channel, base_offset, end_offset, size, max_timestamp, UPLOADING, epoch, None, now, now),
@@ -573,7 +570,7 @@ class TierMetadata:
                 )
             db.execute(
                 "UPDATE segments SET state = ?, manifest = ?, updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
-                (UPLOADED, manifest, _now_ms(), channel, base_offset),
+                (UPLOADED, manifest, now_ms(), channel, base_offset),
             )
         return replace(record, state=UPLOADED, manifest=manifest)
 
@@ -601,7 +598,7 @@ class TierMetadata:
             record = self._require(db, action, channel, base_offset, before)
             db.execute(
                 "UPDATE segments SET state = ?, updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
-                (after, _now_ms(), channel, base_offset),
+                (after, now_ms(), channel, base_offset),
             )
         return replace(record, state=after)
 
@@ -802,7 +799,7 @@ class TierMetadata:
                     raise TierError(f"begin_merge refused: {problem}")
             db.execute(
                 "INSERT INTO merges (name, channel, epoch, layout, created_at_ms) VALUES (?, ?, ?, ?, ?)",
-                (merge.name, merge.channel, epoch, merge.encode(), _now_ms()),
+                (merge.name, merge.channel, epoch, merge.encode(), now_ms()),
             )
 
     def finish_merge(self, epoch: int, name: str, garbage_delay_ms: int) -> list[str]:
@@ -824,10 +821,10 @@ class TierMetadata:
                 )
                 db.execute(
                     "UPDATE segments SET updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
-                    (_now_ms(), merge.channel, base),
+                    (now_ms(), merge.channel, base),
                 )
             unused = [n for n in merge.sources if db.execute("SELECT 1 FROM chunks WHERE name = ?", (n,)).fetchone() is None]
-            due = _now_ms() + garbage_delay_ms
+            due = now_ms() + garbage_delay_ms
             db.executemany(
                 "INSERT OR REPLACE INTO garbage (name, channel, due_at_ms) VALUES (?, ?, ?)",
                 [(n, merge.channel, due) for n in unused],
@@ -847,7 +844,7 @@ class TierMetadata:
             if garbage_delay_ms is not None:
                 db.execute(
                     "INSERT OR REPLACE INTO garbage (name, channel, due_at_ms) VALUES (?, ?, ?)",
-                    (name, merge.channel, _now_ms() + garbage_delay_ms),
+                    (name, merge.channel, now_ms() + garbage_delay_ms),
                 )
         return merge
 
@@ -954,7 +951,7 @@ def _span(db: sqlite3.Connection, channel: str, states: Sequence[str]) -> tuple[
 
 def _insert_segments(db: sqlite3.Connection, segments: Sequence[SegmentRecord]) -> None:
     """Insert ``segments`` (checked by the caller) and their chunks, in the caller's transaction."""
-    now = _now_ms()
+    now = now_ms()
     db.executemany(
         f"INSERT INTO segments ({_SEGMENT_COLUMNS}, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [

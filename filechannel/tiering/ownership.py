@@ -36,8 +36,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.appender import now_ms
-from ..engine.files import read_if_exists
+from ..engine.clock import now_ms
+from ..engine.files import opened, read_if_exists
 from ..errors import FencedError, NotOwnerError, TierError, os_errors
 from .layout import MAX_EPOCH, parse_object_name
 from .storage import ChunkStorage, redact_url
@@ -64,17 +64,13 @@ def root_identity(tier_dir: str) -> str:
         with os_errors("create tier folder", tier_dir):
             os.makedirs(tier_dir, exist_ok=True)
         data = _canonical({"root_id": uuid.uuid4().hex})
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except FileExistsError:
-            pass  # made by another process meanwhile: read theirs
-        else:
-            with os_errors("write", path):
-                try:
+        with os_errors("write", path):
+            try:
+                with opened(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644) as fd:
                     os.write(fd, data)
                     os.fsync(fd)
-                finally:
-                    os.close(fd)
+            except FileExistsError:
+                pass  # made by another process meanwhile: read theirs
         raw = read_if_exists(path, "root identity")
     try:
         root_id = json.loads(raw or b"")["root_id"]

@@ -41,13 +41,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.clock import now_ms
 from ..errors import ConfigError, FileChannelError, os_errors
-from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
+from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, RootLayout, partition_name
 from .bindings import open_storage
 from .export import newest_epoch_named, newest_export
 from .layout import SegmentRecord
@@ -158,7 +158,7 @@ def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any]
 
     # the metadata: every used segment, the epochs they name and the newest epoch in the bucket
     segments = [r for records in channels.values() for r in records]
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     epochs = {r.epoch: EpochRecord(r.epoch, "rebuild: uploader of the segments of this epoch", now) for r in segments}
     newest = max(newest_epoch_named(listing), newest_epoch(storage))
     if newest and newest not in epochs:
@@ -172,8 +172,8 @@ def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any]
     report.bytes = sum(r.size for r in segments)
     for topic, count in report.topics.items():
         for p in range(count):
-            records = channels.get(f"{topic}/{p}", [])
-            report.ends[f"{topic}/{p}"] = records[-1].end_offset if records else 0
+            records = channels.get(partition_name(topic, p), [])
+            report.ends[partition_name(topic, p)] = records[-1].end_offset if records else 0
     say(f"metadata: {report.segments} segment(s), {report.bytes} bytes, epochs up to {newest}")
     previous = take_over(storage, root_identity(os.path.dirname(path)), f"tier rebuild:{socket.gethostname()}:{os.getpid()}")
     if previous is not None:

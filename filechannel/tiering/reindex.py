@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
-from ..engine.appender import now_ms
+from ..engine.clock import now_ms
 from ..engine.lock import FileLock
 from ..errors import CorruptRecordError, MetadataDamagedError, ObjectNotFoundError, TierError
 from .heads import ChannelHead, read_head

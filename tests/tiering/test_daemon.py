@@ -19,8 +19,7 @@ from filechannel.client.topics import Admin, TopicStore
 from filechannel.config import ChannelConfig
 from filechannel.errors import ConfigError, StorageUnavailableError, TierError
 from filechannel.root import ROOT_METADATA
-from filechannel.tiering import daemon as daemon_module
-from filechannel.tiering import open_storage
+from filechannel.tiering import bindings, open_storage
 from filechannel.tiering.daemon import TieringDaemon, tier_status
 from filechannel.tiering.layout import parse_object_name
 from filechannel.tiering.local_storage import LocalStorage
@@ -239,9 +238,14 @@ def test_standalone_channel_is_tiered_by_its_own_daemon(tmp_path: Path) -> None:
 
 
 def _answers_reads(url: str, options: dict) -> bool:
+    """Whether the server reads back the bytes of every object under ``url``: a restarted
+    SeaweedFS answers listings and HEADs (its filer) before its volumes serve data (an
+    ``InternalError`` meanwhile), and the daemon's next pass reads objects' data."""
     try:
         with open_storage(url, **options) as storage:
-            storage.exists(".claim.json")
+            for info in storage.list():
+                if info.length:
+                    storage.read(info.name, 0, 1)
         return True
     except TierError:
         return False
@@ -346,7 +350,7 @@ class GatedStorage(LocalStorage):
 
 
 def gated_daemon(root: Path, monkeypatch: pytest.MonkeyPatch, storage: GatedStorage) -> TieringDaemon:
-    monkeypatch.setattr(daemon_module, "open_storage", lambda url, **options: storage)
+    monkeypatch.setattr(bindings, "open_storage", lambda url, **options: storage)  # what the daemon's StorageClients open
     return TieringDaemon(root)
 
 
