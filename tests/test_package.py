@@ -152,3 +152,10 @@ def test_the_wheel_carries_the_license_py_typed_and_only_the_package(tmp_path):
     assert "filechannel/py.typed" in names and "filechannel/cli/__main__.py" in names
     assert {n.split("/")[0] for n in names} == {"filechannel", f"filechannel-{filechannel.__version__}.dist-info"}
     assert "License-Expression: Apache-2.0" in metadata and "Classifier: Operating System :: POSIX :: Linux" in metadata
+
+
+def test_python_dash_m_filechannel_is_the_command():
+    proc = subprocess.run([sys.executable, "-m", "filechannel", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith(f"filechannel {filechannel.__version__}"), proc.stderr
+    usage = subprocess.run([sys.executable, "-m", "filechannel", "topics", "nosuch"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and usage.stderr.startswith("error: ")

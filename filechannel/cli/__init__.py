@@ -23,9 +23,9 @@ def main(argv: list[str] | None = None) -> None:
         code = cli.main(args=argv, prog_name="filechannel", standalone_mode=False)
         if isinstance(code, int) and code:  # ctx.exit(N): click returns N when not standalone
             sys.exit(code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:  # click's word for Ctrl-C, or for the end of input at a prompt
         err.print("aborted")
-        sys.exit(1)
+        sys.exit(130 if isinstance(exc.__context__, KeyboardInterrupt) else 1)
     except click.exceptions.NoArgsIsHelpError as exc:  # `filechannel topics`: say what is missing, in one line
         names = ", ".join(exc.ctx.command.list_commands(exc.ctx)) if isinstance(exc.ctx.command, click.Group) else ""
         click.echo(f"error: missing the command: one of {names} (see: {exc.ctx.command_path} --help)", err=True)

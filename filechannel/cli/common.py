@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import stat
@@ -171,3 +172,19 @@ def cli(ctx: click.Context, root: str | None) -> None:
     """filechannel: a durable, file-backed message log with a Kafka-like client."""
     ctx.ensure_object(dict)
     ctx.obj["root"] = root
+
+
+class Seconds(click.types.FloatParamType):
+    """A finite number of seconds >= 0 (``nan`` and ``inf`` refused: an interval of nan made a
+    daemon pass in a busy loop)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        seconds: float = super().convert(value, param, ctx)
+        if not math.isfinite(seconds) or seconds < 0:
+            self.fail(f"{value!r} is not a finite number of seconds >= 0", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()

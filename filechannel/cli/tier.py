@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from .common import byte_progress, cli, err, out, root_folder
+from .common import SECONDS, byte_progress, cli, err, out, root_folder
 
 if TYPE_CHECKING:
     from ..tiering.defrag import DefragSettings
@@ -52,7 +52,7 @@ def _defrag_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                 "--garbage-delay",
                 default=600.0,
                 show_default=True,
-                type=click.FloatRange(0.0),
+                type=SECONDS,
                 help="Seconds before replaced objects are deleted (readers that planned with them still read).",
             ),
         ]
@@ -72,7 +72,7 @@ def _defrag_settings(merge_below: int, target: int, garbage_delay: float) -> Def
 @tier.command("run")
 @_TIER_ROOT
 @click.option("--once", is_flag=True, help="One whole pass over every tiered partition, then exit.")
-@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.0), help="Seconds between passes.")
+@click.option("--interval", default=1.0, show_default=True, type=SECONDS, help="Seconds between passes.")
 @click.option("--wait", is_flag=True, help="Wait for another daemon of this root to stop, instead of refusing.")
 @click.option("--defrag", is_flag=True, help="Merge small tier-2 objects of partitions with nothing to upload.")
 @_defrag_options
@@ -105,8 +105,11 @@ def tier_run(
     settings = _defrag_settings(merge_below, target, garbage_delay) if defrag else None
     daemon = TieringDaemon(root, wait=wait, interval=interval, progress=progress, defrag=settings)
 
+    caught: list[int] = []
+
     def stop(signum: int, _frame: object) -> None:
         progress(f"{signal.Signals(signum).name}: stopping after the current partition")
+        caught.append(signum)
         daemon.stop()
 
     daemon.start()  # with --wait, blocks on the lock: the default handlers still stop it there
@@ -125,6 +128,8 @@ def tier_run(
     else:
         progress("stopped")
     _exit_on_errors(report.failures)
+    if caught:
+        ctx.exit(128 + caught[0])  # 130 after Ctrl-C, 143 after SIGTERM, as a shell reports a stopped command
 
 
 @tier.command("status")

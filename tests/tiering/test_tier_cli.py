@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from .conftest import wait_for
 from .tier_helpers import local_bases, make_topic, produce
 
@@ -100,7 +102,7 @@ def test_run_stops_cleanly_on_sigterm_and_one_daemon_per_root(tmp_path: Path) ->
             proc.kill()
             proc.wait()
     reader.join(timeout=10)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 143, err  # 128 + SIGTERM, as a shell reports it (README "Command line")
     assert any("SIGTERM" in line for line in lines) and lines[-1].rstrip().endswith("stopped")
     fc("tier", "run", "--root", str(root), "--once")  # the lock was released
 
@@ -145,3 +147,38 @@ def test_run_wait_blocks_until_the_first_daemon_stops(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert f"epoch {epoch + 1} taken" in out and "uploaded offsets" in out
+
+
+def test_ctrl_c_stops_the_daemon_with_exit_130(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    make_topic(root, f"file://{tmp_path}/tier")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with subprocess.Popen(
+        [str(SCRIPT), "tier", "run", "--root", str(root), "--interval", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            while "owned by this root" not in proc.stdout.readline():  # its first pass: its handlers are in
+                pass
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, err
+    assert "SIGINT: stopping" in out and err == ""
+
+
+@pytest.mark.parametrize(
+    "option", [("--interval", "nan"), ("--interval", "inf"), ("--interval", "-1"), ("--defrag", "--garbage-delay", "nan")]
+)
+def test_seconds_that_are_not_finite_are_refused_in_one_line(tmp_path: Path, option: tuple[str, ...]) -> None:
+    proc = fc("tier", "run", "--root", str(tmp_path / "root"), "--once", *option, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("error: ") and "finite number of seconds" in line
+    assert not (tmp_path / "root").exists()

@@ -1,0 +1,5 @@
+"""``python -m filechannel``: the ``filechannel`` command."""
+
+from .cli import main
+
+main()
