@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from .common import SECONDS, byte_progress, cli, err, out, root_folder
+from .common import ROOT_OPTION, SECONDS, byte_progress, cli, err, out, root_folder
 
 if TYPE_CHECKING:
     from ..tiering.defrag import DefragSettings
@@ -24,14 +24,6 @@ if TYPE_CHECKING:
 @cli.group()
 def tier() -> None:
     """Tier-2: the tiering daemon of a root, and what it has uploaded."""
-
-
-_TIER_ROOT = click.option(
-    "--root",
-    "tier_root",
-    type=click.Path(file_okay=False),
-    help="Folder holding the topics (overrides the global --root / FILECHANNEL_ROOT).",
-)
 
 
 def _defrag_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,7 +62,7 @@ def _defrag_settings(merge_below: int, target: int, garbage_delay: float) -> Def
 
 
 @tier.command("run")
-@_TIER_ROOT
+@ROOT_OPTION
 @click.option("--once", is_flag=True, help="One whole pass over every tiered partition, then exit.")
 @click.option("--interval", default=1.0, show_default=True, type=SECONDS, help="Seconds between passes.")
 @click.option("--wait", is_flag=True, help="Wait for another daemon of this root to stop, instead of refusing.")
@@ -79,7 +71,6 @@ def _defrag_settings(merge_below: int, target: int, garbage_delay: float) -> Def
 @click.pass_context
 def tier_run(
     ctx: click.Context,
-    tier_root: str | None,
     once: bool,
     interval: float,
     wait: bool,
@@ -97,7 +88,7 @@ def tier_run(
 
     from ..tiering.daemon import TieringDaemon
 
-    root = tier_root or root_folder(ctx)
+    root = root_folder(ctx)
 
     def progress(line: str) -> None:
         click.echo(f"{datetime.now().strftime('%H:%M:%S')} {line}")
@@ -133,14 +124,14 @@ def tier_run(
 
 
 @tier.command("status")
-@_TIER_ROOT
+@ROOT_OPTION
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition instead of a table.")
 @click.pass_context
-def tier_status_cmd(ctx: click.Context, tier_root: str | None, as_json: bool) -> None:
+def tier_status_cmd(ctx: click.Context, as_json: bool) -> None:
     """Per tiered partition: local segments and bytes, uploaded, waiting, bytes in tier-2, upload lag, last error."""
     from ..tiering.daemon import tier_status
 
-    rows = tier_status(tier_root or root_folder(ctx))
+    rows = tier_status(root_folder(ctx))
     if as_json:
         for row in rows:
             click.echo(json.dumps(row.as_dict()))
@@ -220,12 +211,12 @@ def _metadata_path(root: str) -> str:
 
 
 @tier.command("export")
-@_TIER_ROOT
+@ROOT_OPTION
 @click.option("--topic", help="Export this topic's segments only (default: the whole root).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the export to this file.")
 @click.option("--to-tier", is_flag=True, help="Write it to tier-2 too, as .exports/TIME.EEPOCH.export (what rebuild reads).")
 @click.pass_context
-def tier_export(ctx: click.Context, tier_root: str | None, topic: str | None, output: str | None, to_tier: bool) -> None:
+def tier_export(ctx: click.Context, topic: str | None, output: str | None, to_tier: bool) -> None:
     """Export the tier-2 metadata (one consistent snapshot) and the groups' committed offsets.
 
     \b
@@ -239,7 +230,7 @@ def tier_export(ctx: click.Context, tier_root: str | None, topic: str | None, ou
 
     if not output and not to_tier:
         raise click.UsageError("say where to write the export: --output FILE and/or --to-tier")
-    root = tier_root or root_folder(ctx)
+    root = root_folder(ctx)
     with TierMetadata(_metadata_path(root)) as metadata:
         export = take_export(metadata, topic=topic)
     export = dataclasses.replace(export, groups=group_offsets(root, topic))  # read after the metadata
@@ -265,7 +256,7 @@ def tier_export(ctx: click.Context, tier_root: str | None, topic: str | None, ou
 
 
 @tier.command("import")
-@_TIER_ROOT
+@ROOT_OPTION
 @click.argument("source", required=False, type=click.Path(dir_okay=False))
 @click.option("--from-tier", is_flag=True, help="Import the newest export found in tier-2 (.exports/) instead of a file.")
 @click.option("--tier", "tier_url", metavar="URL", help="The storage to check against (default: the root's tiered topics').")
@@ -273,7 +264,6 @@ def tier_export(ctx: click.Context, tier_root: str | None, topic: str | None, ou
 @click.pass_context
 def tier_import(
     ctx: click.Context,
-    tier_root: str | None,
     source: str | None,
     from_tier: bool,
     tier_url: str | None,
@@ -294,7 +284,7 @@ def tier_import(
 
     if bool(source) == from_tier:
         raise click.UsageError("give either an export FILE or --from-tier")
-    root = tier_root or root_folder(ctx)
+    root = root_folder(ctx)
     options = _tier_options(tier_options)
     if tier_url is None:
         storages = list(_root_storages(root).values())
@@ -356,11 +346,11 @@ def tier_rebuild(new_root: str, tier_url: str, tier_options: str | None) -> None
 
 
 @tier.command("fsck")
-@_TIER_ROOT
+@ROOT_OPTION
 @click.option("--deep", is_flag=True, help="Also read every uploaded object: header and block-table CRC, every record's CRC.")
 @click.option("--repair", is_flag=True, help="Fix what can be fixed (stop the daemon first); mark the rest lost.")
 @click.pass_context
-def tier_fsck(ctx: click.Context, tier_root: str | None, deep: bool, repair: bool) -> None:
+def tier_fsck(ctx: click.Context, deep: bool, repair: bool) -> None:
     """Check the tier-2 metadata against the bucket and the manifests; one line per finding.
 
     Finds missing objects, lengths that differ, manifests that disagree, orphans, gaps;
@@ -374,7 +364,7 @@ def tier_fsck(ctx: click.Context, tier_root: str | None, deep: bool, repair: boo
     """
     from ..tiering.fsck import deep_bytes_of, fsck
 
-    root = tier_root or root_folder(ctx)
+    root = root_folder(ctx)
     total = deep_bytes_of(root) if deep else 0
     with byte_progress(shown=deep) as progress:
         task = progress.add_task("reading tier-2", total=max(total, 1))
@@ -399,10 +389,10 @@ def tier_fsck(ctx: click.Context, tier_root: str | None, deep: bool, repair: boo
 
 
 @tier.command("defrag")
-@_TIER_ROOT
+@ROOT_OPTION
 @_defrag_options
 @click.pass_context
-def tier_defrag(ctx: click.Context, tier_root: str | None, merge_below: int, target: int, garbage_delay: float) -> None:
+def tier_defrag(ctx: click.Context, merge_below: int, target: int, garbage_delay: float) -> None:
     """Merge runs of small tier-2 objects (chunks, small segments of slow topics) into larger ones.
 
     Uses the storage's concat (S3: UploadPartCopy for parts of 5 MiB or more), else reads and
@@ -416,7 +406,7 @@ def tier_defrag(ctx: click.Context, tier_root: str | None, merge_below: int, tar
     """
     from ..tiering.daemon import defrag_root
 
-    root = tier_root or root_folder(ctx)
+    root = root_folder(ctx)
     settings = _defrag_settings(merge_below, target, garbage_delay)
     report = defrag_root(root, settings, progress=_progress_line)
     per = (

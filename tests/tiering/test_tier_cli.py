@@ -182,3 +182,13 @@ def test_seconds_that_are_not_finite_are_refused_in_one_line(tmp_path: Path, opt
     [line] = proc.stderr.splitlines()
     assert line.startswith("error: ") and "finite number of seconds" in line
     assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("command", [("status",), ("fsck",), ("run", "--once"), ("defrag",), ("export", "-o", "x.export")])
+def test_a_missing_root_is_an_error_and_is_not_made(tmp_path: Path, command: tuple[str, ...]) -> None:
+    root = tmp_path / "nosuch"
+    proc = fc("tier", *command, "--root", str(root), check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("error: the root folder") and str(root) in line
+    assert not root.exists()
