@@ -334,6 +334,15 @@ def abandon(storage: ChunkStorage, metadata: TierMetadata, epoch: int, record: S
     metadata.abandon_upload(epoch, record.channel, record.base_offset)
 
 
+def finish_delete(storage: ChunkStorage, metadata: TierMetadata, epoch: int, channel: str, record: SegmentRecord) -> None:
+    """Delete the objects of a "deleting" ``record`` of ``channel`` (missing is fine; a merged
+    object another segment still uses stays, and goes with the last of them), then its row."""
+    names = list(dict.fromkeys(c.name for c in record.chunks)) + ([record.manifest] if record.manifest else [])
+    shared = metadata.shared(channel, record.base_offset, names)
+    delete_objects(storage, [n for n in names if n not in shared])
+    metadata.finish_delete(epoch, channel, record.base_offset)
+
+
 def delete_objects(storage: ChunkStorage, names: list[str]) -> None:
     """Delete ``names`` (missing is success); the first failure is raised after trying them all."""
     first: Exception | None = None
