@@ -434,7 +434,7 @@ def live_members(root: str, group: str) -> list[str]:
     state, _ = read_group(root, group)
     probe = GroupMember(root, group, session_timeout_ms=10_000, heartbeat_interval_ms=1_000)
     try:
-        return [m for m in state.members if probe._alive(m)]
+        return [m for m in state.members if probe.member_alive(m)]
     finally:
         probe.leave()
 

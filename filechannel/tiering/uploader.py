@@ -157,7 +157,8 @@ class SegmentUpload:
         """Chunks submitted and not yet written (queued or in flight)."""
         return sum(1 for f in self._futures if not f.done())
 
-    def _submit(self, pool: Executor, limiter: RateLimiter) -> None:
+    def submit(self, pool: Executor, limiter: RateLimiter) -> None:
+        """Queue the write of every chunk on ``pool``, paced by ``limiter`` (once, by :func:`start_upload`)."""
         size = self.chunks[-1].position + self.chunks[-1].length
 
         def put(chunk: ChunkRecord) -> None:
@@ -279,7 +280,7 @@ def start_upload(
         raise
     upload = SegmentUpload(storage, metadata, epoch, channel, segment, fd, list(chunks), guard)
     try:
-        upload._submit(pool, limiter or RateLimiter(None))
+        upload.submit(pool, limiter or RateLimiter(None))
     except BaseException:  # the pool is shut down: nothing of this attempt will be written
         upload.abandon()
         raise
