@@ -129,7 +129,7 @@ class FileChannel:
         self._check_writable()
         with self._mutex:
             if self._appender is None:
-                self._appender = Appender(self._log, self.config, self._wakeup.bump, self._poke_maintenance)
+                self._appender = Appender(self._log, self.config, self._wakeup.bump, self._maintenance_wake.set)
             return Sender(self, self._appender)
 
     def receiver(self, start: str | int = "earliest") -> Receiver:
@@ -142,7 +142,7 @@ class FileChannel:
     def ack_receiver(self, name: str) -> AckReceiver:
         """An ack receiver named ``name``: resumes at its first unacknowledged record."""
         self._check_writable()
-        rx = AckReceiver(self, self._log, self._wakeup, name, self._poke_maintenance)
+        rx = AckReceiver(self, self._log, self._wakeup, name, self._maintenance_wake.set)
         self._receivers.add(rx)
         return rx
 
@@ -215,9 +215,6 @@ class FileChannel:
         with self._log.writer_lock.holding():
             recovery.repair(self._log, after_offset)
         self._wakeup.bump()
-
-    def _poke_maintenance(self) -> None:
-        self._maintenance_wake.set()
 
     def _maintenance_loop(self) -> None:
         while not self._closed:

@@ -131,7 +131,7 @@ class Fetcher:
         except BaseException:
             ch.close()
             raise
-        self._subscription.add(tp, PartitionState(ch, rx))
+        self._parts[tp] = PartitionState(ch, rx)
 
     def _reset_offset(self, tp: TopicPartition, ch: FileChannel) -> int:
         if self._reset == "earliest":

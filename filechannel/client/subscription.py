@@ -192,9 +192,6 @@ class SubscriptionState:
             raise ConfigError(f"{tp} is not assigned to this consumer (assignment: {sorted(self.parts)})")
         return part
 
-    def add(self, tp: TopicPartition, part: PartitionState) -> None:
-        self.parts[tp] = part
-
     def close_partition(self, tp: TopicPartition) -> None:
         """No longer assigned: its receiver and channel closed."""
         part = self.parts.pop(tp, None)
