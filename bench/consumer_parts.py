@@ -34,7 +34,7 @@ def measure(records: int, size: int, rounds: int = 3) -> dict[str, float]:
     """ns per record of each part (see the module docstring)."""
     from filechannel import FileChannel
     from filechannel.client import Admin, AsyncConsumer, Consumer, Producer
-    from filechannel.client.consumer import _FETCH_BYTES
+    from filechannel.client.fetcher import FETCH_BYTES
     from filechannel.client.records import KAFKA_PYTHON_RECORDS
 
     with tempfile.TemporaryDirectory(prefix="fc-consumer-parts-") as root:
@@ -60,7 +60,7 @@ def measure(records: int, size: int, rounds: int = 3) -> dict[str, float]:
             with FileChannel(part) as ch:
                 rx, got, t0 = ch.receiver(0), 0, time.perf_counter()
                 while got < records:
-                    got += len(rx._read_now(BATCH, layout, _FETCH_BYTES))
+                    got += len(rx.read_now(BATCH, layout, FETCH_BYTES))
                 return time.perf_counter() - t0
 
         def poll() -> float:
@@ -74,9 +74,9 @@ def measure(records: int, size: int, rounds: int = 3) -> dict[str, float]:
             with consumer() as c:
                 got, t0 = 0, time.perf_counter()
                 while got < records:
-                    taken = sum(map(len, c._take(BATCH, None).values()))
+                    taken = sum(map(len, c.fetcher.take(BATCH, None).values()))
                     if not taken:
-                        c._fill(1000, None, BATCH, ahead=True)
+                        c.fetcher.fill(1000, None, BATCH, ahead=True)
                     got += taken
                 return time.perf_counter() - t0
 

@@ -101,8 +101,9 @@ def _median_ms(fn: Callable[[], Any], n: int) -> float:
 
 def measure(segments: int, work: str) -> dict[str, Any]:
     from filechannel.client import Consumer, TopicPartition
-    from filechannel.tiering.daemon import TieringDaemon, tier_status
+    from filechannel.tiering.daemon import TieringDaemon
     from filechannel.tiering.fsck import fsck
+    from filechannel.tiering.status import tier_status
 
     root, tier_dir = os.path.join(work, f"root-{segments}"), os.path.join(work, f"tier-{segments}")
     t0 = time.perf_counter()

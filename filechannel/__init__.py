@@ -53,7 +53,7 @@ def native_extensions() -> dict[str, bool]:
     there; the codec loads only on x86-64 with SSE4.2. ``filechannel --version`` prints them."""
     from .engine import readahead, record
 
-    return {"codec": record._codec is not None, "readahead": readahead._readahead is not None}
+    return {"codec": record.NATIVE, "readahead": readahead.NATIVE}
 
 
 __all__ = [

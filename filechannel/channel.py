@@ -11,35 +11,25 @@ receive, or both.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Unpack
 
 from .config import ChannelConfig, ChannelSettings
-from .engine import compression, recovery, retention, roll
+from .engine import compression, recovery, retention, roll, time_search, verify
 from .engine.appender import Appender
-from .engine.compressed import check_block
-from .engine.cursor import Cursor
-from .engine.files import folder_bytes, opened
-from .engine.log import Log, SegmentRef
+from .engine.files import folder_bytes
+from .engine.log import Log
 from .engine.names import validate_name
 from .engine.position import PositionStore
-from .engine.record import Record, checked_timestamp
-from .engine.segment import MAX_FRAME_PAYLOAD, SEGMENT_HEADER_SIZE, FrameScanner, damage_after, read_segment_header
+from .engine.verify import DamagedRange, Progress
 from .engine.wakeup import Wakeup
 from .errors import (
     ChannelClosedError,
     ConfigError,
-    CorruptRecordError,
-    FileChannelError,
-    MissingSegmentError,
-    OffsetOutOfRangeError,
-    file_vanished,
     os_errors,
 )
 from .receiver import AckReceiver, Receiver
@@ -49,10 +39,6 @@ if TYPE_CHECKING:  # imported lazily at run time, only when the config has a tie
     from .tiering.context import TierContext
 
 log = logging.getLogger("filechannel")
-# About the most a time search decodes at once: 4,096 records of 1 MB would be 4 GB.
-_SCAN_BYTES = 1 << 20
-
-Progress = Callable[[int, int], None]
 
 
 class FileChannel:
@@ -143,7 +129,7 @@ class FileChannel:
         self._check_writable()
         with self._mutex:
             if self._appender is None:
-                self._appender = Appender(self._log, self.config, self._wakeup.bump, self._poke_maintenance)
+                self._appender = Appender(self._log, self.config, self._wakeup.bump, self._maintenance_wake.set)
             return Sender(self, self._appender)
 
     def receiver(self, start: str | int = "earliest") -> Receiver:
@@ -156,7 +142,7 @@ class FileChannel:
     def ack_receiver(self, name: str) -> AckReceiver:
         """An ack receiver named ``name``: resumes at its first unacknowledged record."""
         self._check_writable()
-        rx = AckReceiver(self, self._log, self._wakeup, name, self._poke_maintenance)
+        rx = AckReceiver(self, self._log, self._wakeup, name, self._maintenance_wake.set)
         self._receivers.add(rx)
         return rx
 
@@ -190,53 +176,7 @@ class FileChannel:
         replaced it, or past what garbage collection deleted. A timestamp that is not an
         int of 64 bits raises :class:`~filechannel.errors.RecordTypeError`.
         """
-        timestamp_ms = checked_timestamp(timestamp_ms)
-        refs = self._log.list_segments()
-        i = 0
-        while i < len(refs):
-            ref = refs[i]
-            segment_end = refs[i + 1].base_offset if i + 1 < len(refs) else None
-            try:
-                found = self._time_in_segment(ref, segment_end, timestamp_ms)
-            except (OSError, FileChannelError) as exc:
-                if not _vanished(ref, exc):
-                    raise
-                refs, i = self._relisted(ref, exc)
-                continue
-            if found is not None:
-                return found
-            i += 1
-        return None
-
-    def _time_in_segment(self, ref: SegmentRef, segment_end: int | None, timestamp_ms: int) -> int | None:
-        start = self._log.time_start(ref, timestamp_ms)
-        if start is None:
-            return None
-        try:
-            cursor = Cursor(self._log, start)
-        except OffsetOutOfRangeError:
-            return None  # collected meanwhile: later segments may still hold it
-        rec: Record  # (the cursor's default layout)
-        try:
-            while batch := cursor.read(4096, max_bytes=_SCAN_BYTES):
-                for rec in batch:
-                    if segment_end is not None and rec.offset >= segment_end:
-                        return None
-                    if rec.timestamp >= timestamp_ms:
-                        return rec.offset
-        finally:
-            cursor.close()
-        return None
-
-    def _relisted(self, ref: SegmentRef, exc: BaseException) -> tuple[list[SegmentRef], int]:
-        """After ``ref`` vanished: the new listing, and where to go on in it (at the ``.seg.z``
-        that replaced it, or at the first segment after it if garbage collection deleted it).
-        Re-raises ``exc`` if ``ref`` is listed unchanged: then it did not vanish by maintenance."""
-        refs = self._log.list_segments()
-        i = bisect.bisect_left([r.base_offset for r in refs], ref.base_offset)
-        if i < len(refs) and refs[i] == ref:
-            raise exc
-        return refs, i
+        return time_search.offset_for_time(self._log, timestamp_ms)
 
     @property
     def size_bytes(self) -> int:
@@ -276,9 +216,6 @@ class FileChannel:
             recovery.repair(self._log, after_offset)
         self._wakeup.bump()
 
-    def _poke_maintenance(self) -> None:
-        self._maintenance_wake.set()
-
     def _maintenance_loop(self) -> None:
         while not self._closed:
             self._maintenance_wake.wait(self.config.maintenance_interval)
@@ -317,131 +254,7 @@ class FileChannel:
         segments are read.
         """
         self._check_open()
-        refs = self._log.list_segments()
-        total = sum(self._segment_bytes(r) for r in refs)
-        done = count = 0
-        active = refs[-1].base_offset if refs else None
-        expected: int | None = None  # where the records of the segment checked before end
-        i = 0
-        while i < len(refs):
-            ref = refs[i]
-            after = refs[i + 1].base_offset if i + 1 < len(refs) else None
-            try:
-                n, end = self._check_segment(ref, ref.base_offset != active, after, on_damage)
-            except (OSError, FileChannelError) as exc:
-                if _vanished(ref, exc):
-                    refs, i = self._relisted(ref, exc)
-                    active = refs[-1].base_offset if refs else None  # a roll may have come meanwhile
-                    if i < len(refs) and refs[i].base_offset != ref.base_offset:
-                        expected = None  # collected, with every segment before it: no hole there
-                    continue
-                if not isinstance(exc, _SegmentDamage):
-                    raise
-                if on_damage is None:  # the error as check raised it before it could go on
-                    raise exc.error from exc.error.__cause__
-                on_damage(DamagedRange(exc.first, after, str(exc.error)))
-                n, expected = exc.first - ref.base_offset, None  # its later offsets are unknown: no hole check
-            else:
-                if expected is not None and ref.base_offset != expected:
-                    missing = MissingSegmentError(
-                        f"offsets {expected} to {ref.base_offset - 1} are missing from channel {self.path!r}: "
-                        f"no segment begins at {expected}, where the one before {os.path.basename(ref.path)!r} "
-                        "ends (a segment file was deleted or lost); restore it from a copy"
-                    )
-                    if on_damage is None:
-                        raise missing
-                    on_damage(DamagedRange(expected, ref.base_offset, str(missing)))
-                expected = end
-            count += n
-            done += self._segment_bytes(ref)
-            if progress is not None:
-                progress(done, total)
-            i += 1
-        return count
-
-    def _segment_bytes(self, ref: SegmentRef) -> int:
-        """Bytes ``check`` reads of a segment: its file, or its chunks in tier-2."""
-        return ref.remote.size if ref.remote is not None else retention.segment_bytes_on_disk(ref)
-
-    def _check_segment(
-        self, ref: SegmentRef, sealed: bool, after: int | None, on_damage: Callable[[DamagedRange], None] | None
-    ) -> tuple[int, int]:
-        """Check every frame of one segment; return its number of records (readable ones, with
-        ``on_damage``: a bad compressed block is reported and the next block checked) and the
-        offset where its records end. Raises
-        :class:`_SegmentDamage` for damage past which the segment's offsets are unknown."""
-        if ref.compressed:
-            try:
-                blocks = self._log.open_compressed(ref)  # a local .seg.z, or one uploaded to tier-2
-            except CorruptRecordError as exc:  # its table: no block can be found
-                raise _SegmentDamage(ref.base_offset, exc) from exc
-            try:
-                info = blocks.info
-                n = 0
-                for i, block in enumerate(info.blocks):
-                    out: list[Record] = []
-                    where = blocks.where(i)
-                    following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
-                    bad: CorruptRecordError | None
-                    try:
-                        data = blocks.block(i)  # raises for a block that does not decompress
-                    except CorruptRecordError as exc:
-                        got, bad = (
-                            0,
-                            CorruptRecordError(
-                                f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}"
-                            ),
-                        )
-                    else:
-                        got, bad = check_block(data, info, i, where, out)
-                    if bad is not None:
-                        if on_damage is None:
-                            raise bad
-                        # the blocks are compressed apart: the next one is read from its own first offset
-                        on_damage(
-                            DamagedRange(block.first_offset + got, following if i + 1 < len(info.blocks) else after, str(bad))
-                        )
-                    n += got
-                if info.base_offset != ref.base_offset:
-                    raise _SegmentDamage(
-                        ref.base_offset,
-                        CorruptRecordError(
-                            f"compressed segment {ref.path!r} says its base offset is {info.base_offset}, not the "
-                            f"{ref.base_offset} of its name; restore it from a copy"
-                        ),
-                    )
-                return n, info.end_offset
-            finally:
-                blocks.close()
-        with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
-            with os_errors("stat", ref.path):
-                size = os.fstat(fd).st_size
-            if size < SEGMENT_HEADER_SIZE and not sealed:
-                return 0, ref.base_offset  # a torn header, or a roll's new segment before its header: the tail a writer trims
-            try:
-                header = read_segment_header(fd, ref.path)
-            except CorruptRecordError as exc:
-                raise _SegmentDamage(ref.base_offset, exc) from exc
-            scanner = FrameScanner(fd, ref.path, SEGMENT_HEADER_SIZE, header.base_offset, MAX_FRAME_PAYLOAD)
-            scanner.scan()
-            n = scanner.end_offset - header.base_offset
-            if scanner.stop == "end":
-                return n, scanner.end_offset
-            if sealed:
-                raise _SegmentDamage(scanner.end_offset, scanner.corrupt_error(header.base_offset))
-            # The active segment ends in a bad or partial frame: torn, or still being written (then
-            # it is whole by now), unless a valid frame follows it: damage in the middle of the log.
-            found = damage_after(fd, ref.path, scanner.end_position, size)
-            if found is not None:
-                raise _SegmentDamage(
-                    scanner.end_offset,
-                    CorruptRecordError(
-                        f"segment file {ref.path!r} has a damaged frame at byte {scanner.end_position} "
-                        f"(offset {scanner.end_offset}) followed by a valid frame at byte {found}: the records "
-                        f"from that offset on cannot be read; see `filechannel repair {self.path} --after OFFSET`"
-                    ),
-                )
-            return n, scanner.end_offset
+        return verify.check_log(self._log, progress, on_damage)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -490,29 +303,3 @@ class FileChannel:
 
     def __repr__(self) -> str:
         return f"FileChannel({self.path!r}{', closed' if self._closed else ''})"
-
-
-@dataclass(frozen=True)
-class DamagedRange:
-    """Offsets ``first`` up to ``readable_after`` (exclusive) that cannot be read, found by
-    :meth:`FileChannel.check`; ``readable_after`` is the first offset after them that can be
-    read (None: none, the log ends in the damage). ``message`` names the file and byte or block."""
-
-    first: int
-    readable_after: int | None
-    message: str
-
-
-class _SegmentDamage(FileChannelError):
-    """Inside ``check``: damage from offset ``first`` to the end of a segment (``error`` says what)."""
-
-    def __init__(self, first: int, error: CorruptRecordError) -> None:
-        super().__init__(str(error))
-        self.first = first
-        self.error = error
-
-
-def _vanished(ref: SegmentRef, exc: BaseException) -> bool:
-    """Whether ``exc`` says ``ref`` went away under us by maintenance: a local file compressed
-    or collected, or a segment only in tier-2 deleted by retention (OffsetOutOfRangeError)."""
-    return file_vanished(exc) or (ref.remote is not None and isinstance(exc, OffsetOutOfRangeError))

@@ -135,11 +135,12 @@ class Receiver:
             return list(islice(self._rest, max_records))
         return self._wait(max_records, timeout, max_bytes=max_bytes)
 
-    def _read_now(self, max_records: int, layout: RecordLayout, max_bytes: int, nowait: bool = False) -> list[Any]:
+    def read_now(self, max_records: int, layout: RecordLayout, max_bytes: int, nowait: bool = False) -> list[Any]:
         """``recv_many(max_records, timeout=0)`` with the records decoded as ``layout`` says (a
         Kafka-like consumer's records made as they are read, not from a :class:`Record` each)
         and about ``max_bytes`` of them at most (see :meth:`Cursor.read`). ``nowait``: only
-        what is in memory, else :class:`WouldBlock` (an event loop's read: ``Cursor.read``)."""
+        what is in memory, else :class:`WouldBlock` (an event loop's read: ``Cursor.read``).
+        The client's fetcher reads through this; it is not part of the documented API."""
         if length_hint(self._rest):
             rest = list(islice(self._rest, max_records))
             return rest if layout.convert is None else layout.convert(rest)

@@ -255,13 +255,10 @@ class RootLayout:
         with self._mutex:
             self._meta.pop(topic, None)
 
-    def _tier_purge_pending(self, topic: str) -> bool:
-        return topic_being_deleted(self.root, topic)
-
     def _refuse_while_purging(self, topic: str) -> None:
         """A deleted tiered topic's tier-2 copies must be purged before a topic of that name exists
         again, or the new topic would read the old one's records from tier-2."""
-        if self._tier_purge_pending(topic):
+        if topic_being_deleted(self.root, topic):
             raise ConfigError(
                 f"topic {topic!r} was deleted and the tiering daemon has not purged its tier-2 copies yet: run "
                 f"'filechannel tier run --root {self.root} --once' (or wait for the running daemon's next pass), then retry"

@@ -39,6 +39,12 @@ class Sender:
         # The per-message hot path: calls go straight to the appender, one Python frame.
         self.send = appender.append  # type: ignore[method-assign]
 
+    @property
+    def appender(self) -> Appender:
+        """The channel's one buffered writer, which this sender appends through (the Kafka-like
+        producer's short path appends to it directly)."""
+        return self._appender
+
     def send(
         self,
         value: bytes | None,

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..channel import DamagedRange
 from ..client import Admin
+from ..engine.verify import DamagedRange
 from .common import ROOT_OPTION, byte_progress, cli, err, out, root_folder
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from ..channel import DamagedRange
 from ..client import Admin, Consumer, Producer, TopicPartition
+from ..engine.verify import DamagedRange
 from ..errors import CorruptRecordError, UnknownTopicError
 from .common import ROOT_OPTION, cli, err, one_name, root_folder, silence_closed_output, stdout_reader_gone
 from .kafka import (

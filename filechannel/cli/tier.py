@@ -129,7 +129,7 @@ def tier_run(
 @click.pass_context
 def tier_status_cmd(ctx: click.Context, as_json: bool) -> None:
     """Per tiered partition: local segments and bytes, uploaded, waiting, bytes in tier-2, upload lag, last error."""
-    from ..tiering.daemon import tier_status
+    from ..tiering.status import tier_status
 
     rows = tier_status(root_folder(ctx))
     if as_json:
@@ -192,7 +192,7 @@ def _exit_on_errors(lines: list[str]) -> None:
 
 def _root_storages(root: str) -> dict[str, tuple[str, dict[str, Any]]]:
     """The distinct storages of the root's tiered topics: URL -> (URL, options)."""
-    from ..tiering.daemon import tiered_partitions
+    from ..tiering.partitions import tiered_partitions
 
     found: dict[str, tuple[str, dict[str, Any]]] = {}
     for part in tiered_partitions(root):
@@ -278,7 +278,7 @@ def tier_import(
     from ..client.group import restore_groups
     from ..root import ROOT_METADATA, ROOT_TIER_DIR
     from ..tiering.bindings import open_storage
-    from ..tiering.daemon import exclusive
+    from ..tiering.daemon_lock import exclusive
     from ..tiering.export import import_export, newest_export, read_export_file
     from ..tiering.metadata import TierMetadata
 
@@ -404,7 +404,7 @@ def tier_defrag(ctx: click.Context, merge_below: int, target: int, garbage_delay
       filechannel tier defrag --root /data/fc
       filechannel tier defrag --root /data/fc --merge-below 8388608 --target 134217728
     """
-    from ..tiering.daemon import defrag_root
+    from ..tiering.defrag import defrag_root
 
     root = root_folder(ctx)
     settings = _defrag_settings(merge_below, target, garbage_delay)

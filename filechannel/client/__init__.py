@@ -6,9 +6,10 @@ for the async variants. The README's "Coming from Kafka" section maps one onto t
 """
 
 from .aio import AsyncConsumer, AsyncProducer
-from .consumer import Consumer, ConsumerRebalanceListener
+from .consumer import Consumer
 from .producer import Producer
 from .records import AsyncConsumerRecord, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from .subscription import ConsumerRebalanceListener
 from .topics import Admin, PartitionDescription, TopicDescription
 
 __all__ = [

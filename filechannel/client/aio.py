@@ -38,7 +38,9 @@ import anyio.to_thread
 from ..engine.cursor import WouldBlock
 from ..engine.record import Headers
 from ..errors import ChannelClosedError, ConfigError
-from .consumer import CommitOffsets, Consumer, check_timeout_ms, to_tp
+from .consumer import Consumer
+from .coordinator import CommitOffsets
+from .fetcher import check_timeout_ms
 from .futures import RecordFuture, SentFuture
 from .producer import Producer, Serializer
 from .records import (
@@ -48,6 +50,7 @@ from .records import (
     OffsetAndTimestamp,
     RecordMetadata,
     TopicPartition,
+    to_tp,
 )
 
 if TYPE_CHECKING:
@@ -170,6 +173,11 @@ class BatchBuilder:
     def record_count(self) -> int:
         return len(self._records)
 
+    def appended(self) -> list[tuple[Any, Any, int | None, Headers | None]]:
+        """The records appended, in order, as ``(key, value, timestamp, headers)`` (what
+        :meth:`AsyncProducer.send_batch` sends)."""
+        return list(self._records)
+
 
 class AsyncProducer:
     """``Producer`` for async code, aiokafka style: ``await (await producer.send(topic, value))``
@@ -183,6 +191,11 @@ class AsyncProducer:
         kwargs = _aiokafka_names(kwargs, _AIOKAFKA_PRODUCER)
         self._producer = Producer(root, **kwargs)
         self._batch_bytes = kwargs.get("batch_size", 16384)
+        # A batch's serializers: the producer's (which checked them)
+        self._serializers: tuple[Serializer | None, Serializer | None] = (
+            kwargs.get("key_serializer"),
+            kwargs.get("value_serializer"),
+        )
         if _CAsyncSend is not None:  # send(topic, value) in C, this class's send for any other call (see _codec.c)
             self.send = _CAsyncSend(self._producer.send, self._send, RecordDelivery, SentFuture)  # type: ignore[method-assign]
 
@@ -238,7 +251,7 @@ class AsyncProducer:
 
     def create_batch(self) -> BatchBuilder:
         """An empty batch of at most ``batch_size`` bytes, filled with ``append`` and sent with :meth:`send_batch`."""
-        return BatchBuilder(self._batch_bytes, self._producer._key_serializer, self._producer._value_serializer)
+        return BatchBuilder(self._batch_bytes, *self._serializers)
 
     async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> RecordDelivery:
         """Send ``batch``'s records to ``partition`` in order; a future of the first record's metadata
@@ -246,7 +259,7 @@ class AsyncProducer:
         send at the same time may land between its records."""
         batch.close()
         first: RecordDelivery | None = None
-        for key, value, timestamp, headers in batch._records:
+        for key, value, timestamp, headers in batch.appended():
             future = self._producer.send(topic, value, key, headers, partition, timestamp)
             if first is None:
                 first = RecordDelivery(future)
@@ -280,7 +293,7 @@ def _as_async(batch: dict[TopicPartition, list[ConsumerRecord]]) -> dict[TopicPa
 
 
 def _as_kafka_python(batch: dict[TopicPartition, list[AsyncConsumerRecord]]) -> dict[TopicPartition, list[ConsumerRecord]]:
-    """Records handed back to the Consumer (``_unread``), typed as its methods are (see _as_async)."""
+    """Records handed back to the Consumer's fetcher (``unread``), typed as its methods are (see _as_async)."""
     return cast(dict[TopicPartition, list[ConsumerRecord]], batch)
 
 
@@ -311,7 +324,8 @@ class AsyncConsumer:
         if kwargs.get("max_poll_records", 0) is None:
             del kwargs["max_poll_records"]
         self._consumer = Consumer(*topics, **kwargs)
-        self._consumer._record_shape = AIOKAFKA_RECORDS  # aiokafka's ConsumerRecord, not kafka-python's
+        self._fetcher = self._consumer.fetcher
+        self._fetcher.record_shape = AIOKAFKA_RECORDS  # aiokafka's ConsumerRecord, not kafka-python's (before any fetch)
         self._io = threading.Lock()  # held by whoever touches the consumer's files or pending records
         self._closed = False
         self._inline_until = 0.0  # monotonic: until then the loop may read records in memory itself
@@ -329,11 +343,11 @@ class AsyncConsumer:
         self, only: Collection[TopicPartition] | None, timeout: float, max_records: int | None = None, ahead: bool = True
     ) -> None:
         """Worker thread: fetch for a getmany of ``max_records`` (default ``max_poll_records``;
-        see ``Consumer._fill_budget``) into the pending records, waiting up to ``timeout`` s."""
+        see ``Fetcher.fill``) into the pending records, waiting up to ``timeout`` s."""
         with self._io:
-            consumer = self._consumer
-            if not consumer._closed:
-                consumer._fill(timeout * 1000, only, max_records, ahead=ahead)
+            fetcher = self._fetcher
+            if not fetcher.closed:
+                fetcher.fill(timeout * 1000, only, max_records, ahead=ahead)
 
     async def _trip(self, only: Collection[TopicPartition] | None, timeout: float, max_records: int | None = None) -> None:
         """Fill in a worker thread (:meth:`_fill`); the loop may then read in memory again for ``_INLINE_SPAN``.
@@ -345,9 +359,14 @@ class AsyncConsumer:
         takes back from its arena once the loop frees them: 1,120 page faults and 3.1 ms a
         trip, about five times what the loop takes for the same records (DESIGN.md)."""
         edge, self._past_end = self._past_end, None
-        part = None if edge is None else self._consumer._parts.get(edge)
+        consumer = self._consumer
         # Not one paused, unassigned or left out since: its fill would wait for nothing.
-        if part is not None and not part.paused and (only is None or edge in only):
+        if (
+            edge is not None
+            and (only is None or edge in only)
+            and edge in consumer.assignment()
+            and edge not in consumer.paused()
+        ):
             args: tuple[Any, ...] = (frozenset((edge,)), timeout, 1, False)
         else:
             args = (only, timeout, max_records)
@@ -365,19 +384,19 @@ class AsyncConsumer:
             return {}
         try:
             if budget is None:
-                budget = self._consumer._max_poll_records
-            return _as_async(self._consumer._take(budget, only)) or self._read_here(budget, only)
+                budget = self._fetcher.max_poll_records
+            return _as_async(self._fetcher.take(budget, only)) or self._read_here(budget, only)
         finally:
             self._io.release()
 
     def _read_here(self, budget: int, only: Collection[TopicPartition] | None) -> dict[TopicPartition, list[AsyncConsumerRecord]]:
         """Event loop, holding the lock: up to ``budget`` records that need no file work
         beyond reading cached pages ({} where any would: a worker trip fetches them)."""
-        consumer = self._consumer
-        if consumer._closed or time.monotonic() >= self._inline_until or consumer._upkeep_due():
+        fetcher = self._fetcher
+        if fetcher.closed or time.monotonic() >= self._inline_until or self._consumer.coordinator.upkeep_due():
             return {}
         try:
-            return _as_async(consumer._fetch(budget, only, nowait=True))
+            return _as_async(fetcher.fetch(budget, only, nowait=True))
         except WouldBlock as exc:
             self._inline_until = 0.0  # what was read went back to the pending records
             self._past_end = exc.partition if exc.segment_end else None  # see _trip
@@ -412,10 +431,11 @@ class AsyncConsumer:
                 raise ChannelClosedError("this consumer is closed")
             if self._io.acquire(blocking=False):
                 try:
-                    rec = self._consumer._take_one(only)
+                    fetcher = self._fetcher
+                    rec = fetcher.take_one(only)
                     if rec is None:
-                        self._consumer._unread(_as_kafka_python(self._read_here(self._consumer._max_poll_records, only)))
-                        rec = self._consumer._take_one(only)
+                        fetcher.unread(_as_kafka_python(self._read_here(fetcher.max_poll_records, only)))
+                        rec = fetcher.take_one(only)
                 finally:
                     self._io.release()
                 if rec is not None:

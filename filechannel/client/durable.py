@@ -23,7 +23,7 @@ from typing import Any
 
 from ..engine.record import Headers, serialized_sizes
 from ..errors import ChannelClosedError, FileChannelError
-from .futures import RecordFuture, complete
+from .futures import RecordFuture
 from .records import RecordMetadata, TopicPartition
 
 # (future, value or _MARKER, key, headers, timestamp): a record's future is of its RecordMetadata, a marker's of None
@@ -74,9 +74,9 @@ class GroupSync:
                 try:
                     sync()
                 except BaseException as exc:
-                    complete(self._done, done, exc)
+                    RecordFuture.complete_many(self._done, done, exc)
                 else:
-                    complete(self._done, done, None)
+                    RecordFuture.complete_many(self._done, done, None)
             if self._closed and not queue:
                 return
 

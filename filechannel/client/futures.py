@@ -11,7 +11,7 @@ A :class:`RecordFuture` is a ``Future`` subclass, so ``result()``, ``wait()``,
 ``as_completed()`` and ``asyncio.wrap_future`` work, but it shares the condition of its
 producer's partition, creates its waiter and callback lists only when someone asks for
 them, and a whole fsync's worth of them is completed under one lock with one notify
-(:func:`complete`). Waiting loops until its own future is done, since one notify wakes
+(:meth:`RecordFuture.complete_many`). Waiting loops until its own future is done, since one notify wakes
 the waiters of many futures.
 
 It is also kafka-python's ``FutureRecordMetadata``: ``get(timeout)``, ``add_callback`` /
@@ -65,6 +65,30 @@ class RecordFuture(Future[T]):
         future._exception = error
         future._state = FINISHED
         return future
+
+    @staticmethod
+    def complete_many(
+        condition: threading.Condition, done: Iterable[tuple[RecordFuture[Any], object]], error: BaseException | None
+    ) -> None:
+        """Complete many futures sharing ``condition``: with their results, or all with ``error``."""
+        called: list[RecordFuture[Any]] = []
+        with condition:
+            for item, result in done:
+                future: RecordFuture[Any] = item  # (typed: a future of this class, whose fields it sets)
+                if error is None:
+                    future._result = result
+                else:
+                    future._exception = error
+                future._state = FINISHED
+                extra = future.__dict__
+                if "_waiter_list" in extra:  # someone is in concurrent.futures.wait()/as_completed()
+                    for waiter in extra["_waiter_list"]:
+                        waiter.add_result(future) if error is None else waiter.add_exception(future)
+                if "_callback_list" in extra:
+                    called.append(future)
+            condition.notify_all()
+        for future in called:
+            RecordFuture._invoke_callbacks(future)
 
     # Future's methods append to these under the condition; most futures never need them.
     @property
@@ -126,13 +150,24 @@ class RecordFuture(Future[T]):
     def add_callback(self, fn: Callable[..., object], *args: Any, **kwargs: Any) -> RecordFuture[T]:
         """Call ``fn(*args, result, **kwargs)`` once the record is written (at once if it is); returns self."""
         call = functools.partial(fn, *args, **kwargs)
-        self.add_done_callback(lambda f: call(f._result) if f._exception is None else None)
+
+        def on_done(f: Future[T]) -> None:
+            if f.exception() is None:  # (done: neither call waits)
+                call(f.result())
+
+        self.add_done_callback(on_done)
         return self
 
     def add_errback(self, fn: Callable[..., object], *args: Any, **kwargs: Any) -> RecordFuture[T]:
         """Call ``fn(*args, exception, **kwargs)`` if the record fails (at once if it did); returns self."""
         call = functools.partial(fn, *args, **kwargs)
-        self.add_done_callback(lambda f: call(f._exception) if f._exception is not None else None)
+
+        def on_done(f: Future[T]) -> None:
+            error = f.exception()  # (done: it does not wait)
+            if error is not None:
+                call(error)
+
+        self.add_done_callback(on_done)
         return self
 
     def add_both(self, fn: Callable[..., object], *args: Any, **kwargs: Any) -> RecordFuture[T]:
@@ -176,6 +211,14 @@ class SentFuture(RecordFuture[RecordMetadata]):
         return self._result
         yield  # a generator that never suspends: awaiting it does not reach the event loop
 
+    @staticmethod
+    def sent(route: tuple[str, int, TopicPartition], at: tuple[int, int], size: int) -> SentFuture:
+        """The future of a record the producer's Python short path appended (the C one,
+        ``_codec.ProducerSend``, fills the same three slots itself)."""
+        future: SentFuture = _new_future(SentFuture)
+        future._route, future._at, future._size = route, at, size
+        return future
+
     @property
     def _result(self) -> RecordMetadata:  # read by result(), value and Future's own methods
         topic, partition, tp = self._route
@@ -189,26 +232,4 @@ class SentFuture(RecordFuture[RecordMetadata]):
 
 
 _new_tuple = tuple.__new__
-
-
-def complete(
-    condition: threading.Condition, done: Iterable[tuple[RecordFuture[Any], object]], error: BaseException | None
-) -> None:
-    """Complete many futures sharing ``condition``: with their results, or all with ``error``."""
-    called: list[RecordFuture[Any]] = []
-    with condition:
-        for future, result in done:
-            if error is None:
-                future._result = result
-            else:
-                future._exception = error
-            future._state = FINISHED
-            extra = future.__dict__
-            if "_waiter_list" in extra:  # someone is in concurrent.futures.wait()/as_completed()
-                for waiter in extra["_waiter_list"]:
-                    waiter.add_result(future) if error is None else waiter.add_exception(future)
-            if "_callback_list" in extra:
-                called.append(future)
-        condition.notify_all()
-    for future in called:
-        future._invoke_callbacks()
+_new_future = object.__new__

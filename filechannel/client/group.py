@@ -228,7 +228,7 @@ class GroupMember:
     def _save(self, state: GroupState) -> None:
         write_atomically(self.state_path, state.encode())
 
-    def _alive(self, member_id: str) -> bool:
+    def member_alive(self, member_id: str) -> bool:
         """Whether member ``member_id``'s process still holds its life lock."""
         return member_id == self.member_id or _life_lock_held(self._life_path(member_id))
 
@@ -275,7 +275,7 @@ class GroupMember:
                 beat = os.stat(self._life_path(m)).st_mtime
             except FileNotFoundError:
                 beat = 0.0
-            if now - beat > self.session_timeout or not self._alive(m):
+            if now - beat > self.session_timeout or not self.member_alive(m):
                 gone.append(m)
         for m in gone:
             del state.members[m]
@@ -333,7 +333,7 @@ class GroupMember:
             for tp in sorted(assigned):
                 key = tp_key(tp)
                 holder = state.owners.get(key)
-                if holder != self.member_id and (holder is None or holder not in state.members or not self._alive(holder)):
+                if holder != self.member_id and (holder is None or holder not in state.members or not self.member_alive(holder)):
                     state.owners[key] = holder = self.member_id
                     dirty = True
                 if holder == self.member_id:
@@ -387,7 +387,7 @@ class GroupMember:
             state = self._load()
             for tp in offsets:
                 owner = state.owners.get(tp_key(tp))
-                if owner != self.member_id and not (manual and (owner is None or not self._alive(owner))):
+                if owner != self.member_id and not (manual and (owner is None or not self.member_alive(owner))):
                     raise CommitFailedError(
                         f"cannot commit {tp.topic}[{tp.partition}] for group {self.group_id!r}: this consumer no "
                         f"longer owns it (owner: {owner or 'none'}, generation {state.generation}); the group "

@@ -34,7 +34,6 @@ try:  # Producer.send's short path in C (filechannel/engine/_codec.c), when it w
     from ..engine._codec import ProducerSend as _CSend
 except ImportError:
     _CSend = None
-_new_future = object.__new__
 
 
 def _not_bytes(what: str, obj: Any, serializer: Callable[[Any], bytes] | None) -> RecordTypeError:
@@ -271,10 +270,8 @@ class Producer:
                 at = route[0].append_stamped(value)
             except MessageTooLargeError as exc:
                 return RecordFuture.rejected(exc)
-            future = _new_future(SentFuture)
-            future._route, future._at, future._size = route[1], at, len(value)
             self._sent += 1
-            return future
+            return SentFuture.sent(route[1], at, len(value))
         return self._send(topic, value, key, headers, partition, timestamp_ms)
 
     _py_send = send  # ProducerSend's fallback when send is the C one
@@ -293,7 +290,7 @@ class Producer:
         ):
             with self._lock:
                 if not self._closed:
-                    self._routes[topic] = (sender._appender, (topic, 0, self._tp(topic, 0)))
+                    self._routes[topic] = (sender.appender, (topic, 0, self._tp(topic, 0)))
 
     def _send(
         self,

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from ..engine.record import Record, RecordLayout, shaped
+from ..errors import ConfigError
 
 
 class TopicPartition(NamedTuple):
@@ -22,6 +23,17 @@ class TopicPartition(NamedTuple):
 
     topic: str
     partition: int
+
+
+def to_tp(obj: Any) -> TopicPartition:
+    """``obj`` (a TopicPartition or a (topic, partition) pair) as a TopicPartition, or :class:`ConfigError`."""
+    try:
+        topic, partition = obj
+    except (TypeError, ValueError):
+        raise ConfigError(f"expected a TopicPartition(topic, partition), not {obj!r}") from None
+    if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ConfigError(f"expected a TopicPartition of a topic name and a partition number >= 0, not {obj!r}")
+    return obj if type(obj) is TopicPartition else TopicPartition(topic, partition)
 
 
 class RecordMetadata(NamedTuple):
@@ -171,3 +183,17 @@ class OffsetAndMetadata(NamedTuple):
     offset: int
     metadata: str = ""
     leader_epoch: int = -1
+
+
+# Offsets are u64 on disk but signed 64-bit in Kafka's API: anything from 2**63 on is refused.
+MAX_OFFSET = 2**63 - 1
+
+
+def check_offset(tp: TopicPartition, offset: Any, what: str) -> int:
+    """``offset`` (an int, or an :class:`OffsetAndMetadata`'s) as an int in [0, 2**63), or
+    :class:`ConfigError` naming the partition and ``what`` was asked (seek, commit)."""
+    if isinstance(offset, OffsetAndMetadata):
+        offset = offset.offset
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+        raise ConfigError(f"{what} {tp.topic}[{tp.partition}]: the offset must be an int from 0 to 2**63-1, not {offset!r}")
+    return offset

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..config import ChannelConfig
 from ..errors import (
     OffsetOutOfRangeError,
+    file_vanished,
     os_errors,
     storage_error,
 )
@@ -94,6 +95,12 @@ class SegmentRef:
     compressed: bool
     path: str
     remote: RemoteSegment | None = None
+
+
+def vanished(ref: SegmentRef, exc: BaseException) -> bool:
+    """Whether ``exc`` says ``ref`` went away under a reader by maintenance: a local file
+    compressed or collected, or a segment only in tier-2 deleted by retention (OffsetOutOfRangeError)."""
+    return file_vanished(exc) or (ref.remote is not None and isinstance(exc, OffsetOutOfRangeError))
 
 
 class RemoteSegment(Protocol):
@@ -176,6 +183,17 @@ class Log:
         locally). Where the tiers do not meet, the gap is a hole, as between local files."""
         local = self.refresh_local()
         return self._remote_below(local[0].base_offset if local else None) + local
+
+    def relisted(self, ref: SegmentRef, exc: BaseException) -> tuple[list[SegmentRef], int]:
+        """After ``ref`` vanished (:func:`vanished`) under a walk of the listing: the new
+        listing, and where to go on in it (at the ``.seg.z`` that replaced it, or at the first
+        segment after it if garbage collection deleted it). Re-raises ``exc`` if ``ref`` is
+        listed unchanged: then it did not vanish by maintenance."""
+        refs = self.list_segments()
+        i = bisect.bisect_left([r.base_offset for r in refs], ref.base_offset)
+        if i < len(refs) and refs[i] == ref:
+            raise exc
+        return refs, i
 
     def refresh_local(self) -> list[SegmentRef]:
         """List the local folder again, and drop the cached indexes of segments no longer in it:

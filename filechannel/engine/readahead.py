@@ -47,6 +47,7 @@ try:
     from . import _readahead
 except ImportError:  # installed without a C compiler
     _readahead = None
+NATIVE = _readahead is not None  # whether the C module loaded (filechannel.native_extensions())
 
 READAHEAD_BLOCKS = 4
 

@@ -91,6 +91,7 @@ try:  # the two hot loops below in C (filechannel/engine/_codec.c), when it was 
     from . import _codec
 except ImportError:  # no compiler at install time, or no SSE4.2: the pure-Python loops
     _codec = None
+NATIVE = _codec is not None  # whether the C codec loaded (filechannel.native_extensions())
 
 
 FRAME_HEADER = struct.Struct("<II")

@@ -49,6 +49,10 @@ Invariants:
 
 The daemon reads each partition through a :class:`~filechannel.engine.log.Log` without a tier
 context: its listing is the local files only, which is what it uploads and deletes.
+
+This module is the daemon's loop and passes. Which channels a root tiers is :mod:`.partitions`,
+its lock :mod:`.daemon_lock`, the status it writes and ``tier status`` :mod:`.status`, the
+purge of deleted topics :mod:`.marks`, and ``tier defrag`` :func:`.defrag.defrag_root`.
 """
 
 from __future__ import annotations
@@ -64,37 +68,37 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from ..config import ChannelConfig
 from ..engine import compression, retention
 from ..engine.clock import now_ms
 from ..engine.compressed import compress_segment
-from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
+from ..engine.files import unlink_if_exists
 from ..engine.lock import FileLock
 from ..engine.log import Log, SegmentRef
 from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..engine.segment import MAX_FRAME_PAYLOAD
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
-from ..root import DELETED_DIR, ROOT_METADATA, ROOT_TIER_DIR, TOPIC_FILE, TOPIC_SETTINGS, RootLayout, partition_name
-from . import bindings
+from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS
 from .bindings import StorageClients
 from .context import STANDALONE_METADATA
+from .daemon_lock import LOCK_FILE
 from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel
 from .heads import ChannelHead, write_head
-from .layout import DELETING, LOST, STATES, UPLOADED, UPLOADING, SegmentRecord, manifest_name, parse_object_name
+from .layout import DELETING, STATES, UPLOADED, UPLOADING, manifest_name, parse_object_name
+from .marks import deleted_topics, purge_topic, read_mark
 from .metadata import TierMetadata
 from .ownership import PrefixGuard, newest_epoch, root_identity
+from .partitions import TieredChannel, storage_key, tier_of, tiered_partitions
 from .reindex import bring_up, open_index, referenced_by_manifests
+from .status import write_status
 from .storage import ChunkStorage, redact_url
-from .uploader import RateLimiter, SegmentToUpload, SegmentUpload, abandon, delete_objects, start_upload
+from .uploader import RateLimiter, SegmentToUpload, SegmentUpload, abandon, delete_objects, finish_delete, start_upload
 
 log = logging.getLogger("filechannel")
 
-LOCK_FILE = "daemon.lock"
-STATUS_FILE = "status.json"
 STAGING_DIR = "staging"
 STAGING_LEVEL = 1  # zstd level of the staged .seg.z of a compression="none" channel
 ORPHAN_GRACE_MS = 10 * 60 * 1000  # an object younger than this is never an orphan (another writer's, under way)
@@ -112,37 +116,6 @@ class PassReport:
     deleted_remote: int = 0
     merges: int = 0
     failures: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class TieredChannel:
-    """One channel the daemon tiers (a partition of one of the root's topics, or the one channel of a
-    daemon run on a channel folder): its folder, its name in tier-2, its settings, and its topic's
-    partition count."""
-
-    path: str
-    name: str
-    config: ChannelConfig
-    partitions: int = 1
-
-
-def tiered_partitions(root: str) -> list[TieredChannel]:
-    """Every partition of every topic under ``root`` whose settings have ``tier`` set (read
-    through the root's layout, RootLayout: one reader of ``topic.json``). A damaged topic.json
-    raises ConfigError, naming it."""
-    store = RootLayout(root)
-    found = []
-    for topic in store.list():
-        meta = store.read(topic)
-        settings = dict((meta or {}).get("config", {}))
-        if meta is None or settings.get("tier") is None:
-            continue
-        config = ChannelConfig.from_kwargs(**{**settings, "maintenance_interval": 0})
-        for p in range(int(meta["partitions"])):
-            path = store.partition_path(topic, p)
-            if os.path.isdir(path):
-                found.append(TieredChannel(path, partition_name(topic, p), config, int(meta["partitions"])))
-    return found
 
 
 class TieringDaemon:
@@ -370,36 +343,17 @@ class TieringDaemon:
                 report.failures.append(line)
                 self._last_errors[part.name] = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {exc}"
                 self._progress(f"FAILED {line}")
-        self._write_status()
+        write_status(self.tier_dir, self.epoch, self.owner, self._last_errors)
         return report
 
     def _purge_deleted_topics(self, report: PassReport) -> None:
-        """Delete the tier-2 copies and metadata rows of every deleted tiered topic, then its mark."""
-        folder = os.path.join(self.tier_dir, DELETED_DIR)
-        try:
-            topics = sorted(os.listdir(folder))
-        except FileNotFoundError:
-            return
-        for topic in topics:
+        """Delete the tier-2 copies and metadata rows of every deleted tiered topic, then its mark (:mod:`.marks`)."""
+        for topic in deleted_topics(self.tier_dir):
             try:
-                raw = read_if_exists(os.path.join(folder, topic), "deleted topic mark")
-                if raw is None:
+                config = read_mark(self.tier_dir, topic)
+                if config is None:
                     continue
-                mark = json.loads(raw)
-                storage = self._enter(ChannelConfig(tier=mark["tier"], tier_options=mark["tier_options"])).storage
-                for channel in [c for c in self.metadata.channels() if c.startswith(topic + "/")]:
-                    for merge in self.metadata.merges(channel):  # its objects go with the topic's, below
-                        self.metadata.abandon_merge(self.epoch, merge.name)
-                    self.metadata.forget_garbage(self.epoch, self.metadata.garbage(channel))
-                    for record in self.metadata.segments(channel, states=STATES):
-                        if record.state == UPLOADING:
-                            abandon(storage, self.metadata, self.epoch, record)
-                            continue
-                        if record.state in (UPLOADED, LOST):
-                            self.metadata.begin_delete(self.epoch, channel, record.base_offset)
-                        self._delete_remote(channel, storage, record)
-                delete_objects(storage, [o.name for o in storage.list(topic + "/")])
-                unlink_if_exists(os.path.join(folder, topic))
+                purge_topic(self.tier_dir, self._enter(config).storage, self.metadata, self.epoch, topic)
                 self._progress(f"{topic}: deleted topic purged from tier-2")
             except FencedError:
                 raise
@@ -408,11 +362,6 @@ class TieringDaemon:
                 report.failures.append(line)
                 self._progress(f"FAILED {line}")
 
-    def _write_status(self) -> None:
-        status = {"epoch": self.epoch, "owner": self.owner, "at_ms": now_ms()}
-        status["last_errors"] = dict(self._last_errors)
-        write_atomically(os.path.join(self.tier_dir, STATUS_FILE), json.dumps(status, sort_keys=True).encode())
-
     def _pass(self, part: TieredChannel, report: PassReport) -> None:
         guard = self._enter(part.config)
         storage = guard.storage
@@ -420,7 +369,7 @@ class TieringDaemon:
         deleted_before = report.deleted_remote
         log_ = Log(part.path, part.config)  # no tier context: the local listing only
         try:
-            with locked(log_):
+            with log_.maintenance_lock.holding():
                 compression.finish_interrupted_compressions(log_)
                 compression.compress_sealed(log_)
             self._finish_deletes(part, storage)
@@ -571,7 +520,7 @@ class TieringDaemon:
         config = part.config
         if config.local_retention_bytes is None and config.local_retention_ms is None:
             return
-        with locked(log_):
+        with log_.maintenance_lock.holding():
             refs = log_.list_segments()
             if not refs:
                 return
@@ -615,170 +564,15 @@ class TieringDaemon:
         if not doomed:
             return
         upto = doomed[-1].end_offset
-        with locked(log_):
+        with log_.maintenance_lock.holding():
             local = retention.delete_sealed_prefix(log_, upto)
         report.deleted_local += len(local)
         for record in doomed:
             self.metadata.begin_delete(self.epoch, part.name, record.base_offset)
-            self._delete_remote(part.name, storage, record)
+            finish_delete(storage, self.metadata, self.epoch, part.name, record)
             report.deleted_remote += 1
         self._progress(f"{part.name}: total retention deleted {len(doomed)} segment(s) below offset {upto} from tier-2")
 
     def _finish_deletes(self, part: TieredChannel, storage: ChunkStorage) -> None:
         for record in self.metadata.segments(part.name, states=(DELETING,)):
-            self._delete_remote(part.name, storage, record)
-
-    def _delete_remote(self, channel: str, storage: ChunkStorage, record: SegmentRecord) -> None:
-        """Objects of a "deleting" row (missing is fine; a merged object another segment still
-        uses stays, and goes with the last of them), then the row."""
-        names = list(dict.fromkeys(c.name for c in record.chunks)) + ([record.manifest] if record.manifest else [])
-        shared = self.metadata.shared(channel, record.base_offset, names)
-        delete_objects(storage, [n for n in names if n not in shared])
-        self.metadata.finish_delete(self.epoch, channel, record.base_offset)
-
-
-def tier_of(config: ChannelConfig) -> tuple[str, dict[str, Any] | None]:
-    """A tiered channel's storage: its URL and options (ConfigError for a channel without a tier)."""
-    if config.tier is None:
-        raise ConfigError("a channel without a tier setting has no storage")
-    return config.tier, config.tier_options
-
-
-def storage_key(config: ChannelConfig) -> tuple[str, str]:
-    """Which storage a tiered channel's settings name (:func:`.bindings.storage_key`: one client per key)."""
-    return bindings.storage_key(*tier_of(config))
-
-
-def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress: Progress | None = None) -> DefragReport:
-    """Defragment every tiered partition of ``root`` now (``filechannel tier defrag``): under the
-    daemon's lock (TierError if a daemon runs) and an epoch of its own, above every epoch the
-    bucket records and recorded there (a prefix another root owns is refused); merges left by a
-    crash are abandoned and due garbage deleted first."""
-    root = os.path.abspath(os.fspath(root))
-    say = progress or (lambda line: log.info("tier: %s", line))
-    report = DefragReport()
-    tier_dir = os.path.join(root, ROOT_TIER_DIR)
-    if not os.path.exists(os.path.join(root, ROOT_METADATA)):
-        return report  # nothing was ever uploaded
-    owner = f"tier defrag:{socket.gethostname()}:{os.getpid()}"
-    storages = StorageClients()
-    with exclusive(tier_dir, "defragment"), open_index(os.path.join(root, ROOT_METADATA)) as metadata:
-        try:
-            partitions = [(part, storages.get(*tier_of(part.config))) for part in tiered_partitions(root)]
-            epoch = metadata.take_epoch(owner, above=max((newest_epoch(s) for s in storages.opened()), default=0))
-            root_id = root_identity(tier_dir)
-            guards = {id(storage): PrefixGuard(storage, root_id, owner, epoch) for storage in storages.opened()}
-            for guard in guards.values():
-                guard.enter()
-            for part, storage in partitions:
-                for line in clean_up(storage, metadata, epoch, part.name, now_ms()):
-                    say(line)
-                defrag_channel(storage, metadata, epoch, part.name, settings, report, say=say, guard=guards[id(storage)].verify)
-        finally:
-            storages.close()
-    return report
-
-
-@contextmanager
-def exclusive(tier_dir: str, what: str) -> Iterator[None]:
-    """Hold the daemon's lock of ``tier_dir`` (``ROOT/.tier``) for an operation that must not
-    run beside a daemon (``what``: fsck --repair, import, defrag); TierError if one runs."""
-    with os_errors("create tier folder", tier_dir):
-        os.makedirs(tier_dir, exist_ok=True)
-    lock = FileLock(os.path.join(tier_dir, LOCK_FILE))
-    try:
-        if not lock.acquire(blocking=False):
-            raise TierError(
-                f"cannot {what}: a tiering daemon holds {os.path.join(tier_dir, LOCK_FILE)}; stop it first (SIGTERM), then retry"
-            )
-        yield
-    finally:
-        lock.close()
-
-
-@contextmanager
-def locked(log_: Log) -> Iterator[None]:
-    """Hold the channel's maintenance.lock (waits for its maintenance thread's current round)."""
-    with log_.maintenance_lock.holding():
-        yield
-
-
-# -- status -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PartitionStatus:
-    """What ``filechannel tier status`` shows for one partition."""
-
-    partition: str
-    local_segments: int
-    local_bytes: int
-    uploaded_segments: int
-    tier_objects: int
-    tier_bytes: int
-    waiting_segments: int
-    waiting_bytes: int
-    upload_lag_offsets: int
-    last_error: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
-    """Per tiered partition of ``root``: local segments and bytes, what is in tier-2, what waits.
-
-    Reads only (the metadata store, the folders and the daemon's last status file); works
-    while a daemon runs, and when none does (then ``last_error`` is the last daemon's).
-    ``waiting`` counts sealed local segments not uploaded yet; ``upload_lag_offsets`` is how
-    many sealed offsets are not in tier-2 yet.
-    """
-    root = os.path.abspath(os.fspath(root))
-    tier_dir = os.path.join(root, ROOT_TIER_DIR)
-    raw = read_if_exists(os.path.join(tier_dir, STATUS_FILE), "tier status")
-    errors: dict[str, str] = {}
-    if raw is not None:
-        try:
-            errors = dict(json.loads(raw).get("last_errors", {}))
-        except (ValueError, AttributeError, TypeError):
-            errors = {}
-    partitions = tiered_partitions(root)
-    if not partitions:
-        return []
-    result = []
-    path = os.path.join(root, ROOT_METADATA)
-    metadata = TierMetadata(path) if os.path.exists(path) else None  # no daemon ran yet: nothing uploaded
-    try:
-        for part in partitions:
-            log_ = Log(part.path, part.config)
-            try:
-                refs = log_.list_segments()
-                sizes = [retention.segment_bytes_on_disk(r) for r in refs]
-            finally:
-                log_.close()
-            # aggregates in SQLite, and the rows the local segments overlap: no list of the whole history
-            summary = metadata.summary(part.name) if metadata is not None else []
-            uploaded = summary[0].segments[UPLOADED] + summary[0].segments[LOST] if summary else 0
-            tier_bytes = summary[0].bytes[UPLOADED] + summary[0].bytes[LOST] if summary else 0
-            overlapped = metadata.segments(part.name, from_offset=refs[0].base_offset) if metadata is not None and refs else []
-            bases = {r.base_offset for r in overlapped}
-            ends = [r.base_offset for r in refs[1:]]
-            waiting = [(i, r) for i, r in enumerate(refs[:-1]) if r.base_offset not in bases and ends[i] != r.base_offset]
-            result.append(
-                PartitionStatus(
-                    part.name,
-                    len(refs),
-                    sum(sizes),
-                    uploaded,
-                    metadata.object_count(part.name) if metadata is not None else 0,
-                    tier_bytes,
-                    len(waiting),
-                    sum(sizes[i] for i, _ in waiting),
-                    sum(ends[i] - r.base_offset for i, r in waiting),
-                    errors.get(part.name),
-                )
-            )
-    finally:
-        if metadata is not None:
-            metadata.close()
-    return result
+            finish_delete(storage, self.metadata, self.epoch, part.name, record)

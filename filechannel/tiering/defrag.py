@@ -1,4 +1,6 @@
-"""Defragmentation of tier-2: runs of small objects of one channel merged into one larger object.
+"""Defragmentation of tier-2: runs of small objects of one channel merged into one larger object
+(:func:`defrag_channel`, which a daemon's pass runs on an idle partition), and ``tier defrag``
+over a whole root (:func:`defrag_root`).
 
 Small objects come from segments uploaded in several chunks, and from slow topics whose
 segments roll by ``segment_ms`` holding little (Redpanda merges adjacent segments; Pulsar's
@@ -35,15 +37,22 @@ layouts are whole at every moment between 2 and 4, so the manifests may be eithe
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..engine import failpoints
+from ..engine import clock, failpoints
 from ..errors import ConfigError, CorruptRecordError, FencedError, NotOwnerError
+from ..root import ROOT_METADATA, ROOT_TIER_DIR
+from .bindings import StorageClients
+from .daemon_lock import exclusive
 from .layout import UPLOADED, ChunkRecord, SegmentRecord, encode_manifest, merged_name, object_extents
 from .metadata import Merge, TierMetadata
-from .reindex import referenced_by_manifests
+from .ownership import PrefixGuard, newest_epoch, root_identity
+from .partitions import tier_of, tiered_partitions
+from .reindex import open_index, referenced_by_manifests
 from .storage import ChunkStorage
 from .uploader import check_fence, delete_objects
 
@@ -344,3 +353,33 @@ def defrag_channel(
     report.segments += segments
     report.objects_before += before
     report.objects_after += after
+
+
+def defrag_root(root: str | os.PathLike[str], settings: DefragSettings, progress: Say | None = None) -> DefragReport:
+    """Defragment every tiered partition of ``root`` now (``filechannel tier defrag``): under the
+    daemon's lock (TierError if a daemon runs) and an epoch of its own, above every epoch the
+    bucket records and recorded there (a prefix another root owns is refused); merges left by a
+    crash are abandoned and due garbage deleted first."""
+    root = os.path.abspath(os.fspath(root))
+    say = progress or (lambda line: log.info("tier: %s", line))
+    report = DefragReport()
+    tier_dir = os.path.join(root, ROOT_TIER_DIR)
+    if not os.path.exists(os.path.join(root, ROOT_METADATA)):
+        return report  # nothing was ever uploaded
+    owner = f"tier defrag:{socket.gethostname()}:{os.getpid()}"
+    storages = StorageClients()
+    with exclusive(tier_dir, "defragment"), open_index(os.path.join(root, ROOT_METADATA)) as metadata:
+        try:
+            partitions = [(part, storages.get(*tier_of(part.config))) for part in tiered_partitions(root)]
+            epoch = metadata.take_epoch(owner, above=max((newest_epoch(s) for s in storages.opened()), default=0))
+            root_id = root_identity(tier_dir)
+            guards = {id(storage): PrefixGuard(storage, root_id, owner, epoch) for storage in storages.opened()}
+            for guard in guards.values():
+                guard.enter()
+            for part, storage in partitions:
+                for line in clean_up(storage, metadata, epoch, part.name, clock.now_ms()):
+                    say(line)
+                defrag_channel(storage, metadata, epoch, part.name, settings, report, say=say, guard=guards[id(storage)].verify)
+        finally:
+            storages.close()
+    return report

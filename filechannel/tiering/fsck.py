@@ -56,7 +56,7 @@ from ..engine.log import Log
 from ..errors import CorruptRecordError, FileChannelError, TierError, os_errors
 from ..root import ROOT_METADATA, ROOT_TIER_DIR
 from .bindings import StorageClients
-from .daemon import TieredChannel, exclusive, storage_key, tier_of, tiered_partitions
+from .daemon_lock import exclusive
 from .layout import (
     LISTED,
     LOST,
@@ -71,6 +71,7 @@ from .layout import (
 )
 from .metadata import Merge, TierMetadata
 from .ownership import not_owner, read_claim, root_identity
+from .partitions import TieredChannel, storage_key, tier_of, tiered_partitions
 from .reindex import referenced_by_manifests
 from .remote_segment import RemoteReader
 from .storage import ChunkStorage

@@ -157,7 +157,8 @@ class SegmentUpload:
         """Chunks submitted and not yet written (queued or in flight)."""
         return sum(1 for f in self._futures if not f.done())
 
-    def _submit(self, pool: Executor, limiter: RateLimiter) -> None:
+    def submit(self, pool: Executor, limiter: RateLimiter) -> None:
+        """Queue the write of every chunk on ``pool``, paced by ``limiter`` (once, by :func:`start_upload`)."""
         size = self.chunks[-1].position + self.chunks[-1].length
 
         def put(chunk: ChunkRecord) -> None:
@@ -279,7 +280,7 @@ def start_upload(
         raise
     upload = SegmentUpload(storage, metadata, epoch, channel, segment, fd, list(chunks), guard)
     try:
-        upload._submit(pool, limiter or RateLimiter(None))
+        upload.submit(pool, limiter or RateLimiter(None))
     except BaseException:  # the pool is shut down: nothing of this attempt will be written
         upload.abandon()
         raise
@@ -332,6 +333,15 @@ def abandon(storage: ChunkStorage, metadata: TierMetadata, epoch: int, record: S
     names = [c.name for c in record.chunks] + [manifest_name(record.channel, record.base_offset, record.epoch)]
     delete_objects(storage, names)
     metadata.abandon_upload(epoch, record.channel, record.base_offset)
+
+
+def finish_delete(storage: ChunkStorage, metadata: TierMetadata, epoch: int, channel: str, record: SegmentRecord) -> None:
+    """Delete the objects of a "deleting" ``record`` of ``channel`` (missing is fine; a merged
+    object another segment still uses stays, and goes with the last of them), then its row."""
+    names = list(dict.fromkeys(c.name for c in record.chunks)) + ([record.manifest] if record.manifest else [])
+    shared = metadata.shared(channel, record.base_offset, names)
+    delete_objects(storage, [n for n in names if n not in shared])
+    metadata.finish_delete(epoch, channel, record.base_offset)
 
 
 def delete_objects(storage: ChunkStorage, names: list[str]) -> None:

@@ -549,11 +549,11 @@ def test_a_receiver_reads_in_a_callers_layout_after_records_recv_left_in_hand(tm
         rx = ch.receiver(0)
         assert rx.recv().value == b"a"
         layout = KAFKA_PYTHON_RECORDS.layout("t", 2)
-        got = rx._read_now(10, layout, 1 << 20) + rx._read_now(10, layout, 1 << 20)
+        got = rx.read_now(10, layout, 1 << 20) + rx.read_now(10, layout, 1 << 20)
         assert all(type(r) is ConsumerRecord for r in got)
         assert [(r.topic, r.partition, r.offset, r.key, r.value, r.headers) for r in got] == [
             ("t", 2, 1, None, b"b", []),
             ("t", 2, 2, None, b"c", []),
             ("t", 2, 3, b"k", b"d", [("h", b"v")]),
         ]
-        assert rx._read_now(10, layout, 1 << 20) == [] and rx.position == 4
+        assert rx.read_now(10, layout, 1 << 20) == [] and rx.position == 4

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from filechannel import FileChannel
-from filechannel.client import Admin, AsyncConsumer, Consumer, Producer, TopicPartition, aio
+from filechannel.client import Admin, AsyncConsumer, Producer, TopicPartition, aio
+from filechannel.client.fetcher import Fetcher
 from filechannel.engine.cursor import WouldBlock
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -82,7 +83,7 @@ async def test_compressed_segments_come_from_the_worker_and_nothing_is_lost(tmp_
     # 2 x 6 MB of 1 KiB records, more than a worker's fill (8 MiB): the loop meets compressed
     # segments of partition 0 while partition 1 has raw records in memory.
     blocked = []
-    fetch = Consumer._fetch
+    fetch = Fetcher.fetch
 
     def spied(self, budget, only, nowait=False):
         try:
@@ -91,7 +92,7 @@ async def test_compressed_segments_come_from_the_worker_and_nothing_is_lost(tmp_
             blocked.append(budget)
             raise
 
-    monkeypatch.setattr(Consumer, "_fetch", spied)
+    monkeypatch.setattr(Fetcher, "fetch", spied)
     values = [[value(p, i, 1024) for i in range(6000)] for p in (0, 1)]
     produce(tmp_path, [values[0], []], segment_bytes=256 * 1024, compression="zstd")
     with FileChannel(tmp_path / "t" / "0", maintenance_interval=0) as ch:

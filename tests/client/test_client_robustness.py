@@ -445,7 +445,7 @@ def test_a_poll_that_raises_loses_no_record(root):
         with pytest.raises(ValueError, match="v3"):
             c.poll(timeout_ms=500)  # partition 1's records may have been taken first: they stay
         assert (c.position(TP0), c.position(TP1)) == (0, 0)
-        c._value_de = None  # the user fixes the deserializer
+        c.fetcher.value_deserializer = None  # the user fixes the deserializer
         got = {0: [], 1: []}
         while batch := c.poll(timeout_ms=200):
             for tp, recs in batch.items():

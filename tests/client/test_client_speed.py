@@ -329,6 +329,6 @@ async def test_fetch_max_bytes_bounds_the_async_consumers_read_ahead(tmp_path, a
             producer.send("t", b"%04d" % i + b"x" * 1020)  # 2 MB of 1 KiB records
     async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest", fetch_max_bytes=300 << 10) as c:
         got = [r.offset for r in (await c.getmany(timeout_ms=1000, max_records=1))[TopicPartition("t", 0)]]
-        pending = sum(len(part.pending) for part in c.consumer._parts.values())
+        pending = sum(len(part.pending) for part in c.consumer._subscription.parts.values())
         # A trip read about 300 KiB ahead (and at most one 256 KiB read more), not 8 MiB (all 2,000)
         assert got == [0] and 0 < pending <= 560

@@ -8,7 +8,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
 
-from filechannel.client.futures import RecordFuture, complete
+from filechannel.client.futures import RecordFuture
 
 
 def test_a_group_completes_at_once_and_wakes_each_waiter_with_its_own_result():
@@ -23,12 +23,12 @@ def test_a_group_completes_at_once_and_wakes_each_waiter_with_its_own_result():
     for t in threads:
         t.start()
     time.sleep(0.05)  # most likely every waiter is blocked by now; the test holds either way
-    complete(cond, [(f, i * 10) for i, f in enumerate(futures[:3])], None)
+    RecordFuture.complete_many(cond, [(f, i * 10) for i, f in enumerate(futures[:3])], None)
     for t in threads[:3]:
         t.join(10)
     assert sorted(got) == [0, 1, 2]
     assert all(t.is_alive() for t in threads[3:])  # woken too, they saw their future pending
-    complete(cond, [(f, i * 10) for i, f in enumerate(futures[3:], 3)], None)
+    RecordFuture.complete_many(cond, [(f, i * 10) for i, f in enumerate(futures[3:], 3)], None)
     for t in threads:
         t.join(10)
     assert got == {i: i * 10 for i in range(6)}
@@ -42,7 +42,7 @@ def test_errors_timeouts_and_cancel():
         f.result(timeout=0.01)
     assert not f.cancel()
     boom = OSError("disk")
-    complete(cond, [(f, None)], boom)
+    RecordFuture.complete_many(cond, [(f, None)], boom)
     assert f.exception() is boom
     with pytest.raises(OSError, match="disk"):
         f.result()
@@ -56,11 +56,11 @@ def test_wait_as_completed_and_callbacks():
     a, b = RecordFuture(cond), RecordFuture(cond)
     seen = []
     a.add_done_callback(lambda f: seen.append(("a", f.result())))
-    threading.Timer(0.05, complete, args=(cond, [(a, 1)], None)).start()
+    threading.Timer(0.05, RecordFuture.complete_many, args=(cond, [(a, 1)], None)).start()
     done, pending = wait([a, b], timeout=10, return_when=FIRST_COMPLETED)
     assert done == {a} and pending == {b}
     assert seen == [("a", 1)]
-    threading.Timer(0.05, complete, args=(cond, [(b, 2)], None)).start()
+    threading.Timer(0.05, RecordFuture.complete_many, args=(cond, [(b, 2)], None)).start()
     assert [f.result() for f in as_completed([a, b], timeout=10)] in ([1, 2], [2, 1])
     b.add_done_callback(lambda f: seen.append(("b", f.result())))  # done already: called at once
     assert seen == [("a", 1), ("b", 2)]
@@ -73,7 +73,7 @@ def test_asyncio_can_await_it():
     f = RecordFuture(cond)
 
     async def main():
-        threading.Timer(0.05, complete, args=(cond, [(f, "x")], None)).start()
+        threading.Timer(0.05, RecordFuture.complete_many, args=(cond, [(f, "x")], None)).start()
         return await asyncio.wait_for(asyncio.wrap_future(f), 10)
 
     assert asyncio.run(main()) == "x"

@@ -30,8 +30,9 @@ from filechannel.client.topics import Admin
 from filechannel.errors import CorruptRecordError, FencedError, NotOwnerError, TierError
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.daemon import LOCK_FILE, TieringDaemon, defrag_root
-from filechannel.tiering.defrag import DefragSettings
+from filechannel.tiering.daemon import TieringDaemon
+from filechannel.tiering.daemon_lock import LOCK_FILE
+from filechannel.tiering.defrag import DefragSettings, defrag_root
 from filechannel.tiering.fsck import fsck
 from filechannel.tiering.heads import ChannelHead, decode_head, head_name, read_head
 from filechannel.tiering.layout import decode_manifest, encode_manifest

@@ -20,10 +20,11 @@ from filechannel.config import ChannelConfig
 from filechannel.errors import ConfigError, StorageUnavailableError, TierError
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import bindings, open_storage
-from filechannel.tiering.daemon import TieringDaemon, tier_status
+from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.layout import parse_object_name
 from filechannel.tiering.local_storage import LocalStorage
 from filechannel.tiering.metadata import TierMetadata
+from filechannel.tiering.status import tier_status
 
 from .conftest import wait_for
 from .tier_helpers import local_bases, make_topic, produce, segment_objects, tier2_records

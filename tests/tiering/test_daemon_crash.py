@@ -16,7 +16,8 @@ from pathlib import Path
 from filechannel.client.topics import TopicStore
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.daemon import LOCK_FILE, TieringDaemon
+from filechannel.tiering.daemon import TieringDaemon
+from filechannel.tiering.daemon_lock import LOCK_FILE
 from filechannel.tiering.metadata import TierMetadata
 
 from .conftest import wait_for

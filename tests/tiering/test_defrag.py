@@ -24,8 +24,8 @@ from filechannel.engine import failpoints as failpoint
 from filechannel.errors import ConfigError
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.daemon import TieringDaemon, defrag_root, tier_status
-from filechannel.tiering.defrag import DefragSettings, clean_up, layout_after, objects_per_segment, plan
+from filechannel.tiering.daemon import TieringDaemon
+from filechannel.tiering.defrag import DefragSettings, clean_up, defrag_root, layout_after, objects_per_segment, plan
 from filechannel.tiering.fsck import fsck
 from filechannel.tiering.layout import (
     ChunkRecord,
@@ -41,6 +41,7 @@ from filechannel.tiering.metadata import Merge, TierMetadata
 from filechannel.tiering.rebuild import rebuild_root
 from filechannel.tiering.remote_segment import RemoteReader, read_range
 from filechannel.tiering.s3_storage import MIN_PART, plan_concat
+from filechannel.tiering.status import tier_status
 
 from .test_daemon import tier_for
 from .test_rebuild import read_all

@@ -15,8 +15,8 @@ from filechannel.client import Admin
 from filechannel.client.topics import TopicStore
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.daemon import TieringDaemon, defrag_root
-from filechannel.tiering.defrag import DefragSettings
+from filechannel.tiering.daemon import TieringDaemon
+from filechannel.tiering.defrag import DefragSettings, defrag_root
 from filechannel.tiering.fsck import fsck, referenced_by_manifests
 from filechannel.tiering.layout import (
     UPLOADED,
