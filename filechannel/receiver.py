@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 _BATCH = 512  # records a recv() reads at a time, at most ...
 # ... and about this many bytes of them (the cursor's bound: Cursor.read). Its values are
 # decoded into new bytes objects, and a batch past the CPU cache is written out to memory and
-# read back from it: recv() of 16 KiB records, 512 at a time, ran at 198-216k records/s, and
-# with a 1 MiB bound at 245-268k (DESIGN.md "Reading"); 512 records of 1 MiB would have held
-# half a gigabyte for one recv().
+# read back from it: recv() of 16 KiB records, 512 at a time, ran faster with this bound than
+# without (DESIGN.md, "Reading"); 512 records of 1 MiB would have held half a gigabyte for
+# one recv().
 _BATCH_BYTES = 1 << 20
 
 

@@ -13,15 +13,15 @@ decodes what its fetches bring: ``preadv`` with ``RWF_NOWAIT`` never waits for t
 and whatever else a read would need (the disk, a seek, a compressed or tier-2 segment,
 the next segment, a group heartbeat or an auto-commit due) sends the call to the worker
 thread instead (``Cursor.read(nowait=True)``). A trip to a worker costs more than decoding
-a thousand small records: at 100 B, ``getmany`` took 139-212 ns a record with a trip per
-megabyte and 107-110 without (DESIGN.md, "Async consumer"). At least every
-``_INLINE_SPAN`` a call goes to the worker anyway, so a partition whose records need it
-(rolled, cold, compressed) waits no longer than that behind others read in memory.
+a thousand small records: ``getmany`` of small records was faster without a trip per
+megabyte (DESIGN.md, "Async consumer"). At least every ``_INLINE_SPAN`` a call goes to
+the worker anyway, so a partition whose records need it (rolled, cold, compressed) waits
+no longer than that behind others read in memory.
 
 One lock orders the worker threads and the event loop's reads and takes (the loop only
 ever tries it without blocking). A producer with ``fsync="always"`` waits for its
-record's fsync in a worker thread; sends themselves only buffer: they take microseconds
-and run inline.
+record's fsync in a worker thread; sends themselves only buffer, far cheaper than a trip
+to a worker, and run inline.
 """
 
 from __future__ import annotations
@@ -222,8 +222,8 @@ class AsyncProducer:
         buffered when ``send`` is called, not when it is awaited, and an awaitable that is
         already done is returned (a coroutine to asyncio: ``create_task`` and ``gather``
         take it); its await gives the future, or raises what the send raised. An ``async
-        def`` cost a frame and its six arguments' binding per send: at 100 B an async send
-        took 760-1,068 ns with it and 567-608 without (DESIGN.md, "Async producer").
+        def`` cost a frame and its six arguments' binding per send, a large part of a small
+        record's send (DESIGN.md, "Async producer").
         """
         if key is None and partition is None and timestamp_ms is None and headers is None:
             future = self._producer.send(topic, value)  # the form the producer's short path takes
@@ -356,8 +356,8 @@ class AsyncConsumer:
         trip fetches one record of that partition: that is the file work the loop may not do
         (find the seal, open the next segment), and the loop reads on from the chunk it left.
         A whole fill there read 64 values of 64 KiB in the worker thread, whose pages glibc
-        takes back from its arena once the loop frees them: 1,120 page faults and 3.1 ms a
-        trip, about five times what the loop takes for the same records (DESIGN.md)."""
+        takes back from its arena once the loop frees them: page faults on every trip, and far
+        more time than the loop takes for the same records (DESIGN.md, "Async consumer")."""
         edge, self._past_end = self._past_end, None
         consumer = self._consumer
         # Not one paused, unassigned or left out since: its fill would wait for nothing.

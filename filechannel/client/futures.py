@@ -1,11 +1,10 @@
 """Futures of produced records: real ``concurrent.futures.Future`` objects, made light.
 
-``Producer.send`` returns a future per record, hundreds of thousands a second. A plain
+``Producer.send`` returns a future per record, so a future's cost counts per record. A plain
 ``Future`` allocates a ``Condition`` (with its lock and waiter deque) and two lists:
 six objects the garbage collector tracks. With thousands of durable records in flight,
-CPython 3.11's collector walking them took about half the CPU of a durable producer
-(8 threads: 51,828 msgs/s with the collector on, 107,817 with it off, ad-hoc script;
-189,214 and 203,733 with these futures and the collector on, same script).
+CPython 3.11's collector walking them took a large share of a durable producer's CPU
+(DESIGN.md, "Durable futures").
 
 A :class:`RecordFuture` is a ``Future`` subclass, so ``result()``, ``wait()``,
 ``as_completed()`` and ``asyncio.wrap_future`` work, but it shares the condition of its
@@ -190,8 +189,8 @@ class SentFuture(RecordFuture[RecordMetadata]):
     where the record went and builds the :class:`RecordMetadata` only when asked.
 
     Most producers never look at the future of every record; building the 11-field
-    metadata and a full future per send cost more than the append itself (100 B
-    ``Producer.send``: 0.18x ``Sender.send`` with them). ``_route`` is the partition's
+    metadata and a full future per send cost more than the append itself (DESIGN.md,
+    "Producer.send's short path"). ``_route`` is the partition's
     ``(topic, partition, TopicPartition)``, ``_at`` the append's ``(offset, timestamp)``,
     ``_size`` the value's length. Everything else is the class's: done, no exception.
     """

@@ -76,7 +76,8 @@ log = logging.getLogger("filechannel")
 # back kept writer.lock held far past the hold limit. Wall-clock time is only a record's
 # timestamp and a segment's ``created``. A send reads one clock: the monotonic one, and its
 # timestamp is that plus ``_wall_offset_ns``, the wall clock's lead taken whenever the writer
-# lock is taken (see Appender._append). A second clock read per send cost 40-58 ns here.
+# lock is taken (see Appender._append). A second clock read per send was measurable on the
+# hot path (DESIGN.md, "Appending and locking").
 # The clocks are bound here, a global read per use on the append path; the wall clock is
 # the one of .clock, whose now_ms stamps what the Python path stamps.
 _monotonic = time.monotonic
@@ -102,8 +103,8 @@ class Appender(_Core):
         self._cond = threading.Condition(self._mutex)
         # The flusher sleeps on its own condition, woken only when records wait for it (and
         # on close). Woken by every drain's notify_all, it found nothing to do and cost a
-        # GIL handoff each time (64 KiB send_many under strace: about 5,000 futex calls per
-        # 5,000 records, 300 with its own condition).
+        # GIL handoff each time (a futex call per record of a 64 KiB send_many, DESIGN.md,
+        # "Appending and locking").
         self._flush_wanted = threading.Condition(self._mutex)
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -211,7 +212,7 @@ class Appender(_Core):
             if self._pending_bytes < self._buffer_bytes and not self._always and (now < self._flush_due or self._flushing):
                 # Due but a drain is in flight: the next drain (a later send's, or the flusher's)
                 # writes this record. Waiting for the one in flight to lead another made every
-                # sender thread queue behind the others (8 threads: 0.03-0.4x one thread).
+                # sender thread queue behind the others (8 threads sent far less than one).
                 return offset, ts
         self._after_append(offset, True)
         return offset, ts
@@ -281,10 +282,10 @@ class Appender(_Core):
 
         It keeps ``writer.lock`` though nothing is left buffered: this thread is sending,
         and letting the lock go made its next record take it again (flock twice, the writer
-        state read, two stats: about 30 µs, at every such drain; one thread sending 100 B
-        records drained and took the lock anew 1,550 times a second, and kept 7-10% more of
-        its rate without). The flusher lets the lock go once nothing has been buffered for
-        ``flush_interval`` (by the hold limit at the latest), as any drain of its own does.
+        state read, two stats, at every such drain; one thread sending small records drained
+        often, and kept more of its rate without: DESIGN.md, "Appending and locking"). The
+        flusher lets the lock go once nothing has been buffered for ``flush_interval`` (by
+        the hold limit at the latest), as any drain of its own does.
         """
         with self._cond:
             keep = _monotonic() < self._hold_until
@@ -313,7 +314,7 @@ class Appender(_Core):
                     # Perhaps another thread's drain before it lets the lock go: once it is
                     # written, look again (the lock may have been let go and taken anew).
                     # Draining on behind it, each waiting thread led a drain of the one
-                    # record sent since (8 threads: 0.65-0.8x one thread's rate).
+                    # record sent since (8 threads sent less than one thread alone).
                     self._cond.wait()
                     continue
                 self._drain_locked(sync=False, upto=None)

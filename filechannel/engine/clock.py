@@ -5,8 +5,8 @@ the tier-2 metadata, claims and exports record. Durations (hold limits, flush de
 measured on the monotonic clock instead (see :mod:`.appender`).
 
 Integer arithmetic on ``time.time_ns()``: exact, where ``int(time.time() * 1000)`` rounds through
-a float. A call costs less than that expression written out (110 against 122 ns here), so a
-caller on a per-record path loses nothing by calling it.
+a float. A call costs no more than that expression written out, so a caller on a per-record
+path loses nothing by calling it.
 """
 
 from __future__ import annotations

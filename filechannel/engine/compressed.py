@@ -23,8 +23,9 @@ A raw position counts from the first frame (raw segment position minus 32). Each
 holds whole frames exactly as they were in the raw segment, so the same frame decoder
 reads both, and every record keeps its own CRC-32C. Blocks are written without zstd's
 own checksum (an XXH64 of the block): readers check every frame's CRC-32C anyway, and
-the second check cost about 15% of decompression time. Blocks with the checksum
-(written before) still read, and zstd still checks it.
+the second check cost a measurable share of decompression time (DESIGN.md,
+"Compressed segment"). Blocks with the checksum (written before) still read, and zstd
+still checks it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ every chunk read held three records and the head of a fourth, read again with th
 third more bytes copied from the page cache than the records. A chunk holds
 ``CHUNK_FRAMES`` such frames, and at least ``READ_CHUNK`` and at most ``READ_CHUNK_MAX``
 bytes: small records read 256 KiB at a time, and 64 KiB records 15 at a time, not three
-(``recv_many`` of them 129 k -> 145 k records a second, DESIGN.md "Reading"); a frame
+(which made ``recv_many`` of them faster: DESIGN.md, "Reading"); a frame
 longer than ``READ_CHUNK_MAX`` is read whole, alone. A read bounded in bytes asks for no
 more whole frames of that length than reach its bound.
 

@@ -71,12 +71,12 @@ def fsync_if_exists(path: str) -> bool:
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 _JOIN_BELOW = 1024  # average piece size under which one joined buffer beats writev's per-piece cost
 # Bytes per write call: small pieces joined into buffers of up to _WRITE_BYTES, large ones
-# handed to writev up to _WRITEV_BYTES at a time. Measured here (a kernel effect we work
-# around, not explain): a first 64 MiB writev in a process ran at 0.5-0.7 GB/s, the same
-# bytes in 4 MiB calls at 3-4.8 GB/s; and send_many of 1,000 values of 64 KiB (65 MB a
-# batch, ten batches a run, three runs alternated in one process) did 10,574-51,644 records/s
-# in 4 MiB writevs and 51,876-52,163 in 1 MiB ones. Joined buffers stay larger: a drain just
-# over the limit goes through the per-piece loop below, which costs small records more.
+# handed to writev up to _WRITEV_BYTES at a time (a kernel effect we work around, not
+# explain): a first large writev in a process ran far slower than the same bytes in calls
+# of a few MiB (DESIGN.md, "Appending and locking"), and send_many of 64 KiB values swung
+# widely in rate with 4 MiB writevs, steady with 1 MiB ones. Joined buffers stay larger: a
+# drain just over the limit goes through the per-piece loop below, which costs small
+# records more.
 _WRITE_BYTES = 4 << 20
 _WRITEV_BYTES = 1 << 20
 

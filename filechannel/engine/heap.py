@@ -9,10 +9,9 @@ Why: values of over 512 bytes are ``malloc``'d one by one, a batch of them comes
 top of the heap, and when the batch is freed together glibc gives the top back to the
 kernel as soon as it exceeds the trim threshold (128 KiB in a fresh process, 512 KiB
 once a 256 KiB read chunk was freed). The next batch then faults every page in again,
-zeroed: in a fresh process ``recv_many(16)`` of 64 KiB records took 17.7 page faults a
-record and ran at 22-24 k records/s, against 95 k for queuelib's ``pop`` of one record at
-a time; 1 KiB records in batches of 500 ran at 1.3 M/s with 0.2 faults a record, 3.0-3.2 M
-with the room (DESIGN.md, "Reading"). Whether a process was hit was luck: any process
+zeroed: a fresh process's ``recv_many`` of large records faulted pages in for every
+batch and ran far slower than with the room, slower even than queuelib's ``pop`` of one
+record at a time (DESIGN.md, "Reading"). Whether a process was hit was luck: any process
 that once freed a large buffer was not.
 
 How: glibc raises both thresholds itself when a process frees a memory-mapped block

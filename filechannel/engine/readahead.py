@@ -1,11 +1,11 @@
 """Readahead for compressed segments: the next blocks decompress on other threads while
 the reader decodes the current one.
 
-Reading a compressed segment costs mostly zstd decompression, which runs on one core at
-about half the speed a raw segment is read. The C module ``_readahead`` reads and
-decompresses blocks on worker threads that never take the GIL (Python threads would
-need it between blocks, while the reader holds it decoding; measured, they gained
-nothing). Readahead starts once a reader moves from one block to the next (a reader that
+Reading a compressed segment costs mostly zstd decompression, which on one core is
+slower than reading a raw segment. The C module ``_readahead`` reads and decompresses
+blocks on worker threads that never take the GIL (Python threads would need it between
+blocks, while the reader holds it decoding, and gained nothing: DESIGN.md, "Reading").
+Readahead starts once a reader moves from one block to the next (a reader that
 seeks and reads one block decompresses nothing more), and holds at most
 ``READAHEAD_BLOCKS`` blocks per segment, decompressed by ``READAHEAD_THREADS`` threads per
 process and by the reader itself while it waits for a block. A cursor on the last blocks
@@ -62,7 +62,7 @@ def usable_cpus() -> int:
 
 # One CPU is the reader's, and a reader waiting for a block decompresses the next ones
 # itself: more workers than the other CPUs only make the reader wait for a CPU. Two at most:
-# two keep ahead of one reader (decompressing runs at about half the speed of decoding).
+# two keep ahead of one reader (decompressing runs slower than decoding).
 READAHEAD_THREADS = max(1, min(2, usable_cpus() - 1))
 ENABLED = _readahead is not None and _readahead.available and usable_cpus() > 1
 if ENABLED and _readahead is not None:  # (ENABLED implies the second test, which the type checker needs)

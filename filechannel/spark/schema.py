@@ -58,8 +58,8 @@ class BatchBuilder:
     """Gathers records of one partition column by column; ``build()`` makes one Arrow batch.
 
     Records go in a few hundred at a time and only their fields are kept: pyarrow's fixed
-    cost per batch (about 0.25 ms) wants batches of thousands of rows, but thousands of
-    live ``Record`` objects fall out of the CPU cache.
+    cost per batch wants batches of thousands of rows, but thousands of live ``Record``
+    objects fall out of the CPU cache.
     """
 
     def __init__(self, topic: str, partition: int, include_headers: bool = False) -> None:

@@ -248,9 +248,10 @@ _STORAGES = StorageClients()  # never closed: the worker's process ends with the
 def storage_for(url: str, options: dict[str, Any]) -> ChunkStorage:
     """This process's client of the storage at ``url`` with ``options``, made on first use and kept.
 
-    Spark reuses a Python worker for many tasks, and making a boto3 client costs about
-    0.3 s (it loads the service's model): once per worker, not once per task. A client is
-    thread-safe, and its credentials come from the worker's environment, which does not change.
+    Spark reuses a Python worker for many tasks, and making a boto3 client is costly (it
+    loads the service's model; DESIGN.md, "Spark"): once per worker, not once per task. A
+    client is thread-safe, and its credentials come from the worker's environment, which
+    does not change.
     """
     return _STORAGES.get(url, options)
 

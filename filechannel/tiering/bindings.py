@@ -92,7 +92,7 @@ class StorageClients:
     """Storage clients by URL and options (:func:`storage_key`), each opened (:func:`open_storage`)
     on first use and kept until :meth:`close`. Thread-safe.
 
-    A client can be costly to make (a boto3 client loads the service's model: about 0.3 s) and
+    A client can be costly to make (a boto3 client loads the service's model) and
     is thread-safe: whoever opens the storages of many partitions (the tiering daemon, ``tier
     defrag``, fsck, a Spark worker's tasks) opens each storage once.
     """

@@ -995,8 +995,8 @@ def _journal_mode_wal(db: sqlite3.Connection, deadline: float) -> str:
     """Switch ``db`` to WAL and return the journal mode it then has.
 
     SQLite does not call the busy handler for this pragma: while another process creates or
-    switches the same new database, it fails at once with "database is locked" (measured:
-    49 of 150 rounds of three processes opening one new file). So it is retried with a short
+    switches the same new database, it fails at once with "database is locked" (often, when
+    a few processes open one new file together). So it is retried with a short
     randomised wait until ``deadline`` (the busy timeout), like any other locked statement.
     """
     wait = 0.001
