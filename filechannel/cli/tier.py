@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from .common import ROOT_OPTION, SECONDS, byte_progress, cli, err, out, root_folder
+from .common import FORMAT_OPTION, ROOT_OPTION, SECONDS, byte_progress, cli, err, out, print_json, root_folder
 
 if TYPE_CHECKING:
     from ..tiering.defrag import DefragSettings
@@ -125,32 +125,38 @@ def tier_run(
 
 @tier.command("status")
 @ROOT_OPTION
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per partition instead of a table.")
+@FORMAT_OPTION
+@click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --format json.")
 @click.pass_context
-def tier_status_cmd(ctx: click.Context, as_json: bool) -> None:
-    """Per tiered partition: local segments and bytes, uploaded, waiting, bytes in tier-2, upload lag, last error."""
+def tier_status_cmd(ctx: click.Context, fmt: str, as_json: bool) -> None:
+    """Per tiered partition: the offsets in each tier, segments and bytes, what waits, the last error.
+
+    "waiting" are sealed segments not uploaded yet; "active" the records of the segment being
+    written, which moves once it is sealed (at segment_bytes, or by a send once it is
+    segment_ms old); "lag" every local offset not in tier-2 yet.
+    """
     from ..tiering.status import tier_status
 
     rows = tier_status(root_folder(ctx))
-    if as_json:
+    if as_json or fmt == "json":
         for row in rows:
-            click.echo(json.dumps(row.as_dict()))
+            print_json(row.as_dict())
         return
     if not rows:
-        out.print("no tiered topic")
+        out.print("no tiered topic under this root (a topic is tiered by its tier setting: -c tier=URL)")
         return
-    table = Table(
-        "partition", "local", "local bytes", "uploaded", "objects", "tier-2 bytes", "waiting", "lag (offsets)", "last error"
-    )
+    table = Table("partition", "local offsets", "local", "tier-2 offsets", "tier-2", "waiting", "active", "lag", "last error")
     for r in rows:
+        tier_offsets = "-" if r.tier_first_offset is None else f"{r.tier_first_offset}-{r.tier_end_offset}"
+        objects = f", {r.tier_objects / r.uploaded_segments:.1f} objects/segment" if r.uploaded_segments else ""
         table.add_row(
             r.partition,
-            str(r.local_segments),
-            str(r.local_bytes),
-            str(r.uploaded_segments),
-            f"{r.tier_objects} ({r.tier_objects / r.uploaded_segments:.1f}/segment)" if r.uploaded_segments else "0",
-            str(r.tier_bytes),
+            f"{r.local_first_offset}-{r.local_end_offset}",
+            f"{r.local_segments} segments, {r.local_bytes} bytes",
+            tier_offsets,
+            f"{r.uploaded_segments} segments, {r.tier_bytes} bytes{objects}",
             f"{r.waiting_segments} ({r.waiting_bytes} bytes)",
+            str(r.active_offsets),
             str(r.upload_lag_offsets),
             r.last_error or "",
         )

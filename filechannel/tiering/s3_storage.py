@@ -232,7 +232,7 @@ class S3Storage(ChunkStorage):
         super().__init__(f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}")
         self.bucket = bucket
         self.prefix = prefix
-        self.endpoint = redact_url(endpoint_url) if endpoint_url else "AWS"
+        self.endpoint = redact_url(endpoint_url) if endpoint_url else "AWS (or boto3's configured endpoint)"
         self._backoff = Backoff(_positive(max_attempts, "max_attempts"))
         self._multipart_threshold = _positive(multipart_threshold, "multipart_threshold")
         self._part_size = _positive(part_size, "part_size", MIN_PART)
@@ -266,6 +266,9 @@ class S3Storage(ChunkStorage):
             self._client = session.client("s3", endpoint_url=endpoint_url, config=config)
         except (bce.BotoCoreError, ValueError) as exc:
             raise ConfigError(f"cannot make an S3 client for {self.url} at {self.endpoint}: {exc}") from None
+        # Where requests really go: without endpoint_url, boto3 may take one from AWS_ENDPOINT_URL
+        # or ~/.aws/config, and an error saying "at AWS" would send the user to the wrong server.
+        self.endpoint = redact_url(self._client.meta.endpoint_url)
         self._bucket_checked = False
 
     @classmethod
@@ -277,8 +280,8 @@ class S3Storage(ChunkStorage):
         parts = urlsplit(url)
         if "@" in parts.netloc:
             raise ConfigError(
-                f"{redact_url(url)}: credentials do not belong in the URL; pass them as options or through boto3's chain "
-                "(environment, ~/.aws)"
+                f"{redact_url(url)}: credentials do not belong in the URL; give them through boto3's chain "
+                "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, ~/.aws, an instance profile)"
             )
         if parts.query or parts.fragment or not parts.netloc:
             raise ConfigError(f"storage URL {url!r} is not valid: use s3://bucket or s3://bucket/prefix")
@@ -512,7 +515,10 @@ class S3Storage(ChunkStorage):
         if isinstance(exc, _MissingBucket):
             return TierError(f"cannot {where}: {self._no_bucket_message()}")
         if isinstance(exc, bce.NoCredentialsError | bce.PartialCredentialsError):
-            return AccessDeniedError(f"cannot {where}: no usable credentials; pass them as options or configure boto3's chain")
+            return AccessDeniedError(
+                f"cannot {where}: no usable credentials; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                "or configure boto3's chain (~/.aws, an instance profile)"
+            )
         if isinstance(exc, _UNREACHABLE + _BODY_ERRORS):
             return StorageUnavailableError(f"cannot {where}: the storage is unreachable after retries ({exc}); retry later")
         if isinstance(exc, bce.BotoCoreError):

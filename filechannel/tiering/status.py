@@ -36,11 +36,16 @@ class PartitionStatus:
     partition: str
     local_segments: int
     local_bytes: int
+    local_first_offset: int
+    local_end_offset: int
     uploaded_segments: int
     tier_objects: int
     tier_bytes: int
+    tier_first_offset: int | None
+    tier_end_offset: int | None
     waiting_segments: int
     waiting_bytes: int
+    active_offsets: int
     upload_lag_offsets: int
     last_error: str | None
 
@@ -53,8 +58,11 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
 
     Reads only (the metadata store, the folders and the daemon's last status file); works
     while a daemon runs, and when none does (then ``last_error`` is the last daemon's).
-    ``waiting`` counts sealed local segments not uploaded yet; ``upload_lag_offsets`` is how
-    many sealed offsets are not in tier-2 yet.
+    Offsets are ``[first, end)`` ranges: local, and in tier-2 (None when nothing is uploaded).
+    ``waiting`` counts sealed local segments not uploaded yet; ``active_offsets`` the records
+    of the active segment, which no daemon uploads before it is sealed (at ``segment_bytes``,
+    or by a send once it is ``segment_ms`` old); ``upload_lag_offsets`` is every local offset
+    not in tier-2 yet, the active segment's included.
     """
     root = os.path.abspath(os.fspath(root))
     tier_dir = os.path.join(root, ROOT_TIER_DIR)
@@ -77,6 +85,7 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
             try:
                 refs = log_.list_segments()
                 sizes = [retention.segment_bytes_on_disk(r) for r in refs]
+                end = log_.end_offset() if refs else 0
             finally:
                 log_.close()
             # aggregates in SQLite, and the rows the local segments overlap: no list of the whole history
@@ -87,17 +96,23 @@ def tier_status(root: str | os.PathLike[str]) -> list[PartitionStatus]:
             bases = {r.base_offset for r in overlapped}
             ends = [r.base_offset for r in refs[1:]]
             waiting = [(i, r) for i, r in enumerate(refs[:-1]) if r.base_offset not in bases and ends[i] != r.base_offset]
+            active = end - refs[-1].base_offset if refs else 0
             result.append(
                 PartitionStatus(
                     part.name,
                     len(refs),
                     sum(sizes),
+                    refs[0].base_offset if refs else end,
+                    end,
                     uploaded,
                     metadata.object_count(part.name) if metadata is not None else 0,
                     tier_bytes,
+                    summary[0].first_offset if summary else None,
+                    summary[0].end_offset if summary else None,
                     len(waiting),
                     sum(sizes[i] for i, _ in waiting),
-                    sum(ends[i] - r.base_offset for i, r in waiting),
+                    active,
+                    sum(ends[i] - r.base_offset for i, r in waiting) + active,
                     errors.get(part.name),
                 )
             )

@@ -189,7 +189,7 @@ def test_defrag_refuses_beside_a_running_daemon_and_reports_per_segment(tmp_path
     assert "objects per segment" in done.stdout and "merged" in done.stderr
     bad = fc("tier", "defrag", "--root", str(root), "--merge-below", "3000", "--target", "100", check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--target" in bad.stderr
-    [row] = [json.loads(line) for line in fc("tier", "status", "--root", str(root), "--json").stdout.splitlines()]
+    [row] = [json.loads(line) for line in fc("tier", "status", "--root", str(root), "--format", "json").stdout.splitlines()]
     assert 0 < row["tier_objects"] < row["uploaded_segments"]  # fewer objects than segments after the merges
 
     with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch, ch.sender() as tx:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ def fc(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def status(root: Path) -> list[dict]:
-    return [json.loads(line) for line in fc("tier", "status", "--root", str(root), "--json").stdout.splitlines()]
+    return [json.loads(line) for line in fc("tier", "status", "--root", str(root), "--format", "json").stdout.splitlines()]
 
 
 def test_run_once_uploads_and_status_shows_it(tmp_path: Path) -> None:
@@ -192,3 +193,37 @@ def test_a_missing_root_is_an_error_and_is_not_made(tmp_path: Path, command: tup
     [line] = proc.stderr.splitlines()
     assert line.startswith("error: the root folder") and str(root) in line
     assert not root.exists()
+
+
+def test_status_shows_each_tiers_offsets_and_the_active_segment_as_waiting(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    make_topic(root, f"file://{tmp_path}/tier", local_retention_bytes=0)
+    produce(root, [os.urandom(100) for _ in range(150)])
+    fc("tier", "run", "--root", str(root), "--once")
+    produce(root, [os.urandom(100) for _ in range(3)], partition=0)
+    [row] = status(root)
+    bases = local_bases(root)
+    assert (row["local_first_offset"], row["local_end_offset"]) == (bases[0], 153)
+    assert (row["tier_first_offset"], row["tier_end_offset"]) == (0, bases[0])
+    assert row["active_offsets"] == 153 - bases[-1] > 0
+    assert row["upload_lag_offsets"] == row["active_offsets"] + sum(b - a for a, b in itertools.pairwise(bases))
+    table = fc("tier", "status", "--root", str(root)).stdout
+    assert f"{bases[0]}-153" in table and f"0-{bases[0]}" in table
+
+
+def test_status_of_records_only_in_the_active_segment_is_not_zero_lag(tmp_path: Path) -> None:
+    """The README's block: a few records in a default 64 MiB segment, nothing sealed, nothing uploaded."""
+    root = tmp_path / "root"
+    fc("topics", "create", "t", "--root", str(root), "-c", f"tier=file://{tmp_path}/tier")
+    produce(root, [b"x" * 100 for _ in range(5)])
+    fc("tier", "run", "--root", str(root), "--once")
+    [row] = status(root)
+    assert (row["waiting_segments"], row["active_offsets"], row["upload_lag_offsets"]) == (0, 5, 5)
+    assert row["tier_first_offset"] is None and row["uploaded_segments"] == 0
+
+
+def test_status_says_when_no_topic_is_tiered(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    fc("topics", "create", "plain", "--root", str(root))
+    assert "no tiered topic" in fc("tier", "status", "--root", str(root)).stdout
+    assert fc("tier", "status", "--root", str(root), "--format", "json").stdout == ""

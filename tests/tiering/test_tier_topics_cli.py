@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,31 @@ def test_bad_storage_options_are_one_line(tmp_path: Path) -> None:
     assert not (root / "t").exists()
     with pytest.raises(ConfigError, match="together, or neither"):
         open_storage("s3://bkt/p", aws_secret_access_key="x")  # not botocore's TypeError at the first request
+
+
+def test_without_the_s3_extra_an_s3_topic_is_refused_in_one_line(tmp_path: Path) -> None:
+    """boto3 missing (as without ``pip install 'filechannel[s3]'``): one ConfigError naming the extra."""
+    code = (
+        "import sys; sys.modules['boto3'] = None\n"  # an import of boto3 now raises ImportError
+        "from filechannel.client import Admin\n"
+        "from filechannel.errors import ConfigError\n"
+        "try:\n"
+        f"    Admin({str(tmp_path / 'root')!r}).create_topic('t', tier='s3://bkt/p')\n"
+        "except ConfigError as exc:\n"
+        "    print(exc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "boto3" in proc.stdout and "pip install 'filechannel[s3]'" in proc.stdout
+    assert not (tmp_path / "root" / "t").exists()
+
+
+@pytest.mark.s3
+def test_an_endpoint_from_the_environment_is_the_one_errors_name(tmp_path: Path, seaweed, monkeypatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", seaweed.endpoint)
+    line = failed(
+        fc("topics", "create", "t", "--root", str(tmp_path / "root"), "-c", "tier=s3://no-such-bucket-x/p", check=False)
+    )
+    assert seaweed.endpoint in line and "AWS" not in line.replace("AWS_", "")
