@@ -34,7 +34,8 @@ async def test_send_then_getone_and_getmany(tmp_path, anyio_backend):
 @pytest.mark.anyio
 async def test_waiting_does_not_block_the_loop(tmp_path, anyio_backend):
     async with AsyncProducer(tmp_path) as producer:
-        await (await producer.send("t", b"first"))  # written before "latest" is looked up
+        await producer.send("t", b"first")
+        await producer.flush()  # in the file before "latest" is looked up (a send's future is done once buffered)
         async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="latest") as consumer:
             ticks = 0
             got = []
