@@ -7,6 +7,7 @@ import math
 import os
 import select
 import stat
+import sys
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -14,6 +15,7 @@ from rich.console import Console
 
 from .. import __version__, native_extensions
 from ..engine.files import opened
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -26,7 +28,9 @@ class _Console(Console):
         raise BrokenPipeError("the reader of the output has gone")
 
 
-out = _Console()
+# In a pipe, rich would cut tables to 80 columns (or $COLUMNS): a table there is as wide as its content.
+_PIPE_WIDTH = None if sys.stdout.isatty() else 1000
+out = _Console(width=_PIPE_WIDTH)
 err = _Console(stderr=True)
 
 
@@ -172,6 +176,15 @@ def cli(ctx: click.Context, root: str | None) -> None:
     """filechannel: a durable, file-backed message log with a Kafka-like client."""
     ctx.ensure_object(dict)
     ctx.obj["root"] = root
+
+
+class BadValue(click.UsageError, ConfigError):
+    """A bad option or argument value found past click's own parsing (a property, a setting, a
+    time, a plan): exit 2 with one ``error:`` line, as a usage error; still a
+    :class:`ConfigError` to code that calls the parsers directly."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, click.get_current_context(silent=True))
 
 
 class Seconds(click.types.FloatParamType):

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from ..client import Admin, Consumer, TopicPartition
 from ..client.group import read_group
 from ..client.topics import TopicStore
-from ..errors import ConfigError
+from .common import BadValue
 
 # Kafka topic config -> (our setting, how its value converts). None: accepted, means nothing here.
 _UNLIMITED = -1  # Kafka's "no limit" for retention.ms / retention.bytes
@@ -32,7 +32,7 @@ def _int(name: str, raw: str) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError(f"topic config {name} must be an integer, not {raw!r}") from None
+        raise BadValue(f"topic config {name} must be an integer, not {raw!r}") from None
 
 
 def _limit(name: str, raw: str) -> int | None:
@@ -43,24 +43,24 @@ def _limit(name: str, raw: str) -> int | None:
 def _compression(name: str, raw: str) -> str:
     codecs = {"zstd": "zstd", "uncompressed": "none", "none": "none"}
     if raw.lower() not in codecs:
-        raise ConfigError(f"{name}={raw}: sealed segments are compressed with zstd or not at all (zstd, uncompressed)")
+        raise BadValue(f"{name}={raw}: sealed segments are compressed with zstd or not at all (zstd, uncompressed)")
     return codecs[raw.lower()]
 
 
 def _flush_messages(name: str, raw: str) -> str:
     if _int(name, raw) != 1:
-        raise ConfigError(f'{name}={raw}: only 1 (an fsync per record: fsync="always") can be honoured here')
+        raise BadValue(f'{name}={raw}: only 1 (an fsync per record: fsync="always") can be honoured here')
     return "always"
 
 
 def _cleanup(name: str, raw: str) -> None:
     if raw.lower() != "delete":
-        raise ConfigError(f"{name}={raw}: only delete is supported (old segments are deleted; there is no compaction)")
+        raise BadValue(f"{name}={raw}: only delete is supported (old segments are deleted; there is no compaction)")
 
 
 def _timestamp_type(name: str, raw: str) -> None:
     if raw != "CreateTime":
-        raise ConfigError(f"{name}={raw}: records keep the producer's timestamp (CreateTime) only")
+        raise BadValue(f"{name}={raw}: records keep the producer's timestamp (CreateTime) only")
 
 
 KAFKA_TOPIC_CONFIGS: dict[str, tuple[str | None, Any]] = {
@@ -94,7 +94,7 @@ def topic_setting(key: str, raw: str) -> tuple[str, Any] | None:
     if "." not in key:
         return key, plain_value(raw)
     if key not in KAFKA_TOPIC_CONFIGS:
-        raise ConfigError(f"unknown topic config {key!r}; Kafka's configs taken here: {', '.join(sorted(KAFKA_TOPIC_CONFIGS))}")
+        raise BadValue(f"unknown topic config {key!r}; Kafka's configs taken here: {', '.join(sorted(KAFKA_TOPIC_CONFIGS))}")
     setting, convert = KAFKA_TOPIC_CONFIGS[key]
     value = convert(key, raw) if convert is not None else None
     return (setting, value) if setting is not None else None
@@ -108,7 +108,7 @@ def plain_value(text: str) -> Any:
         try:
             return json.loads(text)
         except ValueError as exc:
-            raise ConfigError(f"{text!r} is not valid JSON ({exc})") from None
+            raise BadValue(f"{text!r} is not valid JSON ({exc})") from None
     for cast in (int, float):
         try:
             return cast(text)
@@ -126,9 +126,9 @@ def parse_properties(items: Iterable[str], known: Mapping[str, _Value], tool: st
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
-            raise ConfigError(f"--property {item!r} is not NAME=VALUE")
+            raise BadValue(f"--property {item!r} is not NAME=VALUE")
         if name not in known:
-            raise ConfigError(f"unknown --property {name!r} for {tool}; known: {', '.join(sorted(known))}")
+            raise BadValue(f"unknown --property {name!r} for {tool}; known: {', '.join(sorted(known))}")
         props[name] = value
     return props
 
@@ -181,10 +181,10 @@ def client_properties(items: Iterable[str], flag: str) -> dict[str, Any]:
     for item in items:
         name, sep, raw = item.partition("=")
         if not sep or not name.strip():
-            raise ConfigError(f"{flag} {item!r} is not NAME=VALUE")
+            raise BadValue(f"{flag} {item!r} is not NAME=VALUE")
         key = name.strip().replace(".", "_")
         if key in CONSOLE_OWNED:
-            raise ConfigError(f"{flag} {name.strip()}: {CONSOLE_OWNED[key]}")
+            raise BadValue(f"{flag} {name.strip()}: {CONSOLE_OWNED[key]}")
         value: Any = raw.strip()
         if re.fullmatch(r"-?[0-9]+", value):
             value = int(value)
@@ -197,7 +197,7 @@ def client_properties(items: Iterable[str], flag: str) -> dict[str, Any]:
 def is_true(props: Mapping[str, str | None], name: str) -> bool:
     value = (props[name] or "").strip().lower()
     if value not in ("true", "false"):
-        raise ConfigError(f"--property {name} must be true or false, not {props[name]!r}")
+        raise BadValue(f"--property {name} must be true or false, not {props[name]!r}")
     return value == "true"
 
 
@@ -234,13 +234,13 @@ class LineReader:
             ("headers.separator", "headers.key.separator"),
         ):
             if seps[a] == seps[b]:
-                raise ConfigError(f"{a} and {b} may not be equal")
+                raise BadValue(f"{a} and {b} may not be equal")
         for name in ("key.separator", "headers.separator", "headers.delimiter", "headers.key.separator"):
             if marker is not None and seps[name] == marker:
-                raise ConfigError(f"null.marker and {name} may not be equal")
+                raise BadValue(f"null.marker and {name} may not be equal")
         for name, sep in seps.items():
             if not sep:
-                raise ConfigError(f"--property {name} may not be empty")
+                raise BadValue(f"--property {name} may not be empty")
         # os.fsencode: an argument that is not UTF-8 (e.g. $'\xff') arrives with surrogate escapes;
         # these are its bytes, so the separator matches what the shell passed.
         self.key_sep = os.fsencode(seps["key.separator"])
@@ -248,7 +248,7 @@ class LineReader:
         try:
             self.headers_split = re.compile(os.fsencode(seps["headers.separator"]))
         except re.error as exc:
-            raise ConfigError(f"headers.separator {seps['headers.separator']!r} is not a regular expression ({exc})") from None
+            raise BadValue(f"headers.separator {seps['headers.separator']!r} is not a regular expression ({exc})") from None
         self.header_key_sep = os.fsencode(seps["headers.key.separator"])
         self.null = os.fsencode(marker) if marker is not None else None
 
@@ -354,7 +354,7 @@ def parse_duration(text: str) -> timedelta:
     """``--by-duration`` as Kafka reads it (java.time.Duration.parse: ``PT15M``, ``P1DT2H``, ``PT0.5S``)."""
     m = _DURATION.fullmatch(text.strip())
     if m is None or not any(m.group(i) is not None for i in (2, 3, 4, 5)) or text.strip().upper().endswith("T"):
-        raise ConfigError(f"--by-duration {text!r} is not a duration like PT15M, P1DT2H or PT30S (Kafka's PnDTnHnMnS)")
+        raise BadValue(f"--by-duration {text!r} is not a duration like PT15M, P1DT2H or PT30S (Kafka's PnDTnHnMnS)")
     sign, days, hours, minutes, seconds, fraction = m.groups()
     secs = float(f"{seconds or 0}.{fraction or 0}")  # the fraction takes the seconds' sign, as in Java
     total = timedelta(days=int(days or 0), hours=int(hours or 0), minutes=int(minutes or 0), seconds=secs)
@@ -377,13 +377,13 @@ def parse_reset_file(text: str, group: str, source: str) -> dict[TopicPartition,
                 continue
             cells = cells[1:]
         if len(cells) != 3 or not re.fullmatch("[0-9]+", cells[1]) or not re.fullmatch("-?[0-9]+", cells[2]):
-            raise ConfigError(
+            raise BadValue(
                 f"{source} line {number}: {raw[:100]!r} is not topic,partition,offset (or group,topic,partition,offset)"
             )
         plan[TopicPartition(cells[0], int(cells[1]))] = int(cells[2])
     if not plan:
         groups = f" (it has lines for {', '.join(sorted(seen_groups))})" if seen_groups else ""
-        raise ConfigError(f"No reset plan for group {group} found in {source}{groups}")
+        raise BadValue(f"No reset plan for group {group} found in {source}{groups}")
     return plan
 
 
@@ -395,7 +395,7 @@ def check_partitions(root: str, tps: Iterable[TopicPartition], what: str) -> Non
         if tp.topic not in counts:
             counts[tp.topic] = len(admin.describe_topic(tp.topic).partitions)
         if tp.partition >= counts[tp.topic]:
-            raise ConfigError(f"{what}: {tp.topic} has partitions 0 to {counts[tp.topic] - 1}, not {tp.partition}")
+            raise BadValue(f"{what}: {tp.topic} has partitions 0 to {counts[tp.topic] - 1}, not {tp.partition}")
 
 
 def parse_datetime(text: str) -> int:
@@ -406,14 +406,14 @@ def parse_datetime(text: str) -> int:
             when = when.astimezone()
         return int(when.timestamp() * 1000)
     except (ValueError, OverflowError, OSError) as exc:
-        raise ConfigError(f"--to-datetime {text!r} is not a time like 2026-01-31T12:00:00.000 ({exc})") from None
+        raise BadValue(f"--to-datetime {text!r} is not a time like 2026-01-31T12:00:00.000 ({exc})") from None
 
 
 def reset_scope(root: str, group: str, topics: Iterable[str], all_topics: bool) -> list[TopicPartition]:
     """The partitions ``--topic T`` / ``--topic T:0,1`` or ``--all-topics`` (the group's topics) name."""
     topics = list(topics)
     if bool(topics) == all_topics:
-        raise ConfigError("say which partitions to reset: --topic TOPIC[:P,...] (repeatable) or --all-topics")
+        raise BadValue("say which partitions to reset: --topic TOPIC[:P,...] (repeatable) or --all-topics")
     admin = Admin(root)
     if all_topics:
         state, offsets = read_group(root, group)
@@ -428,7 +428,7 @@ def reset_scope(root: str, group: str, topics: Iterable[str], all_topics: bool) 
             continue
         for p in parts.split(","):
             if not re.fullmatch(r"[0-9]+", p.strip()) or int(p) >= count:
-                raise ConfigError(f"--topic {spec}: {name} has partitions 0 to {count - 1}, not {p!r}")
+                raise BadValue(f"--topic {spec}: {name} has partitions 0 to {count - 1}, not {p!r}")
             out.append(TopicPartition(name, int(p)))
     return sorted(set(out))
 
@@ -456,7 +456,7 @@ def plan_reset(root: str, group: str, tps: list[TopicPartition], reset: Reset, w
             else:
                 current = consumer.committed(tp)
                 if current is None:
-                    raise ConfigError(
+                    raise BadValue(
                         f"group {group!r} has no committed offset for {tp.topic}[{tp.partition}] to "
                         f"{'shift' if reset.kind == 'shift' else 'keep'}; use --to-earliest, --to-latest or --to-offset"
                     )
@@ -495,13 +495,13 @@ def offsets_scope(root: str, group: str, topics: Iterable[str]) -> list[TopicPar
         if parts:
             for p in parts.split(","):
                 if not re.fullmatch(r"[0-9]+", p.strip()):
-                    raise ConfigError(f"Invalid partition {p!r} specified in topic arg {spec!r}")
+                    raise BadValue(f"Invalid partition {p!r} specified in topic arg {spec!r}")
                 out.add(TopicPartition(name, int(p)))
         elif name in store.list():
             out.update(TopicPartition(name, p) for p in range(store.partitions(name)))
         else:
             known = {tp for tp in committed if tp.topic == name}
             if not known:
-                raise ConfigError(f"topic {name!r} does not exist and group {group!r} has no offsets for it")
+                raise BadValue(f"topic {name!r} does not exist and group {group!r} has no offsets for it")
             out.update(known)
     return sorted(out)

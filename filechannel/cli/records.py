@@ -17,8 +17,8 @@ import click
 
 from ..client import Admin, Consumer, Producer, TopicPartition
 from ..engine.verify import DamagedRange
-from ..errors import CorruptRecordError, UnknownTopicError
-from .common import ROOT_OPTION, cli, err, one_name, root_folder, silence_closed_output, stdout_reader_gone
+from ..errors import ConfigError, CorruptRecordError, UnknownTopicError
+from .common import ROOT_OPTION, BadValue, cli, err, one_name, root_folder, silence_closed_output, stdout_reader_gone
 from .kafka import (
     CONSUMER_PROPERTIES,
     PRODUCER_PROPERTIES,
@@ -97,7 +97,11 @@ def produce(
         settings.update(client_properties([f"acks={request_required_acks}"], "--request-required-acks"))
     root = root_folder(ctx, must_exist=False)
     count = 0
-    with Producer(root, auto_create_topics=False, **settings) as producer:  # its settings checked before a topic is made
+    try:  # its settings checked before a topic is made
+        producer = Producer(root, auto_create_topics=False, **settings)
+    except ConfigError as exc:  # a --producer-property the client refuses: a bad value (exit 2)
+        raise BadValue(str(exc)) from None
+    with producer:
         _create_for_produce(Admin(root), topic, partition)
         for line in path:
             timestamp = None
@@ -333,14 +337,17 @@ def consume(
         settings["isolation_level"] = isolation_level
     if topic is not None:
         Admin(root_folder(ctx)).describe_topic(topic)  # a missing topic is an error (a Consumer would wait for it to appear)
-    consumer = Consumer(
-        *((topic,) if topic is not None and partition is None else ()),
-        root=root_folder(ctx),
-        group_id=group,
-        auto_offset_reset="earliest" if from_beginning else "latest",
-        enable_auto_commit=False,
-        **settings,
-    )
+    try:
+        consumer = Consumer(
+            *((topic,) if topic is not None and partition is None else ()),
+            root=root_folder(ctx),
+            group_id=group,
+            auto_offset_reset="earliest" if from_beginning else "latest",
+            enable_auto_commit=False,
+            **settings,
+        )
+    except ConfigError as exc:  # a --consumer-property the client refuses: a bad value (exit 2)
+        raise BadValue(str(exc)) from None
     count = 0
     try:
         if include is not None:

@@ -565,3 +565,21 @@ def test_client_properties_by_kafkas_names_and_the_other_console_flags(tmp_path)
         assert bad.stderr.decode().count("\n") == 1, bad.stderr.decode()
     typo = fc(tmp_path, "produce", "new", "--producer-property", "lingr.ms=5", input=b"x\n", check=False)
     assert typo.returncode != 0 and "new" not in Admin(tmp_path).list_topics()  # a typo makes no topic
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (("groups", "reset-offsets", "--group", "g", "--all-topics", "--to-datetime", "nope", "--execute"), "--to-datetime"),
+        (("consume", "t", "--consumer-property", "bogus.name=1", "--no-follow"), "bogus"),
+        (("topics", "create", "u", "-c", "retention.ms=abc"), "retention.ms"),
+        (("produce", "t", "--property", "foo=1"), "foo"),
+    ],
+)
+def test_a_bad_value_is_a_usage_error_exit_2_in_one_line(tmp_path, args, says):
+    """README, "Command line": exit 2 for a bad option or argument, 1 for anything else."""
+    Admin(tmp_path).create_topic("t")
+    proc = fc(tmp_path, *args, input=b"", check=False)
+    [line] = proc.stderr.decode().splitlines()
+    assert proc.returncode == 2 and line.startswith("error: ") and says in line, proc.stderr
+    assert not (tmp_path / "u").exists()
