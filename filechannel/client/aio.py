@@ -42,7 +42,7 @@ from .consumer import Consumer
 from .coordinator import CommitOffsets
 from .fetcher import check_timeout_ms
 from .futures import RecordFuture, SentFuture
-from .producer import Producer, Serializer
+from .producer import Producer
 from .records import (
     AIOKAFKA_RECORDS,
     AsyncConsumerRecord,
@@ -141,20 +141,21 @@ class BatchBuilder:
     ``batch_size``; a first record is always taken) or after ``close()``.
     """
 
-    def __init__(self, max_bytes: int, key_serializer: Serializer | None, value_serializer: Serializer | None) -> None:
+    def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes
-        self._key_serializer = key_serializer
-        self._value_serializer = value_serializer
         self._records: list[tuple[Any, Any, int | None, Headers | None]] = []
         self._size = 0
         self._closed = False
 
     def append(self, *, timestamp: int | None, key: Any, value: Any, headers: Headers | None = None) -> BatchRecord | None:
-        """Add a record (``timestamp`` in ms, None: now); None if the batch is full or closed."""
+        """Add a record (``timestamp`` in ms, None: now); None if the batch is full or closed.
+
+        ``key`` and ``value`` are bytes (or None), as in aiokafka: a batch forgoes the producer's
+        serializers. Anything else is refused when the batch is sent.
+        """
         if self._closed:
             return None
-        kbytes = self._key_serializer(key) if (self._key_serializer and key is not None) else key
-        vbytes = self._value_serializer(value) if self._value_serializer else value
+        kbytes, vbytes = key, value
         size = (0 if kbytes is None else len(kbytes)) + (0 if vbytes is None else len(vbytes))
         if self._records and self._size + size > self._max_bytes:
             return None
@@ -191,11 +192,6 @@ class AsyncProducer:
         kwargs = _aiokafka_names(kwargs, _AIOKAFKA_PRODUCER)
         self._producer = Producer(root, **kwargs)
         self._batch_bytes = kwargs.get("batch_size", 16384)
-        # A batch's serializers: the producer's (which checked them)
-        self._serializers: tuple[Serializer | None, Serializer | None] = (
-            kwargs.get("key_serializer"),
-            kwargs.get("value_serializer"),
-        )
         if _CAsyncSend is not None:  # send(topic, value) in C, this class's send for any other call (see _codec.c)
             self.send = _CAsyncSend(self._producer.send, self._send, RecordDelivery, SentFuture)  # type: ignore[method-assign]
 
@@ -251,7 +247,7 @@ class AsyncProducer:
 
     def create_batch(self) -> BatchBuilder:
         """An empty batch of at most ``batch_size`` bytes, filled with ``append`` and sent with :meth:`send_batch`."""
-        return BatchBuilder(self._batch_bytes, *self._serializers)
+        return BatchBuilder(self._batch_bytes)
 
     async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> RecordDelivery:
         """Send ``batch``'s records to ``partition`` in order; a future of the first record's metadata
@@ -260,7 +256,7 @@ class AsyncProducer:
         batch.close()
         first: RecordDelivery | None = None
         for key, value, timestamp, headers in batch.appended():
-            future = self._producer.send(topic, value, key, headers, partition, timestamp)
+            future = self._producer.send_serialized(topic, value, key, headers, partition, timestamp)
             if first is None:
                 first = RecordDelivery(future)
         if first is None:

@@ -292,6 +292,19 @@ class Producer:
                 if not self._closed:
                     self._routes[topic] = (sender.appender, (topic, 0, self._tp(topic, 0)))
 
+    def send_serialized(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordFuture[RecordMetadata]:
+        """:meth:`send` of a key and value that are bytes already: the producer's serializers are
+        not applied (what aiokafka's ``send_batch`` sends: a batch holds bytes)."""
+        return self._send(topic, value, key, headers, partition, timestamp_ms, serialize=False)
+
     def _send(
         self,
         topic: str,
@@ -300,18 +313,20 @@ class Producer:
         headers: Headers | None,
         partition: int | None,
         timestamp_ms: int | None,
+        serialize: bool = True,
     ) -> RecordFuture[RecordMetadata]:
-        """``send``'s whole path: serializers, checks, partitioner, keys, headers, GroupSync."""
+        """``send``'s whole path: serializers (unless ``serialize`` is false), checks, partitioner,
+        keys, headers, GroupSync."""
         if self._closed:
             raise ChannelClosedError("this producer is closed")
-        kbytes = self._key_serializer(key) if (self._key_serializer and key is not None) else key
-        vbytes = self._value_serializer(value) if self._value_serializer else value
+        kbytes = self._key_serializer(key) if (serialize and self._key_serializer and key is not None) else key
+        vbytes = self._value_serializer(value) if (serialize and self._value_serializer) else value
         if vbytes is None:
             pass  # a tombstone: read back with value None, distinct from b""
         elif vbytes.__class__ is not bytes and not isinstance(vbytes, _BYTES_LIKE):
-            raise _not_bytes("value", vbytes, self._value_serializer)
+            raise _not_bytes("value", vbytes, self._value_serializer if serialize else None)
         if kbytes is not None and kbytes.__class__ is not bytes and not isinstance(kbytes, _BYTES_LIKE):
-            raise _not_bytes("key", kbytes, self._key_serializer)
+            raise _not_bytes("key", kbytes, self._key_serializer if serialize else None)
         if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int) or partition < 0):
             raise ConfigError(f"partition must be an int >= 0, not {partition!r}")
         # Checked before the topic may be auto-created: a rejected send leaves nothing behind.

@@ -21,7 +21,7 @@ from filechannel.client import (
     RecordMetadata,
     TopicPartition,
 )
-from filechannel.errors import ChannelClosedError, MessageTooLargeError
+from filechannel.errors import ChannelClosedError, MessageTooLargeError, RecordTypeError
 
 TP0 = TopicPartition("t", 0)
 
@@ -136,6 +136,25 @@ async def test_batches_as_in_aiokafkas_documentation(tmp_path, anyio_backend):
         consumer.assign([TopicPartition("t", 2)])
         batch_of = await consumer.getmany(timeout_ms=1000, max_records=100)
         assert [r.value for r in batch_of[TopicPartition("t", 2)]] == [b"msg %016d" % i for i in range(10)]
+
+
+@pytest.mark.anyio
+async def test_a_batch_holds_bytes_and_forgoes_the_producers_serializers(tmp_path, anyio_backend):
+    """aiokafka: create_batch()/send_batch() forgo "the niceties of automatic serialization";
+    a producer with serializers sends a batch's bytes as they are (they were serialized twice)."""
+    Admin(tmp_path).create_topic("t")
+    async with AsyncProducer(tmp_path, value_serializer=str.encode, key_serializer=str.encode) as producer:
+        await producer.send_and_wait("t", "by send", key="k")  # send serializes
+        batch = producer.create_batch()
+        assert batch.append(key=b"k", value=b"raw bytes", timestamp=None) is not None
+        await (await producer.send_batch(batch, "t", partition=0))
+        refused = producer.create_batch()
+        refused.append(key=None, value="a str", timestamp=None)
+        with pytest.raises(RecordTypeError):
+            await producer.send_batch(refused, "t", partition=0)
+    async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest") as consumer:
+        got = (await consumer.getmany(timeout_ms=1000))[TopicPartition("t", 0)]
+    assert [(r.key, r.value) for r in got] == [(b"k", b"by send"), (b"k", b"raw bytes")]
 
 
 @pytest.mark.anyio
