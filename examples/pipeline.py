@@ -44,7 +44,8 @@ from rich.table import Table
 
 from filechannel import TopicSettings
 from filechannel.client import Admin, Producer
-from filechannel.tiering.daemon import TieringDaemon, tier_status
+from filechannel.tiering.daemon import TieringDaemon
+from filechannel.tiering.status import tier_status
 
 console = Console()
 PAGES = [f"/{p}" for p in ("home", "search", "cart", "checkout", "help", "about", "blog", "pricing", "docs", "login")]

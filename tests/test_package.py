@@ -11,6 +11,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 import filechannel
 from filechannel import errors
 
@@ -159,3 +161,12 @@ def test_python_dash_m_filechannel_is_the_command():
     assert proc.returncode == 0 and proc.stdout.startswith(f"filechannel {filechannel.__version__}"), proc.stderr
     usage = subprocess.run([sys.executable, "-m", "filechannel", "topics", "nosuch"], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and usage.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize("example", ["pipeline.py", "demo.py"])
+def test_the_examples_import_what_the_package_has(example):
+    """``make run`` runs examples/pipeline.py: a name the package moved fails here, in a second,
+    rather than only in ``make run``."""
+    code = f"import runpy; runpy.run_path({str(ROOT / 'examples' / example)!r}, run_name='not_main')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
