@@ -43,24 +43,9 @@ class _SegmentDamage(FileChannelError):
 
 
 def check_log(log: Log, progress: Progress | None = None, on_damage: Callable[[DamagedRange], None] | None = None) -> int:
-    """Verify the CRC of every record in every segment; return how many there are.
-
-    With ``on_damage``, damage is reported instead of raised and the check goes on: each
-    range of offsets that cannot be read (a bad frame to the end of its raw segment,
-    whose later offsets are unknown; a bad compressed block; a missing segment; a bad
-    header) is passed as a :class:`DamagedRange` with the first readable offset after it,
-    and the count is of the records that can be read.
-
-    Raises :class:`CorruptRecordError` naming the file, byte and offset of the first bad
-    record (in the active segment too: a bad or partial last frame followed by a valid
-    frame is corruption, not a torn tail), and :class:`MissingSegmentError` naming the
-    missing offsets when a segment does not begin where the one before it ended.
-    Modifies no file. Segments compressed or collected while it runs are normal on a
-    live channel: it checks the ``.seg.z`` that replaced a ``.seg``, and skips what
-    garbage collection or tier-2 retention deleted. Segments only in tier-2 are read
-    from there: damage names the object, its bytes and the offsets. ``progress(done_bytes, total_bytes)`` is called as
-    segments are read.
-    """
+    """Verify the CRC of every record of ``log``, in both tiers; return how many there are.
+    What is reported, raised and skipped: :meth:`filechannel.channel.FileChannel.check`, which
+    calls this."""
     refs = log.list_segments()
     total = sum(_segment_bytes(r) for r in refs)
     done = count = 0
