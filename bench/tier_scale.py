@@ -10,6 +10,8 @@ defaults a user gets:
 - ``bounds``: ``Consumer.beginning_offsets`` + ``end_offsets`` of the partition (ms, median of 31);
 - ``seek+read``: ``seek`` to a random offset in tier-2 and ``poll`` until its record arrives
   (ms, median of 21: each lands in another segment, so each fetches a table and a block);
+- ``time search``: ``offsets_for_times`` of a timestamp in the newest uploaded segment, the one
+  the index walks furthest to find (ms, median of 21);
 - ``idle CPU``: a consumer's ``poll`` waiting at the end, CPU seconds / wall seconds (%);
 - ``status``: ``tier_status`` of the root (ms, median of 11);
 - ``idle pass``: a daemon pass with nothing to do (after its first: ms, median of 21; two fsyncs of
@@ -36,8 +38,9 @@ from typing import Any
 RECORDS = 20  # records a segment: small objects, the index and manifests are what grow
 
 
-def _build(root: str, tier_dir: str, segments: int) -> int:
-    """Lay out ``segments`` uploaded segments of topic ``t`` partition 0; return the tier's end offset."""
+def _build(root: str, tier_dir: str, segments: int) -> tuple[int, int]:
+    """Lay out ``segments`` uploaded segments of topic ``t`` partition 0; return the tier's end
+    offset and the first record's timestamp (record ``k``'s is that plus ``k``)."""
     from filechannel.client.topics import Admin
     from filechannel.engine.compressed import compress_segment
     from filechannel.engine.log import MAX_FRAME_PAYLOAD
@@ -54,7 +57,8 @@ def _build(root: str, tier_dir: str, segments: int) -> int:
     Admin(root).create_topic("t", 1, tier=url, local_retention_bytes=0)
     scratch = os.path.join(root, "scratch")
     os.makedirs(scratch)
-    now = int(time.time() * 1000) - 3_600_000
+    first_ts = int(time.time() * 1000) - 3_600_000 - segments * RECORDS  # record k of the history: first_ts + k
+    now = first_ts + segments * RECORDS
     records = []
     epoch = 1
     with open_storage(url) as storage:
@@ -67,7 +71,8 @@ def _build(root: str, tier_dir: str, segments: int) -> int:
                 os.write(
                     fd,
                     b"".join(
-                        encode_frame(encode_payload(b"v%012d" % (base + k) + bytes(64), None, None, now)) for k in range(RECORDS)
+                        encode_frame(encode_payload(b"v%012d" % (base + k) + bytes(64), None, None, first_ts + base + k))
+                        for k in range(RECORDS)
                     ),
                 )
             finally:
@@ -78,7 +83,15 @@ def _build(root: str, tier_dir: str, segments: int) -> int:
             os.unlink(z)
             chunks = plan_chunks("t/0", base, epoch, len(data), 8 << 20)
             record = SegmentRecord(
-                "t/0", base, info.end_offset, len(data), now, UPLOADED, epoch, chunks, manifest_name("t/0", base, epoch)
+                "t/0",
+                base,
+                info.end_offset,
+                len(data),
+                info.max_timestamp,
+                UPLOADED,
+                epoch,
+                chunks,
+                manifest_name("t/0", base, epoch),
             )
             storage.write(chunks[0].name, data)
             storage.write(record.manifest, encode_manifest(record))
@@ -87,7 +100,7 @@ def _build(root: str, tier_dir: str, segments: int) -> int:
             metadata.load([EpochRecord(epoch, "bench", now)], records)
         write_head(storage, ChannelHead("t/0", 0, segments * RECORDS, epoch))
     shutil.rmtree(scratch)
-    return segments * RECORDS
+    return segments * RECORDS, first_ts
 
 
 def _median_ms(fn: Callable[[], Any], n: int) -> float:
@@ -107,7 +120,7 @@ def measure(segments: int, work: str) -> dict[str, Any]:
 
     root, tier_dir = os.path.join(work, f"root-{segments}"), os.path.join(work, f"tier-{segments}")
     t0 = time.perf_counter()
-    end = _build(root, tier_dir, segments)
+    end, first_ts = _build(root, tier_dir, segments)
     built_s = time.perf_counter() - t0
     os.sync()  # the build's writeback would slow the daemon pass's fsyncs of its status file, not the code measured
     tp = TopicPartition("t", 0)
@@ -127,6 +140,14 @@ def measure(segments: int, work: str) -> dict[str, Any]:
 
         seek_read()
         seek = _median_ms(seek_read, 21)
+        newest = end - RECORDS // 2
+
+        def time_search() -> None:
+            found = consumer.offsets_for_times({tp: first_ts + newest})[tp]
+            assert found is not None and found.offset == newest, (found, newest)
+
+        time_search()
+        by_time = _median_ms(time_search, 21)
         consumer.seek(tp, end)
         consumer.poll(timeout_ms=100)
         c0, w0 = time.process_time(), time.perf_counter()
@@ -150,6 +171,7 @@ def measure(segments: int, work: str) -> dict[str, Any]:
         "build_s": round(built_s, 1),
         "bounds_ms": round(bounds, 3),
         "seek_read_ms": round(seek, 3),
+        "time_search_ms": round(by_time, 3),
         "idle_cpu_pct": round(idle, 2),
         "status_ms": round(status, 2),
         "idle_pass_ms": round(idle_pass, 2),
@@ -170,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(measure(n, work))
             print(json.dumps(rows[-1]), flush=True)
     base = rows[0]
-    keys = ["bounds_ms", "seek_read_ms", "idle_cpu_pct", "status_ms", "idle_pass_ms"]
+    keys = ["bounds_ms", "seek_read_ms", "time_search_ms", "idle_cpu_pct", "status_ms", "idle_pass_ms"]
     print(f"\n| segments | {' | '.join(keys)} | fsck segments/s |")
     print("|" + " --- |" * (len(keys) + 2))
     for r in rows:

@@ -80,6 +80,12 @@ class CompressedInfo:
     def table_size(self) -> int:
         return Z_HEADER.size + Z_BLOCK.size * len(self.blocks) + _CRC.size
 
+    @property
+    def blocks_end(self) -> int:
+        """The byte where the last block ends: the size of a whole ``.seg.z`` file."""
+        last = self.blocks[-1] if self.blocks else None
+        return last.file_position + last.compressed_length if last is not None else self.table_size
+
     @cached_property
     def _first_offsets(self) -> list[int]:
         return [b.first_offset for b in self.blocks]
@@ -241,6 +247,33 @@ def table_length(header: bytes) -> int:
     return Z_HEADER.size + Z_BLOCK.size * count + _CRC.size
 
 
+# A first read that holds the header and, usually, the whole table (256 blocks of a 64 MiB
+# segment take 11 KiB), so that most tables take one read, local or remote.
+TABLE_FIRST_READ = 64 * 1024
+
+
+def read_table(read_at: Callable[[int, int], bytes], size: int, where: str, first_read: int = TABLE_FIRST_READ) -> CompressedInfo:
+    """The header and block table of a compressed segment of ``size`` bytes, read through
+    ``read_at(position, length)`` and checked by :func:`decode_table`.
+
+    The one reader of a table, for a local file (a ``pread``) and an uploaded segment (its
+    ranged reads) alike. The first read asks for ``first_read`` bytes (a remote reader keeps
+    it within one object); the table's length, from the header's block count, is checked
+    against ``size`` before it sizes a second read, so a damaged count never allocates what
+    the segment cannot hold. ``where`` names the file or objects in errors.
+    """
+    head = read_at(0, min(size, max(first_read, Z_HEADER.size)))
+    if len(head) < Z_HEADER.size:
+        raise CorruptRecordError(f"compressed segment {where!r} ({size} bytes) is shorter than its header")
+    length = table_length(head)
+    if length > size:
+        raise CorruptRecordError(
+            f"compressed segment {where!r}: its header's block count needs a {length}-byte table "
+            f"but it has {size} bytes; restore it from a copy"
+        )
+    return decode_table(head if length <= len(head) else read_at(0, length), where)
+
+
 # A decompressed block: bytes from python-zstandard, a memoryview of a readahead job.
 BlockData = bytes | memoryview
 
@@ -281,18 +314,7 @@ class CompressedSegment:
         try:
             with os_errors("read", path):
                 size = os.fstat(fd).st_size
-                head = os.pread(fd, Z_HEADER.size, 0)
-            if len(head) < Z_HEADER.size:
-                raise CorruptRecordError(f"compressed segment {path!r} is shorter than its header")
-            length = table_length(head)
-            if length > size:
-                raise CorruptRecordError(
-                    f"compressed segment {path!r}: its header's block count needs a {length}-byte table "
-                    f"but the file has {size} bytes; restore it from a copy"
-                )
-            with os_errors("read", path):
-                data = os.pread(fd, length, 0)
-            info = decode_table(data, path)
+                info = read_table(lambda position, length: os.pread(fd, length, position), size, path)
         except BaseException:
             os.close(fd)
             raise

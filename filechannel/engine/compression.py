@@ -23,8 +23,8 @@ from ..errors import (
     os_errors,
 )
 from . import names
-from .compressed import Z_HEADER, compress_segment, decode_table, table_length
-from .files import fsync_dir, unlink_if_exists
+from .compressed import compress_segment, read_table
+from .files import fsync_dir, opened, unlink_if_exists
 from .segment import (
     MAX_FRAME_PAYLOAD,
 )
@@ -104,17 +104,9 @@ def _remove_raw(log: Log, base_offset: int) -> None:
 def _valid_compressed(path: str) -> bool:
     """Whether a ``.seg.z`` file is whole: its table checks out and its last block is all there."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(Z_HEADER.size)
-            if len(head) < Z_HEADER.size:
-                return False
-            size = os.fstat(f.fileno()).st_size
-            length = table_length(head)
-            if length > size:  # a damaged block count: never allocate what the file cannot hold
-                return False
-            f.seek(0)
-            info = decode_table(f.read(length), path)
+        with opened(path, os.O_RDONLY) as fd:
+            size = os.fstat(fd).st_size
+            info = read_table(lambda position, length: os.pread(fd, length, position), size, path)
     except (OSError, CorruptRecordError):
         return False
-    end = info.blocks[-1].file_position + info.blocks[-1].compressed_length if info.blocks else info.table_size
-    return size == end
+    return size == info.blocks_end

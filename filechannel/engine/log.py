@@ -128,6 +128,7 @@ class TierView(Protocol):
     def segment_at(self, offset: int) -> Any | None: ...
     def floor_segment(self, offset: int) -> Any | None: ...
     def segment_after(self, base_offset: int) -> Any | None: ...
+    def segment_at_time(self, timestamp: int) -> Any | None: ...
     def bounds(self) -> tuple[int, int] | None: ...
     def end_offset(self) -> int: ...
     def where(self, record: Any) -> str: ...
@@ -184,12 +185,24 @@ class Log:
         local = self.refresh_local()
         return self._remote_below(local[0].base_offset if local else None) + local
 
-    def relisted(self, ref: SegmentRef, exc: BaseException) -> tuple[list[SegmentRef], int]:
+    def segments_from_time(self, timestamp: int) -> list[SegmentRef]:
+        """The segments a search for the first record at or after ``timestamp`` reads, oldest
+        first: the local ones and, below them, the one uploaded segment that holds such a
+        record first (one question to tier-2's index: the segments before it hold none, as
+        their newest records say, so no table of theirs is fetched)."""
+        local = self.refresh_local()
+        record = None if self.tier is None else self.tier.segment_at_time(timestamp)
+        if record is None or (local and record.base_offset >= local[0].base_offset):
+            return local
+        return [self._remote_ref(record), *local]
+
+    def relisted(self, ref: SegmentRef, exc: BaseException, refs: list[SegmentRef] | None = None) -> tuple[list[SegmentRef], int]:
         """After ``ref`` vanished (:func:`vanished`) under a walk of the listing: the new
-        listing, and where to go on in it (at the ``.seg.z`` that replaced it, or at the first
-        segment after it if garbage collection deleted it). Re-raises ``exc`` if ``ref`` is
-        listed unchanged: then it did not vanish by maintenance."""
-        refs = self.list_segments()
+        listing (``refs`` if given, a walk's own listing made again, else :meth:`list_segments`),
+        and where to go on in it (at the ``.seg.z`` that replaced it, or at the first segment
+        after it if garbage collection deleted it). Re-raises ``exc`` if ``ref`` is listed
+        unchanged: then it did not vanish by maintenance."""
+        refs = self.list_segments() if refs is None else refs
         i = bisect.bisect_left([r.base_offset for r in refs], ref.base_offset)
         if i < len(refs) and refs[i] == ref:
             raise exc

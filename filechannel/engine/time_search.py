@@ -3,7 +3,8 @@ has a timestamp at or after a given one.
 
 The log's time indexes (:meth:`.log.Log.time_start`: a bisect per segment, the block table
 of a compressed one) say where in a segment to start; a cursor then scans a short run of
-records from there, never the whole log.
+records from there, never the whole log. Of tier-2 only the one segment that holds the
+answer is read (:meth:`.log.Log.segments_from_time`), whatever the history's length.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def offset_for_time(log: Log, timestamp_ms: int) -> int | None:
     raises :class:`~filechannel.errors.RecordTypeError`.
     """
     timestamp_ms = checked_timestamp(timestamp_ms)
-    refs = log.list_segments()
+    refs = log.segments_from_time(timestamp_ms)
     i = 0
     while i < len(refs):
         ref = refs[i]
@@ -36,7 +37,7 @@ def offset_for_time(log: Log, timestamp_ms: int) -> int | None:
         except (OSError, FileChannelError) as exc:
             if not vanished(ref, exc):
                 raise
-            refs, i = log.relisted(ref, exc)
+            refs, i = log.relisted(ref, exc, log.segments_from_time(timestamp_ms))
             continue
         if found is not None:
             return found

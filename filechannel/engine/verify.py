@@ -8,14 +8,13 @@ channel (the listing is read again, :meth:`.log.Log.relisted`); it modifies no f
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..errors import CorruptRecordError, FileChannelError, MissingSegmentError, os_errors
 from .compressed import check_block
 from .files import opened
-from .log import Log, SegmentRef, vanished
-from .record import Record
+from .log import CompressedBlocks, Log, SegmentRef, vanished
 from .retention import segment_bytes_on_disk
 from .segment import MAX_FRAME_PAYLOAD, SEGMENT_HEADER_SIZE, FrameScanner, damage_after, read_segment_header
 
@@ -94,6 +93,23 @@ def _segment_bytes(ref: SegmentRef) -> int:
     return ref.remote.size if ref.remote is not None else segment_bytes_on_disk(ref)
 
 
+def checked_blocks(blocks: CompressedBlocks) -> Iterator[tuple[int, int, CorruptRecordError | None]]:
+    """Every block of a compressed segment (local or in tier-2), read and its records checked
+    (:func:`~.compressed.check_block`): yields ``(i, records, damage)``, ``records`` being how
+    many decoded before any damage and ``damage`` None for a whole block. A block that does not
+    decompress is damage too, and the next block is still read: the blocks are compressed
+    apart. The one walk of a segment's blocks, for ``check()`` and ``tier fsck --deep``."""
+    info = blocks.info
+    for i, block in enumerate(info.blocks):
+        where = blocks.where(i)
+        try:
+            data = blocks.block(i)
+        except CorruptRecordError as exc:
+            yield i, 0, CorruptRecordError(f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}")
+            continue
+        yield (i, *check_block(data, info, i, where, []))
+
+
 def _check_segment(
     log: Log, ref: SegmentRef, sealed: bool, after: int | None, on_damage: Callable[[DamagedRange], None] | None
 ) -> tuple[int, int]:
@@ -109,25 +125,13 @@ def _check_segment(
         try:
             info = blocks.info
             n = 0
-            for i, block in enumerate(info.blocks):
-                out: list[Record] = []
-                where = blocks.where(i)
-                following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
-                bad: CorruptRecordError | None
-                try:
-                    data = blocks.block(i)  # raises for a block that does not decompress
-                except CorruptRecordError as exc:
-                    got, bad = (
-                        0,
-                        CorruptRecordError(f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}"),
-                    )
-                else:
-                    got, bad = check_block(data, info, i, where, out)
+            for i, got, bad in checked_blocks(blocks):
                 if bad is not None:
                     if on_damage is None:
                         raise bad
                     # the blocks are compressed apart: the next one is read from its own first offset
-                    on_damage(DamagedRange(block.first_offset + got, following if i + 1 < len(info.blocks) else after, str(bad)))
+                    following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else after
+                    on_damage(DamagedRange(info.blocks[i].first_offset + got, following, str(bad)))
                 n += got
             if info.base_offset != ref.base_offset:
                 raise _SegmentDamage(

@@ -48,9 +48,10 @@ from pyspark.sql.datasource import InputPartition
 
 from ..client.topics import TopicStore
 from ..config import ChannelConfig
+from ..engine.compressed import check_block
 from ..engine.readahead import READAHEAD_BLOCKS
-from ..engine.record import Record, decode_records
-from ..errors import AccessDeniedError, CorruptRecordError, OffsetOutOfRangeError
+from ..engine.record import Record
+from ..errors import AccessDeniedError, OffsetOutOfRangeError
 from ..root import ROOT_METADATA, partition_name
 from ..tiering.bindings import StorageClients
 from ..tiering.layout import SegmentRecord
@@ -349,37 +350,29 @@ def _segment_batches(
     near_end: Callable[[], None],
 ) -> Iterator[pa.RecordBatch]:
     """The records ``[start, end)`` of one remote segment into ``builder``, yielding full batches;
-    ``near_end()`` is called on its last blocks (to open the next segment ahead)."""
+    ``near_end()`` is called on its last blocks (to open the next segment ahead).
+
+    Each block is decoded and checked whole by the check every reader of a compressed block
+    uses (:func:`~filechannel.engine.compressed.check_block`: every record's CRC, the block
+    ending whole where the next one starts), then added ``DECODE_ROWS`` rows at a time, so a
+    batch ends at ``batch_rows`` rows or soon after ``batch_bytes``, as ``read_range``'s do."""
     info = segment.info
     i = info.block_for_offset(start)
     while i < len(info.blocks) and info.blocks[i].first_offset < end:
         if i >= len(info.blocks) - READAHEAD_BLOCKS:
             near_end()
-        raw = segment.block(i)  # prefetches the next blocks
-        first = info.blocks[i].first_offset
-        stop = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
-        position, offset = 0, first
-        while offset < min(stop, end):
-            out: list[Record] = []
-            try:
-                want = min(DECODE_ROWS, stop - offset, batch_rows - len(builder))
-                position, n = decode_records(raw, position, offset, want, out)
-            except CorruptRecordError as exc:
-                raise CorruptRecordError(f"{segment.where(i)}: {exc}") from exc
-            if n == 0:
-                raise CorruptRecordError(
-                    f"{segment.where(i)}: block {i} ends at offset {offset}, but the table says it holds offsets "
-                    f"{first} to {stop - 1}"
-                )
-            offset += n
-            keep = out[max(0, start - out[0].offset) : len(out) - max(0, out[-1].offset + 1 - end)]
-            builder.add(keep)
+        records: list[Record] = []
+        _, bad = check_block(segment.block(i), info, i, segment.where(i), records)  # prefetches the next blocks
+        if bad is not None:
+            raise bad
+        first = info.blocks[i].first_offset  # records[k] is offset first + k
+        k, stop = max(0, start - first), max(0, end - first)
+        while k < min(stop, len(records)):
+            take = min(DECODE_ROWS, batch_rows - len(builder), stop - k)
+            builder.add(records[k : k + take])
+            k += take
             if len(builder) >= batch_rows or builder.nbytes >= batch_bytes:
                 yield builder.build()
-        if offset == stop and position != len(raw):
-            raise CorruptRecordError(
-                f"{segment.where(i)}: block {i} holds more than the offsets {first} to {stop - 1} its table says"
-            )
         i += 1
 
 

@@ -195,6 +195,10 @@ class TierContext:
         """The listed segment with the least base offset > ``base_offset``, or None."""
         return self._indexed(lambda m: m.after(self.name, base_offset))
 
+    def segment_at_time(self, timestamp: int) -> SegmentRecord | None:
+        """The oldest listed segment whose newest record is at or after ``timestamp``, or None."""
+        return self._indexed(lambda m: m.first_at_time(self.name, timestamp))
+
     def bounds(self) -> tuple[int, int] | None:
         """First and end offsets of the listed segments, or None if there are none (two probes)."""
         return self._indexed(lambda m: m.bounds(self.name))

@@ -87,7 +87,7 @@ from .context import STANDALONE_METADATA
 from .daemon_lock import LOCK_FILE
 from .defrag import DefragReport, DefragSettings, clean_up, defrag_channel
 from .heads import ChannelHead, write_head
-from .layout import DELETING, STATES, UPLOADED, UPLOADING, manifest_name, parse_object_name
+from .layout import DELETING, LISTED, STATES, UPLOADED, UPLOADING, SegmentRecord, manifest_name, parse_object_name
 from .marks import deleted_topics, purge_topic, read_mark
 from .metadata import TierMetadata
 from .ownership import PrefixGuard, newest_epoch, root_identity
@@ -102,6 +102,7 @@ log = logging.getLogger("filechannel")
 STAGING_DIR = "staging"
 STAGING_LEVEL = 1  # zstd level of the staged .seg.z of a compression="none" channel
 ORPHAN_GRACE_MS = 10 * 60 * 1000  # an object younger than this is never an orphan (another writer's, under way)
+_RETENTION_PAGE = 256  # total retention reads the oldest uploaded segments this many at a time
 
 Progress = Callable[[str], None]
 
@@ -548,25 +549,34 @@ class TieringDaemon:
         config = part.config
         if config.retention_bytes is None and config.retention_ms is None:
             return
-        remote = self.metadata.segments(part.name)
-        refs = log_.list_segments()
-        local_sizes = {r.base_offset: retention.segment_bytes_on_disk(r) for r in refs}
-        remote_bases = {r.base_offset for r in remote}
-        # The log across both tiers, oldest first: uploaded segments (their tier-2 size), then
-        # local segments not uploaded (their local size). The active segment is never deleted.
-        total = sum(r.size for r in remote) + sum(local_sizes[r.base_offset] for r in refs if r.base_offset not in remote_bases)
-        active = refs[-1].base_offset if refs else None
-        sealed = list(itertools.takewhile(lambda r: r.base_offset != active, remote))
-        k = retention.past_retention(
-            [r.size for r in sealed], total, lambda i: sealed[i].max_timestamp, config.retention_bytes, config.retention_ms
-        )
-        doomed = sealed[:k]
+        # The log across both tiers, oldest first: uploaded (or lost) segments, their tier-2 size
+        # from the totals the index keeps, then the local segments past them, their local size.
+        # Only the oldest segments are read, a page at a time, until one retention keeps: a
+        # pass costs what it deletes, not the history. The active segment is never deleted.
+        local = log_.local_segments()
+        active = local[-1].base_offset if local else None
+        remote_bytes = sum(summary.bytes[state] for summary in self.metadata.summary(part.name) for state in LISTED)
+        remote_end = (self.metadata.bounds(part.name) or (0, 0))[1]
+        total = remote_bytes + sum(retention.segment_bytes_on_disk(r) for r in local if r.base_offset >= remote_end)
+        doomed: list[SegmentRecord] = []
+        page = self.metadata.segments(part.name, limit=_RETENTION_PAGE)
+        while page:
+            sealed = list(itertools.takewhile(lambda r: r.base_offset != active, page))
+            timestamps = [r.max_timestamp for r in sealed]
+            k = retention.past_retention(
+                [r.size for r in sealed], total, timestamps.__getitem__, config.retention_bytes, config.retention_ms
+            )
+            doomed += sealed[:k]
+            if k < len(page):
+                break
+            total -= sum(r.size for r in sealed)
+            page = self.metadata.segments(part.name, from_offset=page[-1].base_offset + 1, limit=_RETENTION_PAGE)
         if not doomed:
             return
         upto = doomed[-1].end_offset
         with log_.maintenance_lock.holding():
-            local = retention.delete_sealed_prefix(log_, upto)
-        report.deleted_local += len(local)
+            deleted = retention.delete_sealed_prefix(log_, upto)
+        report.deleted_local += len(deleted)
         for record in doomed:
             self.metadata.begin_delete(self.epoch, part.name, record.base_offset)
             finish_delete(storage, self.metadata, self.epoch, part.name, record)

@@ -26,7 +26,7 @@ and the offsets it affects):
   root from the bucket); it is never deleted;
 - a ``lost`` segment is reported as such (its offsets are known gone);
 - with ``deep``: every uploaded segment is read whole from tier-2 through the readers'
-  own code (the header and block-table CRC via :func:`~filechannel.engine.compressed.decode_table`,
+  own code (the header and block-table CRC via :func:`~filechannel.engine.compressed.read_table`,
   every block decompressed, every record's CRC via :func:`~filechannel.engine.record.decode_records`):
   ``damaged``.
 
@@ -51,8 +51,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 
-from ..engine.compressed import check_block
 from ..engine.log import Log
+from ..engine.verify import checked_blocks
 from ..errors import CorruptRecordError, FileChannelError, TierError, os_errors
 from ..root import ROOT_METADATA, ROOT_TIER_DIR
 from .bindings import StorageClients
@@ -393,13 +393,7 @@ def _deep_problem(reader: RemoteReader, record: SegmentRecord) -> str | None:
     except CorruptRecordError as exc:
         return str(exc)
     try:
-        info = segment.info
-        for i, block in enumerate(info.blocks):
-            try:
-                data = segment.load(i)
-            except CorruptRecordError as exc:
-                return f"block {i} (offsets from {block.first_offset}) in {segment.where(i)}: {exc}"
-            _, bad = check_block(data, info, i, segment.where(i), [])
+        for _, _, bad in checked_blocks(segment):
             if bad is not None:
                 return str(bad)
     finally:

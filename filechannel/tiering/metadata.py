@@ -635,13 +635,17 @@ class TierMetadata:
 
     # -- queries ------------------------------------------------------------------------------
 
-    def segments(self, channel: str, states: Iterable[str] = LISTED, *, from_offset: int = 0) -> list[SegmentRecord]:
+    def segments(
+        self, channel: str, states: Iterable[str] = LISTED, *, from_offset: int = 0, limit: int | None = None
+    ) -> list[SegmentRecord]:
         """The segments of ``channel`` in ``states`` with a base offset >= ``from_offset``, by base
-        offset (by default what readers list: "uploaded", and "lost" ones whose reads raise naming
-        their offsets). A range of the primary key: what the local segments overlap costs the same
-        at any history length."""
+        offset, the first ``limit`` of them if given (by default what readers list: "uploaded", and
+        "lost" ones whose reads raise naming their offsets). A range of the primary key: what the
+        local segments overlap, or a page from the oldest, costs the same at any history length."""
         validate_channel(channel)
         check_int("from_offset", from_offset, 0, MAX_OFFSET)
+        if limit is not None:
+            check_int("limit", limit, 1, MAX_OFFSET)
         wanted = tuple(states)
         if not wanted or any(s not in STATES for s in wanted):
             raise ConfigError(f"states {wanted!r} must be some of {STATES}")
@@ -649,8 +653,8 @@ class TierMetadata:
         with self._transaction(f"list the segments of {channel}", write=False) as db:
             rows = db.execute(
                 f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset >= ? AND state IN ({marks}) "
-                "ORDER BY base_offset",
-                (channel, from_offset, *wanted),
+                "ORDER BY base_offset LIMIT ?",
+                (channel, from_offset, *wanted, -1 if limit is None else limit),
             ).fetchall()
             return [self._record(db, row) for row in rows]
 
@@ -672,6 +676,21 @@ class TierMetadata:
     def after(self, channel: str, base_offset: int) -> SegmentRecord | None:
         """The listed segment of ``channel`` with the least base offset > ``base_offset``, or None."""
         return self._probe(channel, "base_offset > ? ORDER BY base_offset", base_offset)
+
+    def first_at_time(self, channel: str, timestamp: int) -> SegmentRecord | None:
+        """The listed segment of ``channel`` with the least base offset whose newest record is at
+        or after ``timestamp`` (the segment a search by time reads), or None. One query: SQLite
+        walks the primary key from the oldest row, comparing a column, and builds one record."""
+        validate_channel(channel)
+        check_int("timestamp", timestamp, -(2**63), 2**63 - 1)
+        marks = ", ".join("?" * len(LISTED))
+        with self._transaction(f"find time {timestamp} in {channel}", write=False) as db:
+            row = db.execute(
+                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND state IN ({marks}) AND max_timestamp >= ? "
+                "ORDER BY base_offset LIMIT 1",
+                (channel, *LISTED, timestamp),
+            ).fetchone()
+            return None if row is None else self._record(db, row)
 
     def _probe(self, channel: str, where: str, offset: int) -> SegmentRecord | None:
         validate_channel(channel)

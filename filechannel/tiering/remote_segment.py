@@ -1,7 +1,7 @@
 """Reading an uploaded segment (a ``.seg.z`` cut into chunks) from tier-2 with ranged reads.
 
 A remote segment is read like a local compressed one (compressed.py): its header and block
-table first (the same decoder, :func:`~filechannel.engine.compressed.decode_table`), then the
+table first (the same reader, :func:`~filechannel.engine.compressed.read_table`), then the
 blocks a reader needs. Its bytes are the local ``.seg.z`` bytes unchanged, cut into the
 chunks the metadata lists, so byte ``p`` of the segment is byte
 ``p - chunk.position + chunk.object_offset`` of the object holding it (``object_offset`` is 0
@@ -53,7 +53,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..engine.compressed import Z_HEADER, BlockData, CompressedInfo, block_result, decode_table, table_length
+from ..engine.compressed import TABLE_FIRST_READ, BlockData, CompressedInfo, block_result, read_table
 from ..engine.readahead import decompress_fetched
 from ..errors import ChannelClosedError, CorruptRecordError, ObjectNotFoundError, OffsetOutOfRangeError, TierDataLostError
 from .block_cache import BlockCache, DiskBlockCache
@@ -62,7 +62,6 @@ from .storage import ChunkStorage, redact_url
 
 TABLE_CACHE_ENTRIES = 1024
 MAX_PREFETCH_BLOCKS = 32
-_FIRST_READ = 64 * 1024  # the header and, usually, the whole table in one request
 
 
 class RemoteReader:
@@ -119,23 +118,22 @@ class RemoteReader:
         return info
 
     def _read_table(self, record: SegmentRecord) -> CompressedInfo:
+        """The table, read as a local one is (the first read within the first object, so one
+        request), then checked against the record: a table that names other offsets, another
+        size or another max timestamp is not the object the manifest names."""
         where = self.object_url(record.chunks[0].name)
-        head = read_range(self, record, 0, min(record.chunks[0].length, _FIRST_READ))  # one request, one object
-        if len(head) < Z_HEADER.size:
-            raise CorruptRecordError(f"tier-2 segment {where!r} ({record.size} bytes) is shorter than its header")
-        length = table_length(head)
-        if length > record.size:
+        info = read_table(
+            lambda position, length: read_range(self, record, position, length),
+            record.size,
+            where,
+            first_read=min(record.chunks[0].length, TABLE_FIRST_READ),
+        )
+        said = (info.base_offset, info.end_offset, info.blocks_end, info.max_timestamp)
+        if said != (record.base_offset, record.end_offset, record.size, record.max_timestamp):
             raise CorruptRecordError(
-                f"tier-2 segment {where!r}: its header's block count needs a {length}-byte table but the segment "
-                f"has {record.size} bytes (offsets {record.base_offset} to {record.end_offset - 1})"
-            )
-        data = head if length <= len(head) else read_range(self, record, 0, length)
-        info = decode_table(data[:length], where)
-        blocks_end = info.blocks[-1].file_position + info.blocks[-1].compressed_length if info.blocks else info.table_size
-        if (info.base_offset, info.end_offset, blocks_end) != (record.base_offset, record.end_offset, record.size):
-            raise CorruptRecordError(
-                f"tier-2 segment {where!r} holds offsets {info.base_offset} to {info.end_offset - 1} in {blocks_end} "
-                f"bytes, but the metadata says {record.base_offset} to {record.end_offset - 1} in {record.size}"
+                f"tier-2 segment {where!r} holds offsets {info.base_offset} to {info.end_offset - 1} in {info.blocks_end} "
+                f"bytes with records up to timestamp {info.max_timestamp}, but the metadata says {record.base_offset} "
+                f"to {record.end_offset - 1} in {record.size} bytes up to timestamp {record.max_timestamp}"
             )
         return info
 

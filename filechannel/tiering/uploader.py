@@ -35,7 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from ..engine.compressed import Z_HEADER, CompressedInfo, decode_table, table_length
+from ..engine.compressed import CompressedInfo, read_table
 from ..errors import CorruptRecordError, FencedError, NotOwnerError, StorageError, os_errors
 from .layout import UPLOADED, UPLOADING, ChunkRecord, SegmentRecord, encode_manifest, manifest_name, plan_chunks
 from .metadata import TierMetadata
@@ -94,24 +94,19 @@ def checked_size(fd: int, segment: SegmentToUpload) -> int:
     """The size of the open ``.seg.z``, once its table (CRC-checked) says the same segment and
     ends its last block exactly there: a damaged copy is never uploaded, since tier-2 may
     become the only copy."""
-    with os_errors("read", segment.path):
-        size = os.fstat(fd).st_size
-        head = os.pread(fd, Z_HEADER.size, 0)
-    length = table_length(head) if len(head) == Z_HEADER.size else size + 1
-    if length > size:
-        raise CorruptRecordError(
-            f"compressed segment {segment.path} ({size} bytes) is shorter than its header and table: not uploading it; "
-            "run 'filechannel check' on the channel"
-        )
-    with os_errors("read", segment.path):
-        info = decode_table(os.pread(fd, length, 0), segment.path)
-    last = info.blocks[-1] if info.blocks else None
-    end = last.file_position + last.compressed_length if last is not None else info.table_size
+    advice = "not uploading it; run 'filechannel check' on the channel"
+    try:
+        with os_errors("read", segment.path):
+            size = os.fstat(fd).st_size
+            info = read_table(lambda position, length: os.pread(fd, length, position), size, segment.path)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"{exc}; {advice}") from exc
+    end = info.blocks_end
     if (info.base_offset, info.end_offset) != (segment.base_offset, segment.end_offset) or end != size:
         raise CorruptRecordError(
             f"compressed segment {segment.path} is {size} bytes and holds offsets [{info.base_offset}, "
             f"{info.end_offset}) but its block table ends at byte {end} and [{segment.base_offset}, "
-            f"{segment.end_offset}) was to be uploaded: not uploading it; run 'filechannel check' on the channel"
+            f"{segment.end_offset}) was to be uploaded: {advice}"
         )
     return size
 

@@ -12,6 +12,7 @@ import os
 import shutil
 
 import pytest
+import zstandard
 
 from filechannel.client import Admin, Producer
 from filechannel.errors import CorruptRecordError
@@ -21,6 +22,7 @@ from filechannel.spark.ranges import OffsetRange
 from filechannel.spark.source import FileChannelBatchReader, read_partition
 from filechannel.spark.tier import TierRange, read_tier_range, snap, storage_for
 from filechannel.tiering.daemon import TieringDaemon
+from filechannel.tiering.remote_segment import RemoteReader
 
 pytestmark = pytest.mark.spark
 
@@ -133,3 +135,35 @@ def test_a_worker_keeps_one_storage_client_per_storage_across_tasks(root, tmp_pa
         offsets(t)
     assert first.exists(plan[0].segments[0].chunks[0].name)
     assert storage_for((tmp_path / "other").as_uri(), {}) is not first
+
+
+def test_a_record_damaged_inside_a_block_fails_the_task_naming_the_object_and_block(root, tmp_path):
+    """A block that still decompresses, to the right length, but with a changed byte: the
+    executor checks every record's CRC as the cursor and ``check()`` do, and names where."""
+    task = next(t for t in tasks(root) if isinstance(t, TierRange) and t.partition == 0)
+    record = task.segments[1]
+    reader = RemoteReader(storage_for(task.storage_url, task.storage_options), 1 << 20, 1)
+    try:
+        block = reader.info(record).blocks[0]
+    finally:
+        reader.close()
+    chunk = next(c for c in record.chunks if c.position <= block.file_position < c.position + c.length)
+    assert block.file_position + block.compressed_length <= chunk.position + chunk.length  # one object holds it
+    path = tmp_path / "tier2" / chunk.name
+    data = bytearray(path.read_bytes())
+    start = chunk.object_offset + block.file_position - chunk.position
+    original = zstandard.ZstdDecompressor().decompress(bytes(data[start : start + block.compressed_length]))
+    for at in range(start + block.compressed_length - 1, start, -1):  # a literal byte near the end, found by trying
+        damaged = bytearray(data)
+        damaged[at] ^= 0x01
+        try:
+            raw = zstandard.ZstdDecompressor().decompress(bytes(damaged[start : start + block.compressed_length]))
+        except zstandard.ZstdError:
+            continue
+        if len(raw) == len(original) and raw != original:
+            break
+    else:
+        pytest.fail("no one-bit change of the block decompresses to other bytes of the same length")
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(CorruptRecordError, match=rf"{chunk.name}.*block 0"):
+        offsets(task)

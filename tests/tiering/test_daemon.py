@@ -20,6 +20,7 @@ from filechannel.config import ChannelConfig
 from filechannel.errors import ConfigError, StorageUnavailableError, TierError
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import bindings, open_storage
+from filechannel.tiering import daemon as daemon_module
 from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.layout import parse_object_name
 from filechannel.tiering.local_storage import LocalStorage
@@ -160,7 +161,13 @@ def test_unreachable_storage_deletes_nothing_and_status_shows_the_backlog(
     assert status.last_error is None and status.waiting_segments == 0
 
 
-def test_total_retention_removes_tier2_copies(tmp_path: Path) -> None:
+@pytest.mark.parametrize("page", [None, 1, 3])
+def test_total_retention_removes_tier2_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: int | None) -> None:
+    """Total retention deletes the oldest uploaded segments while the log across both tiers is
+    over its limit; it reads them a page at a time from the oldest (pages of 1 and 3 here, to
+    cross page ends), and deletes the same prefix whatever the page."""
+    if page is not None:
+        monkeypatch.setattr(daemon_module, "_RETENTION_PAGE", page)
     root = tmp_path / "root"
     url = f"file://{tmp_path}/tier"
     make_topic(root, url, local_retention_bytes=0)
@@ -178,9 +185,13 @@ def test_total_retention_removes_tier2_copies(tmp_path: Path) -> None:
     with TieringDaemon(root) as daemon:
         report = daemon.run(once=True)
     assert report.failures == [] and report.deleted_remote > 0
+    local_bytes = sum(os.path.getsize(p) for p in (root / "t" / "0").glob("*.seg"))  # not uploaded: the active one
+    sizes = [r.size for r in all_uploaded]
+    expected = next(k for k in range(len(sizes) + 1) if sum(sizes[k:]) + local_bytes <= total // 2)
     with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as storage:
         kept = metadata.segments("t/0")
-        assert sum(r.size for r in kept) + os.path.getsize(next((root / "t" / "0").glob("*.seg"))) <= total // 2 + 4096
+        assert len(kept) == len(all_uploaded) - expected
+        assert sum(r.size for r in kept) + local_bytes <= total // 2 + 4096
         assert kept == all_uploaded[-len(kept) :]  # the oldest went, a prefix
         names = segment_objects(storage, "t/0/")
         assert names == {c.name for r in kept for c in r.chunks} | {r.manifest for r in kept}

@@ -7,6 +7,7 @@ condition with a deadline), so "several requests in flight" is observed, never t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -173,3 +174,21 @@ def test_cli_check_reports_a_flipped_byte_in_a_chunk(tmp_path) -> None:
     bad = subprocess.run([str(SCRIPT), "check"], capture_output=True, env=env, timeout=120)
     err = bad.stderr.decode()
     assert bad.returncode == 1 and chunk.name in err and "Traceback" not in err
+
+
+def test_an_object_whose_table_says_another_segment_is_refused(tmp_path, uploaded) -> None:
+    """A read checks that the object is the segment its record names (offsets, size and max
+    timestamp from the CRC-checked table), never trusting the name alone."""
+    record = uploaded[1]
+    reader = RemoteReader(LocalStorage(str(tmp_path / "tier2")), cache_bytes=1 << 20, concurrency=2)
+    try:
+        for other in (
+            dataclasses.replace(record, max_timestamp=record.max_timestamp + 1),
+            dataclasses.replace(record, end_offset=record.end_offset + 1),
+        ):
+            with pytest.raises(CorruptRecordError, match="but the metadata says") as info:
+                reader.open(other)
+            assert record.chunks[0].name in str(info.value)
+        reader.open(record).close()  # the true record still reads
+    finally:
+        reader.close()

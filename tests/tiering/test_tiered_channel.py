@@ -96,6 +96,24 @@ def test_seek_and_offset_for_time_land_inside_remote_segments(tmp_path, tier) ->
         assert ch.offset_for_time(1_000_000 + N) is None
 
 
+def test_a_search_by_time_reads_only_the_uploaded_segment_that_holds_the_answer(tmp_path) -> None:
+    """The index says which uploaded segment first holds a record at or after the time (its
+    newest record's timestamp), so the older segments' objects are never read: here they are
+    gone from the bucket, and the search still answers (a read of any of them would raise)."""
+    tier2 = tmp_path / "tier2"
+    with filled(str(tmp_path / "ch"), {"tier": tier2.as_uri()}) as ch:
+        uploaded = offload(ch, keep_local=2)
+        target = uploaded[-3]
+        wanted = target.base_offset + 5
+        for record in uploaded[:-3]:
+            for chunk in record.chunks:
+                (tier2 / chunk.name).unlink(missing_ok=True)
+        assert ch.offset_for_time(1_000_000 + wanted) == wanted
+        assert ch.offset_for_time(1_000_000 + uploaded[-1].end_offset) == uploaded[-1].end_offset  # local
+        with pytest.raises(CorruptRecordError, match="is missing"):
+            ch.offset_for_time(0)  # the first segment does hold it, and its object is gone
+
+
 def test_an_empty_folder_of_a_tiered_channel_starts_at_the_tiers_end(tmp_path, tier) -> None:
     path = str(tmp_path / "ch")
     meta = str(tmp_path / "meta" / "metadata.db")
