@@ -26,12 +26,22 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 from ..engine.clock import now_ms
 from ..engine.lock import FileLock
 from ..errors import CorruptRecordError, MetadataDamagedError, ObjectNotFoundError, TierError
 from .heads import ChannelHead, read_head
-from .layout import MergedObjectName, SegmentRecord, decode_manifest, manifest_name, object_extents, parse_object_name
+from .layout import (
+    ChunkRecord,
+    MergedObjectName,
+    ObjectName,
+    SegmentRecord,
+    decode_manifest,
+    manifest_name,
+    object_extents,
+    parse_object_name,
+)
 from .metadata import EpochRecord, TierMetadata
 from .ownership import epoch_marks, read_claim
 from .storage import ChunkStorage, ObjectInfo
@@ -41,6 +51,29 @@ log = logging.getLogger("filechannel")
 Progress = Callable[[str], None]
 INDEX_LOCK = "index.lock"
 _MANIFEST_MAX_BYTES = 1 << 24  # a manifest is a few KiB; a larger object is not one
+
+
+def own_chunks(record: SegmentRecord, found: list[tuple[int, str, int]]) -> tuple[ChunkRecord, ...] | None:
+    """The chunks segment ``record`` was uploaded in (``found``: ``(start, name, length)`` of the
+    objects named :func:`~.layout.chunk_name` of its channel, base offset and epoch), if they hold
+    all its bytes, back to back (an object may be longer than its chunk); else None.
+
+    A defragmenter rewrites a segment's manifest to name the merged object before it commits,
+    and deletes the segment's own chunks only once the merge is committed and their garbage
+    delay has passed. So when a manifest names a merged object that is gone (a merge abandoned,
+    its late manifest left by a defragmenter killed before it wrote the manifest back), the
+    segment's own chunks are still whole: the records are there, and readers check every
+    table and record CRC against them."""
+    ordered = sorted(found)
+    ends = [start for start, _, _ in ordered[1:]] + [record.size]
+    if not ordered or ordered[0][0] != 0:
+        return None
+    chunks = []
+    for (start, name, length), end in zip(ordered, ends, strict=True):
+        if not start < end <= record.size or length < end - start:
+            return None
+        chunks.append(ChunkRecord(name, start, end - start))
+    return tuple(chunks)
 
 
 def usable_segments(
@@ -54,6 +87,11 @@ def usable_segments(
     listed and long enough, the newest epoch winning an overlap; by base offset. Holes and unusable
     manifests are added to ``problems``, the rest (superseded attempts, retention in progress) to ``notes``."""
     sizes = {o.name: o.length for o in listing}
+    chunks_of: dict[tuple[str, int, int], list[tuple[int, str, int]]] = defaultdict(list)  # a segment's own chunks
+    for o in listing:
+        p = parse_object_name(o.name)
+        if isinstance(p, ObjectName) and p.start is not None:
+            chunks_of[(p.channel, p.base_offset, p.epoch)].append((p.start, o.name, o.length))
     candidates: dict[str, list[SegmentRecord]] = defaultdict(list)
     broken: dict[str, list[SegmentRecord]] = defaultdict(list)  # manifests whose chunks are not whole
     manifests = [o.name for o in listing if (p := parse_object_name(o.name)) is not None and p.kind == "manifest"]
@@ -69,6 +107,13 @@ def usable_segments(
             problems.append(f"{name}: unusable manifest, its segment is left out: {exc}")
             continue
         missing = [name for name, extent in object_extents([record]).items() if sizes.get(name, -1) < extent]
+        own = own_chunks(record, chunks_of[(record.channel, record.base_offset, record.epoch)]) if missing else None
+        if own is not None:
+            notes.append(
+                f"{name}: names merged object(s) no longer in the bucket ({', '.join(missing[:3])}); the segment's own "
+                "chunks are whole and are used (a merge that never committed; 'tier fsck --repair' writes the manifest again)"
+            )
+            record, missing = replace(record, chunks=own), []
         if missing:
             what = ", ".join(f"{n} ({'missing' if n not in sizes else f'{sizes[n]} bytes'})" for n in missing[:3])
             broken[record.channel].append(record)

@@ -17,7 +17,7 @@ from filechannel.client.topics import Admin
 from filechannel.errors import MissingSegmentError
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
-from filechannel.tiering.layout import encode_manifest, manifest_name, plan_chunks
+from filechannel.tiering.layout import ChunkRecord, decode_manifest, encode_manifest, manifest_name, merged_name, plan_chunks
 from filechannel.tiering.metadata import TierMetadata
 from filechannel.tiering.rebuild import rebuild_root
 
@@ -169,3 +169,32 @@ def test_rebuild_of_an_unreachable_storage_is_one_line(tmp_path: Path, unused_po
     assert proc.returncode == 1 and "unreachable" in error and not (tmp_path / "new").exists()
     bad = fc("tier", "rebuild", "--root", str(tmp_path / "n2"), "--tier", "file:///x", "--tier-options", "[1]", check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--tier-options" in bad.stderr
+
+
+def test_a_manifest_naming_a_merged_object_that_is_gone_falls_back_to_the_segments_own_chunks(tmp_path: Path) -> None:
+    """What a defragmenter killed after its late manifest write leaves (its merge abandoned, the
+    merged object deleted): a manifest naming an object that is gone, while the segment's own
+    chunks are still whole. A rebuild reads the records from those chunks, says so, and fsck
+    --repair writes the manifest again from the index."""
+    root, url = tmp_path / "root", f"file://{tmp_path}/tier"
+    make_topic(root, url, local_retention_bytes=0)
+    values = [os.urandom(100) for _ in range(300)]
+    produce(root, values)
+    fc("tier", "run", "--root", str(root), "--once")
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        segments = metadata.segments("t/0")
+    assert len(segments) >= 3
+    shutil.rmtree(root)
+    target = segments[1]
+    gone = merged_name("t/0", target.base_offset, target.epoch + 1, target.end_offset, "0123456789abcdef")
+    late = replace(target, chunks=(ChunkRecord(gone, 0, target.size, 4096),))
+    with open_storage(url) as storage:
+        storage.write(target.manifest, encode_manifest(late))
+    report = rebuild_root(tmp_path / "new", url)
+    assert report.problems == []
+    assert any(target.manifest in n and "own chunks" in n for n in report.notes), report.notes
+    assert read_all(tmp_path / "new", "t", 0) == list(enumerate(values))[: segments[-1].end_offset]
+    fc("tier", "fsck", "--root", str(tmp_path / "new"), "--repair", check=False)
+    with open_storage(url) as storage:
+        assert decode_manifest(storage.read(target.manifest, 0, 1 << 20), target.manifest) == target
+    assert fc("tier", "fsck", "--root", str(tmp_path / "new"), "--deep").returncode == 0
