@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..errors import os_errors, storage_error
+from ..errors import ConfigError, os_errors, storage_error
 
 
 class FileLock:
@@ -32,16 +32,28 @@ class FileLock:
     ``FileLock`` on the same file, in this process or another, is excluded by the ``flock``.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, read_only: bool = False) -> None:
+        """Open (and create) the lock file; with ``read_only``, open it for reading only and never
+        create it (``fd`` is -1 if it does not exist): what a reader on a read-only mount can do.
+        A lock opened read-only is never taken (:meth:`acquire` raises)."""
         self.path = path
+        self.read_only = read_only
+        self.fd = -1
         with os_errors("open lock file", path):
-            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            try:
+                flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
+                self.fd = os.open(path, flags | os.O_CLOEXEC, 0o666)
+            except FileNotFoundError:
+                if not read_only:
+                    raise
         self._threads = threading.Lock()
         self.held = False
 
     def acquire(self, blocking: bool = True) -> bool:
         """Take the lock; with ``blocking=False`` return False at once if another holder has
         it, a thread of this process or another process."""
+        if self.read_only:
+            raise ConfigError(f"{self.path!r} was opened read-only: its lock is for writers, never taken by a reader")
         if not self._threads.acquire(blocking):
             return False
         try:
@@ -79,4 +91,6 @@ class FileLock:
 
     def close(self) -> None:
         self.release()
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -156,8 +156,10 @@ class Log:
         self.config = config
         self.tier = tier  # tier-2 of this channel, built by FileChannel; None without tiering
         self.read_only = read_only  # then index files that disagree with the frames are rebuilt in memory only
-        self.writer_lock = FileLock(os.path.join(path, "writer.lock"))
-        self.maintenance_lock = FileLock(os.path.join(path, "maintenance.lock"))
+        # A read-only log opens the lock files for reading, never creates them and never takes
+        # them (a read-only mount, an executor's view of a root): it reads the writer state only.
+        self.writer_lock = FileLock(os.path.join(path, "writer.lock"), read_only=read_only)
+        self.maintenance_lock = FileLock(os.path.join(path, "maintenance.lock"), read_only=read_only)
         self._mutex = threading.Lock()
         self._bases: list[int] = []  # the local segments' base offsets, as last listed
         self._sealed_index: dict[int, tuple[tuple[int, int, int], OffsetIndex, TimeIndex]] = {}
@@ -328,7 +330,7 @@ class Log:
         last = refs[-1]
         if last.compressed:
             return self.compressed_info(last).end_offset
-        state = read_state(self.writer_lock.fd, self.writer_lock.path)
+        state = read_state(self.writer_lock.fd, self.writer_lock.path) if self.writer_lock.fd >= 0 else None
         try:
             size = os.path.getsize(last.path)
         except FileNotFoundError:

@@ -74,3 +74,42 @@ def test_a_missing_folder_is_not_created_read_only(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         FileChannel(tmp_path / "nothing", read_only=True)
     assert not os.path.exists(tmp_path / "nothing")
+
+
+_READER = """
+import sys
+from filechannel import FileChannel
+from filechannel.client.topics import TopicStore
+with FileChannel(sys.argv[1], read_only=True) as ch:
+    with ch.receiver("earliest") as rx:
+        values = [r.value for r in rx.recv_many(100, timeout=5)]
+    print(len(values), ch.first_offset, ch.end_offset, ch.check())
+with TopicStore(sys.argv[2]).open_partition("t", 0, read_only=True) as ch:
+    with ch.receiver("earliest") as rx:
+        print(len(rx.recv_many(100, timeout=5)))
+"""
+
+
+def test_a_read_only_mount_is_read_whole(tmp_path):
+    """A channel and a root's partition on a read-only mount (an executor's view of a root):
+    opened read-only, they open no file for writing (not even the lock files), and read every
+    record. The mount is a real read-only bind mount in a mount namespace of its own."""
+    from filechannel.client import Admin, Producer
+
+    ch_path, root = tmp_path / "data" / "ch", tmp_path / "data" / "root"
+    with FileChannel(ch_path) as ch, ch.sender() as tx:
+        for i in range(40):
+            tx.send(b"v%d" % i)
+    os.unlink(ch_path / "writer.lock")  # a folder copied without its lock files reads the same
+    Admin(root).create_topic("t", 1)
+    with Producer(root=root) as producer:
+        for i in range(30):
+            producer.send("t", b"r%d" % i)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    script = f'mount --bind -o ro {tmp_path / "data"} {ro} && exec {sys.executable} -c "$0" {ro / "ch"} {ro / "root"}'
+    unshare = ["unshare", "--mount"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([*unshare, "sh", "-c", script, _READER], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["40", "0", "40", "40", "30"]
