@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from .common import FORMAT_OPTION, ROOT_OPTION, SECONDS, byte_progress, cli, err, out, print_json, root_folder
+from .common import FORMAT_OPTION, ROOT_OPTION, SECONDS, BadValue, byte_progress, cli, err, out, print_json, root_folder
 
 if TYPE_CHECKING:
     from ..tiering.defrag import DefragSettings
@@ -66,6 +66,19 @@ def _defrag_settings(merge_below: int, target: int, garbage_delay: float) -> Def
 @click.option("--once", is_flag=True, help="One whole pass over every tiered partition, then exit.")
 @click.option("--interval", default=1.0, show_default=True, type=SECONDS, help="Seconds between passes.")
 @click.option("--wait", is_flag=True, help="Wait for another daemon of this root to stop, instead of refusing.")
+@click.option(
+    "--roll",
+    is_flag=True,
+    help="Seal the active segment of a partition no writer is writing to, so its records move now "
+    "(else only segments sealed at segment_bytes or segment_ms move).",
+)
+@click.option(
+    "--idle",
+    default=0.0,
+    show_default=True,
+    type=SECONDS,
+    help="With --roll: seal only an active segment not written to for this many seconds.",
+)
 @click.option("--defrag", is_flag=True, help="Merge small tier-2 objects of partitions with nothing to upload.")
 @_defrag_options
 @click.pass_context
@@ -74,6 +87,8 @@ def tier_run(
     once: bool,
     interval: float,
     wait: bool,
+    roll: bool,
+    idle: float,
     defrag: bool,
     merge_below: int,
     target: int,
@@ -84,6 +99,10 @@ def tier_run(
     One daemon per root. Progress goes to stdout; SIGTERM or SIGINT stops it cleanly after
     the partition it is working on. With --once, exit 0 after one pass, or 1 with one line
     per failure on stderr.
+
+    \b
+      filechannel tier run --root /data/fc --once --roll      # move everything written so far
+      filechannel tier run --root /data/fc --roll --idle 60   # daemon: quiet partitions move after a minute
     """
 
     from ..tiering.daemon import TieringDaemon
@@ -94,7 +113,8 @@ def tier_run(
         click.echo(f"{datetime.now().strftime('%H:%M:%S')} {line}")
 
     settings = _defrag_settings(merge_below, target, garbage_delay) if defrag else None
-    daemon = TieringDaemon(root, wait=wait, interval=interval, progress=progress, defrag=settings)
+    roll_idle_ms = int(idle * 1000) if roll else None
+    daemon = TieringDaemon(root, wait=wait, interval=interval, progress=progress, defrag=settings, roll_idle_ms=roll_idle_ms)
 
     caught: list[int] = []
 
@@ -132,8 +152,8 @@ def tier_status_cmd(ctx: click.Context, fmt: str, as_json: bool) -> None:
     """Per tiered partition: the offsets in each tier, segments and bytes, what waits, the last error.
 
     "waiting" are sealed segments not uploaded yet; "active" the records of the segment being
-    written, which moves once it is sealed (at segment_bytes, or by a send once it is
-    segment_ms old); "lag" every local offset not in tier-2 yet.
+    written, which moves once it is sealed (at segment_bytes, by a send once it is
+    segment_ms old, or by `tier run --roll` once no writer is writing to it); "lag" every local offset not in tier-2 yet.
     """
     from ..tiering.status import tier_status
 
@@ -174,6 +194,18 @@ def _tier_options(value: str | None) -> dict[str, Any] | None:
     if not isinstance(options, dict):
         raise click.BadParameter('must be a JSON object, e.g. {"endpoint_url": "http://host:8333"}', param_hint="--tier-options")
     return options
+
+
+def _check_tier(url: str, options: dict[str, Any] | None) -> None:
+    """``--tier URL`` with its options opens a storage (no request yet): a URL naming none, an
+    unknown option or a missing library is a usage error (exit 2), before anything is done."""
+    from ..errors import ConfigError
+    from ..tiering.bindings import check_storage
+
+    try:
+        check_storage(url, options)
+    except ConfigError as exc:
+        raise BadValue(f"--tier {url}: {exc}") from None
 
 
 _TIER_OPTIONS = click.option(
@@ -292,6 +324,7 @@ def tier_import(
         raise click.UsageError("give either an export FILE or --from-tier")
     root = root_folder(ctx)
     options = _tier_options(tier_options)
+    export = read_export_file(source) if source else None  # a missing or damaged file first: nothing else matters then
     if tier_url is None:
         storages = list(_root_storages(root).values())
         if len(storages) != 1:
@@ -302,7 +335,8 @@ def tier_import(
             )
         tier_url, stored = storages[0]
         options = stored if options is None else options
-    export = read_export_file(source) if source else None
+    else:
+        _check_tier(tier_url, options)
     with open_storage(tier_url, **(options or {})) as storage:
         if export is None:
             export = newest_export(storage)
@@ -336,7 +370,9 @@ def tier_rebuild(new_root: str, tier_url: str, tier_options: str | None) -> None
     from ..client.group import restore_groups
     from ..tiering.rebuild import rebuild_root
 
-    report = rebuild_root(new_root, tier_url, tier_options=_tier_options(tier_options), progress=_progress_line)
+    options = _tier_options(tier_options)
+    _check_tier(tier_url, options)
+    report = rebuild_root(new_root, tier_url, tier_options=options, progress=_progress_line)
     groups = restore_groups(os.path.abspath(new_root), report.group_offsets, report.ends)
     for line in groups:
         _progress_line(line)
