@@ -13,7 +13,7 @@ import click
 from ..client import Admin
 from ..client.topics import ROOT_SETTINGS
 from ..engine.verify import DamagedRange
-from .common import ROOT_OPTION, BadValue, byte_progress, cli, err, out, root_folder
+from .common import ROOT_OPTION, BadValue, cli, err, out, root_folder
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -64,6 +64,8 @@ def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
     Every damaged range is listed on stderr (the file and byte or block, the offsets it
     makes unreadable, the first readable offset after it), then the exit code is 1.
     """
+    from .progress import byte_progress
+
     admin = Admin(root_folder(ctx))
     damaged = 0
     names = list(topics_) or admin.list_topics()

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from .common import FORMAT_OPTION, ROOT_OPTION, SECONDS, BadValue, byte_progress, cli, err, out, print_json, root_folder
+from .common import FORMAT_OPTION, ROOT_OPTION, SECONDS, BadValue, cli, err, out, print_json, root_folder
 
 if TYPE_CHECKING:
     from ..tiering.defrag import DefragSettings
@@ -265,10 +266,12 @@ def tier_export(ctx: click.Context, topic: str | None, output: str | None, to_ti
     from ..tiering.bindings import open_storage
     from ..tiering.export import encode_export, export_object_name, take_export, write_export_file
     from ..tiering.metadata import TierMetadata
+    from .progress import rates
 
     if not output and not to_tier:
         raise click.UsageError("say where to write the export: --output FILE and/or --to-tier")
     root = root_folder(ctx)
+    started = time.monotonic()
     with TierMetadata(_metadata_path(root)) as metadata:
         export = take_export(metadata, topic=topic)
     export = dataclasses.replace(export, groups=group_offsets(root, topic))  # read after the metadata
@@ -287,7 +290,7 @@ def tier_export(ctx: click.Context, topic: str | None, output: str | None, to_ti
     groups = sum(len(g) for g in export.groups.values())
     out.print(
         f"exported {len(export.segments)} segment(s), epoch {export.epoch}, {len(export.groups)} group(s) "
-        f"({groups} committed offset(s))",
+        f"({groups} committed offset(s)) {rates(len(export.segments), 'segments', time.monotonic() - started)}",
         highlight=False,
         soft_wrap=True,
     )
@@ -319,10 +322,12 @@ def tier_import(
     from ..tiering.daemon_lock import exclusive
     from ..tiering.export import import_export, newest_export, read_export_file
     from ..tiering.metadata import TierMetadata
+    from .progress import rates
 
     if bool(source) == from_tier:
         raise click.UsageError("give either an export FILE or --from-tier")
     root = root_folder(ctx)
+    started = time.monotonic()
     options = _tier_options(tier_options)
     export = read_export_file(source) if source else None  # a missing or damaged file first: nothing else matters then
     if tier_url is None:
@@ -349,7 +354,8 @@ def tier_import(
         lines = restore_groups(root, export.groups)
     for line in lines:
         _progress_line(line)
-    out.print(f"imported {len(export.segments)} segment(s), epoch {export.epoch}", highlight=False, soft_wrap=True)
+    took = rates(len(export.segments), "segments", time.monotonic() - started)
+    out.print(f"imported {len(export.segments)} segment(s), epoch {export.epoch} {took}", highlight=False, soft_wrap=True)
 
 
 @tier.command("rebuild")
@@ -369,10 +375,14 @@ def tier_rebuild(new_root: str, tier_url: str, tier_options: str | None) -> None
     """
     from ..client.group import restore_groups
     from ..tiering.rebuild import rebuild_root
+    from .progress import Meter, count_progress
 
     options = _tier_options(tier_options)
     _check_tier(tier_url, options)
-    report = rebuild_root(new_root, tier_url, tier_options=options, progress=_progress_line)
+    with count_progress(shown=True) as progress:
+        manifests = Meter(progress, "reading manifests", "manifests")
+        report = rebuild_root(new_root, tier_url, tier_options=options, progress=_progress_line, counted=manifests.set)
+    _progress_line(f"read {manifests.count} manifest(s) {manifests.summary()}")
     groups = restore_groups(os.path.abspath(new_root), report.group_offsets, report.ends)
     for line in groups:
         _progress_line(line)
@@ -405,6 +415,7 @@ def tier_fsck(ctx: click.Context, deep: bool, repair: bool) -> None:
       filechannel tier fsck --root /data/fc --deep --repair
     """
     from ..tiering.fsck import deep_bytes_of, fsck
+    from .progress import byte_progress
 
     root = root_folder(ctx)
     total = deep_bytes_of(root) if deep else 0

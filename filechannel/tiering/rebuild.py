@@ -119,23 +119,32 @@ def rebuild_root(
     *,
     tier_options: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    counted: Callable[[int, int], None] | None = None,
 ) -> RebuildReport:
     """Rebuild ``root`` (new or empty) from the chunk storage at ``url`` alone (see the module
     docstring for the rules). ``tier_options`` open the storage and become the topics'
-    ``tier_options`` (None: open without options, keep each topic's stored ones)."""
+    ``tier_options`` (None: open without options, keep each topic's stored ones).
+    ``progress`` receives one line per step; ``counted(done, total)`` the manifests read."""
     say = progress or (lambda line: None)
     root = os.path.abspath(os.fspath(root))
     _check_empty(root)
     with open_storage(url, **(tier_options or {})) as storage:
-        return _rebuild(root, url, storage, tier_options, say)
+        return _rebuild(root, url, storage, tier_options, say, counted)
 
 
-def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any] | None, say: Progress) -> RebuildReport:
+def _rebuild(
+    root: str,
+    url: str,
+    storage: ChunkStorage,
+    options: dict[str, Any] | None,
+    say: Progress,
+    counted: Callable[[int, int], None] | None,
+) -> RebuildReport:
     report = RebuildReport()
     say(f"listing {storage.url}")
     listing = storage.list("")
     say(f"{len(listing)} object(s) listed")
-    used = usable_segments(storage, listing, report.problems, report.notes, say)
+    used = usable_segments(storage, listing, report.problems, report.notes, counted)
     deleted = deleted_in_tier(info.name for info in listing)
     descriptions = [i.name for i in listing if i.name.count("/") == 1 and i.name.endswith("/" + TOPIC_FILE)]
     if not used and not descriptions:
