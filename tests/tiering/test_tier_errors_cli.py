@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from filechannel.client.topics import Admin
 
 from .tier_helpers import make_topic, produce
@@ -17,9 +19,9 @@ from .tier_helpers import make_topic, produce
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
 
-def fc(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def fc(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "filechannel", *args], capture_output=True, text=True, env=ENV, timeout=120, cwd=cwd
+        [sys.executable, "-m", "filechannel", *args], input=stdin, capture_output=True, text=True, env=ENV, timeout=120
     )
 
 
@@ -126,3 +128,28 @@ def test_a_topic_deleted_while_its_storage_is_away_is_purged_when_it_is_back(tmp
     assert {name.partition("/")[0] for name in left} == {".claim.json", ".epochs"}  # its objects and marks gone, no other
     assert not os.listdir(root / ".tier" / "deleted")
     assert fc("topics", "create", "t", "--root", str(root), "-c", f"tier=file://{tier}").returncode == 0
+
+
+@pytest.mark.s3
+def test_on_s3_records_move_with_roll_and_a_deleted_topic_stays_deleted(tmp_path: Path, seaweed, monkeypatch) -> None:
+    """On a real S3 server (SeaweedFS): a quiet topic's records move with `tier run --roll`, its
+    deletion is marked in the bucket at once, and a rebuild from the bucket skips it."""
+    for name, value in (("AWS_ACCESS_KEY_ID", seaweed.access_key), ("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)):
+        monkeypatch.setenv(name, value)  # this process's Admin
+        monkeypatch.setitem(ENV, name, value)  # the commands'
+    bucket, root = seaweed.new_bucket(), tmp_path / "root"
+    tier = ("-c", f"tier=s3://{bucket}/fc", "--tier-option", f"endpoint_url={seaweed.endpoint}")
+    options = json.dumps({"endpoint_url": seaweed.endpoint})
+    for topic in ("kept", "gone"):
+        assert fc("topics", "create", topic, "--root", str(root), *tier).returncode == 0
+        assert fc("produce", topic, "--root", str(root), stdin="a\nb\nc\n").returncode == 0
+    run = fc("tier", "run", "--root", str(root), "--once", "--roll")
+    assert run.returncode == 0 and run.stdout.count("sealed the idle active segment, offsets [0, 3)") == 2, run.stderr
+    assert fc("topics", "delete", "gone", "--root", str(root), "--yes").returncode == 0
+    keys = {o["Key"] for o in seaweed.client().list_objects_v2(Bucket=bucket, Prefix="fc/").get("Contents", [])}
+    assert "fc/.deleted/gone" in keys and any(k.startswith("fc/gone/") for k in keys)  # marked, not purged yet
+    rebuilt = fc("tier", "rebuild", "--root", str(tmp_path / "new"), "--tier", f"s3://{bucket}/fc", "--tier-options", options)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "topic gone: deleted from its root (marked .deleted/gone), not rebuilt" in rebuilt.stderr
+    assert Admin(tmp_path / "new").list_topics() == ["kept"]
+    assert fc("consume", "kept", "--root", str(tmp_path / "new"), "--from-beginning", "--no-follow").stdout == "a\nb\nc\n"
