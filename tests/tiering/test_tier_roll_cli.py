@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -91,7 +91,7 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def writer(root: Path) -> Iterator[callable]:
+def writer(root: Path) -> Iterator[Callable[[], subprocess.Popen[str]]]:
     procs: list[subprocess.Popen[str]] = []
 
     def start() -> subprocess.Popen[str]:
@@ -141,7 +141,7 @@ def test_without_roll_the_active_segment_waits_and_with_roll_it_moves(root: Path
     assert "sealed" not in again.stdout and status(root)["active_offsets"] == 1  # written just now: not idle
 
 
-def test_an_idle_writer_process_goes_on_in_the_new_segment(root: Path, writer) -> None:
+def test_an_idle_writer_process_goes_on_in_the_new_segment(root: Path, writer: Callable[[], subprocess.Popen[str]]) -> None:
     proc = writer()
     say(proc, "a b c", "sent")
     wait_for(lambda: not writer_locked(root), 60, "the writer to let writer.lock go")  # written, and the lock let go: idle
@@ -157,7 +157,7 @@ def test_an_idle_writer_process_goes_on_in_the_new_segment(root: Path, writer) -
         assert ch.check() == 5  # every record's CRC, across both tiers
 
 
-def test_a_writer_holding_the_lock_is_left_alone(root: Path, writer) -> None:
+def test_a_writer_holding_the_lock_is_left_alone(root: Path, writer: Callable[[], subprocess.Popen[str]]) -> None:
     proc = writer()
     say(proc, "a b c", "sent")
     say(proc, "hold", "held")
