@@ -73,6 +73,9 @@ def test_the_readme_runs_top_to_bottom_in_one_folder(tmp_path):
     from filechannel.client import Admin
 
     assert {"clicks", "orders", "foobar", "my_topic"} <= set(Admin(tmp_path / "data").list_topics())
+    # The tiering block's records moved to tier-2 (`tier run --roll`): the root rebuilt from it alone has them.
+    rebuilt = Admin(tmp_path / "data-rebuilt").describe_topic("pageviews")
+    assert sum(p.end_offset - p.first_offset for p in rebuilt.partitions) == 3
 
 
 @pytest.mark.spark

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import subprocess
 import sys
@@ -10,8 +11,9 @@ from typing import TYPE_CHECKING
 import click
 
 from ..client import Admin
+from ..client.topics import ROOT_SETTINGS
 from ..engine.verify import DamagedRange
-from .common import ROOT_OPTION, byte_progress, cli, err, out, root_folder
+from .common import ROOT_OPTION, BadValue, cli, err, out, root_folder
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -30,13 +32,23 @@ def root_config(ctx: click.Context, settings: tuple[str, ...]) -> None:
     missing topic (`filechannel produce`, a Producer) creates it with one partition.
     """
     admin = Admin(root_folder(ctx, must_exist=bool(not settings)))
-    for item in settings:
-        name, sep, raw = item.partition("=")
-        if not sep or raw.strip().lower() not in ("true", "false"):
-            raise click.BadParameter(f"{item!r} is not NAME=true or NAME=false", param_hint="SETTINGS")
-        admin.set_root_setting(name.strip(), raw.strip().lower() == "true")
+    for name, value in [_root_setting(item) for item in settings]:  # all checked before any is stored
+        admin.set_root_setting(name, value)
     for name, value in admin.root_settings().items():
         click.echo(f"{name}={str(value).lower()}")
+
+
+def _root_setting(item: str) -> tuple[str, bool]:
+    """``NAME=true|false`` as (name, value); an unknown name or a value other than true or false
+    is a usage error (exit 2) naming the closest known setting and every known one."""
+    name, sep, raw = (part.strip() for part in item.partition("="))
+    if name not in ROOT_SETTINGS:
+        closest = difflib.get_close_matches(name, ROOT_SETTINGS, n=1)
+        hint = f"did you mean {closest[0]}? " if closest else ""
+        raise BadValue(f"unknown root setting {name!r} in {item!r}: {hint}known: {', '.join(ROOT_SETTINGS)}")
+    if not sep or raw.lower() not in ("true", "false"):
+        raise BadValue(f"{item!r}: {name} takes true or false, as {name}=true")
+    return name, raw.lower() == "true"
 
 
 # -- check / bench ------------------------------------------------------------------------------
@@ -52,6 +64,8 @@ def check(ctx: click.Context, topics_: tuple[str, ...]) -> None:
     Every damaged range is listed on stderr (the file and byte or block, the offsets it
     makes unreadable, the first readable offset after it), then the exit code is 1.
     """
+    from .progress import byte_progress
+
     admin = Admin(root_folder(ctx))
     damaged = 0
     names = list(topics_) or admin.list_topics()

@@ -8,7 +8,7 @@ import os
 import select
 import stat
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from rich.console import Console
@@ -16,9 +16,6 @@ from rich.console import Console
 from .. import __version__, native_extensions
 from ..engine.files import opened
 from ..errors import ConfigError
-
-if TYPE_CHECKING:
-    from rich.progress import Progress
 
 
 class _Console(Console):
@@ -32,22 +29,6 @@ class _Console(Console):
 _PIPE_WIDTH = None if sys.stdout.isatty() else 1000
 out = _Console(width=_PIPE_WIDTH)
 err = _Console(stderr=True)
-
-
-def byte_progress(shown: bool) -> Progress:
-    """Progress bars of bytes (description, bar, bytes done, time left) on stderr, drawn only
-    when ``shown`` and stderr is a terminal: into a file or a pipe, rich would write their
-    last frame (and, with no task, an empty line)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        disable=not shown or not err.is_terminal,
-    )
 
 
 def silence_closed_output() -> None:

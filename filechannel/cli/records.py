@@ -101,8 +101,12 @@ def produce(
         producer = Producer(root, auto_create_topics=False, **settings)
     except ConfigError as exc:  # a --producer-property the client refuses: a bad value (exit 2)
         raise BadValue(str(exc)) from None
-    with producer:
+    from .progress import Meter, count_progress
+
+    typed = path.isatty()  # someone typing: no bar under their lines
+    with producer, count_progress(shown=not typed) as progress:
         _create_for_produce(Admin(root), topic, partition)
+        meter = Meter(progress, f"sending to {topic}", "records")
         for line in path:
             timestamp = None
             try:
@@ -119,7 +123,10 @@ def produce(
             if sync:
                 future.get()
             count += 1
-    err.print(f"sent {count} record(s) to {topic}")
+            meter.add(1, len(line))
+        meter.show()  # the last counts in the bar's last frame
+    rates = "" if typed else f" {meter.summary()}"
+    err.print(f"sent {count} record(s) to {topic}{rates}", highlight=False)
 
 
 def _create_for_produce(admin: Admin, topic: str, partition: int | None) -> None:
@@ -388,15 +395,19 @@ def consume(
 
         reader_gone = False
         damage: CorruptRecordError | None = None
+        from .progress import Meter, count_progress
+
+        progress = count_progress(shown=not sys.stdout.isatty())  # into a file or a pipe: a bar on a terminal's stderr
+        meter = Meter(progress, "consuming", "records")
         try:
+            progress.start()
             for rec in _records(consumer, follow, limit, timeout_ms, stop, commit_now_and_then):
-                if fmt == "raw":
-                    stdout.write(formatter.format(rec))
-                else:
-                    stdout.write(json.dumps(_as_json(rec)).encode() + b"\n")
+                line = formatter.format(rec) if fmt == "raw" else json.dumps(_as_json(rec)).encode() + b"\n"
+                stdout.write(line)
                 stdout.flush()
                 printed[TopicPartition(rec.topic, rec.partition)] = rec.offset + 1
                 count += 1
+                meter.add(1, len(line))
         except BrokenPipeError:  # `| head -1` has what it wanted: an end like --max, the last record unwritten
             if not stdout_reader_gone():
                 raise
@@ -404,6 +415,8 @@ def consume(
         except CorruptRecordError as exc:  # what was printed before the damage is committed still
             damage = exc
         finally:
+            meter.show()
+            progress.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if group is not None and printed:

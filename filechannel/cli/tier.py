@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from .common import FORMAT_OPTION, ROOT_OPTION, SECONDS, byte_progress, cli, err, out, print_json, root_folder
+from .common import FORMAT_OPTION, ROOT_OPTION, SECONDS, BadValue, cli, err, out, print_json, root_folder
 
 if TYPE_CHECKING:
     from ..tiering.defrag import DefragSettings
@@ -66,6 +67,19 @@ def _defrag_settings(merge_below: int, target: int, garbage_delay: float) -> Def
 @click.option("--once", is_flag=True, help="One whole pass over every tiered partition, then exit.")
 @click.option("--interval", default=1.0, show_default=True, type=SECONDS, help="Seconds between passes.")
 @click.option("--wait", is_flag=True, help="Wait for another daemon of this root to stop, instead of refusing.")
+@click.option(
+    "--roll",
+    is_flag=True,
+    help="Seal the active segment of a partition no writer is writing to, so its records move now "
+    "(else only segments sealed at segment_bytes or segment_ms move).",
+)
+@click.option(
+    "--idle",
+    default=0.0,
+    show_default=True,
+    type=SECONDS,
+    help="With --roll: seal only an active segment not written to for this many seconds.",
+)
 @click.option("--defrag", is_flag=True, help="Merge small tier-2 objects of partitions with nothing to upload.")
 @_defrag_options
 @click.pass_context
@@ -74,6 +88,8 @@ def tier_run(
     once: bool,
     interval: float,
     wait: bool,
+    roll: bool,
+    idle: float,
     defrag: bool,
     merge_below: int,
     target: int,
@@ -84,6 +100,10 @@ def tier_run(
     One daemon per root. Progress goes to stdout; SIGTERM or SIGINT stops it cleanly after
     the partition it is working on. With --once, exit 0 after one pass, or 1 with one line
     per failure on stderr.
+
+    \b
+      filechannel tier run --root /data/fc --once --roll      # move everything written so far
+      filechannel tier run --root /data/fc --roll --idle 60   # daemon: quiet partitions move after a minute
     """
 
     from ..tiering.daemon import TieringDaemon
@@ -94,7 +114,8 @@ def tier_run(
         click.echo(f"{datetime.now().strftime('%H:%M:%S')} {line}")
 
     settings = _defrag_settings(merge_below, target, garbage_delay) if defrag else None
-    daemon = TieringDaemon(root, wait=wait, interval=interval, progress=progress, defrag=settings)
+    roll_idle_ms = int(idle * 1000) if roll else None
+    daemon = TieringDaemon(root, wait=wait, interval=interval, progress=progress, defrag=settings, roll_idle_ms=roll_idle_ms)
 
     caught: list[int] = []
 
@@ -132,8 +153,8 @@ def tier_status_cmd(ctx: click.Context, fmt: str, as_json: bool) -> None:
     """Per tiered partition: the offsets in each tier, segments and bytes, what waits, the last error.
 
     "waiting" are sealed segments not uploaded yet; "active" the records of the segment being
-    written, which moves once it is sealed (at segment_bytes, or by a send once it is
-    segment_ms old); "lag" every local offset not in tier-2 yet.
+    written, which moves once it is sealed (at segment_bytes, by a send once it is
+    segment_ms old, or by `tier run --roll` once no writer is writing to it); "lag" every local offset not in tier-2 yet.
     """
     from ..tiering.status import tier_status
 
@@ -174,6 +195,18 @@ def _tier_options(value: str | None) -> dict[str, Any] | None:
     if not isinstance(options, dict):
         raise click.BadParameter('must be a JSON object, e.g. {"endpoint_url": "http://host:8333"}', param_hint="--tier-options")
     return options
+
+
+def _check_tier(url: str, options: dict[str, Any] | None) -> None:
+    """``--tier URL`` with its options opens a storage (no request yet): a URL naming none, an
+    unknown option or a missing library is a usage error (exit 2), before anything is done."""
+    from ..errors import ConfigError
+    from ..tiering.bindings import check_storage
+
+    try:
+        check_storage(url, options)
+    except ConfigError as exc:
+        raise BadValue(f"--tier {url}: {exc}") from None
 
 
 _TIER_OPTIONS = click.option(
@@ -233,10 +266,12 @@ def tier_export(ctx: click.Context, topic: str | None, output: str | None, to_ti
     from ..tiering.bindings import open_storage
     from ..tiering.export import encode_export, export_object_name, take_export, write_export_file
     from ..tiering.metadata import TierMetadata
+    from .progress import rates
 
     if not output and not to_tier:
         raise click.UsageError("say where to write the export: --output FILE and/or --to-tier")
     root = root_folder(ctx)
+    started = time.monotonic()
     with TierMetadata(_metadata_path(root)) as metadata:
         export = take_export(metadata, topic=topic)
     export = dataclasses.replace(export, groups=group_offsets(root, topic))  # read after the metadata
@@ -255,7 +290,7 @@ def tier_export(ctx: click.Context, topic: str | None, output: str | None, to_ti
     groups = sum(len(g) for g in export.groups.values())
     out.print(
         f"exported {len(export.segments)} segment(s), epoch {export.epoch}, {len(export.groups)} group(s) "
-        f"({groups} committed offset(s))",
+        f"({groups} committed offset(s)) {rates(len(export.segments), 'segments', time.monotonic() - started)}",
         highlight=False,
         soft_wrap=True,
     )
@@ -287,11 +322,14 @@ def tier_import(
     from ..tiering.daemon_lock import exclusive
     from ..tiering.export import import_export, newest_export, read_export_file
     from ..tiering.metadata import TierMetadata
+    from .progress import rates
 
     if bool(source) == from_tier:
         raise click.UsageError("give either an export FILE or --from-tier")
     root = root_folder(ctx)
+    started = time.monotonic()
     options = _tier_options(tier_options)
+    export = read_export_file(source) if source else None  # a missing or damaged file first: nothing else matters then
     if tier_url is None:
         storages = list(_root_storages(root).values())
         if len(storages) != 1:
@@ -302,7 +340,8 @@ def tier_import(
             )
         tier_url, stored = storages[0]
         options = stored if options is None else options
-    export = read_export_file(source) if source else None
+    else:
+        _check_tier(tier_url, options)
     with open_storage(tier_url, **(options or {})) as storage:
         if export is None:
             export = newest_export(storage)
@@ -315,7 +354,8 @@ def tier_import(
         lines = restore_groups(root, export.groups)
     for line in lines:
         _progress_line(line)
-    out.print(f"imported {len(export.segments)} segment(s), epoch {export.epoch}", highlight=False, soft_wrap=True)
+    took = rates(len(export.segments), "segments", time.monotonic() - started)
+    out.print(f"imported {len(export.segments)} segment(s), epoch {export.epoch} {took}", highlight=False, soft_wrap=True)
 
 
 @tier.command("rebuild")
@@ -335,8 +375,14 @@ def tier_rebuild(new_root: str, tier_url: str, tier_options: str | None) -> None
     """
     from ..client.group import restore_groups
     from ..tiering.rebuild import rebuild_root
+    from .progress import Meter, count_progress
 
-    report = rebuild_root(new_root, tier_url, tier_options=_tier_options(tier_options), progress=_progress_line)
+    options = _tier_options(tier_options)
+    _check_tier(tier_url, options)
+    with count_progress(shown=True) as progress:
+        manifests = Meter(progress, "reading manifests", "manifests")
+        report = rebuild_root(new_root, tier_url, tier_options=options, progress=_progress_line, counted=manifests.set)
+    _progress_line(f"read {manifests.count} manifest(s) {manifests.summary()}")
     groups = restore_groups(os.path.abspath(new_root), report.group_offsets, report.ends)
     for line in groups:
         _progress_line(line)
@@ -369,6 +415,7 @@ def tier_fsck(ctx: click.Context, deep: bool, repair: bool) -> None:
       filechannel tier fsck --root /data/fc --deep --repair
     """
     from ..tiering.fsck import deep_bytes_of, fsck
+    from .progress import byte_progress
 
     root = root_folder(ctx)
     total = deep_bytes_of(root) if deep else 0

@@ -6,6 +6,7 @@ public names. :class:`TopicStore` is the root's layout that also opens partition
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,9 +15,11 @@ from typing import Any, Unpack
 from ..channel import FileChannel
 from ..config import TopicSettings
 from ..engine.wakeup import Wakeup
+from ..errors import FileChannelError
 from ..root import (
     GROUPS_DIR,
     ROOT_SETTINGS,
+    ROOT_TIER_DIR,
     SETTINGS_FILE,
     TOPIC_FILE,
     TOPIC_SETTINGS,
@@ -24,6 +27,9 @@ from ..root import (
     validate_topic_config,
 )
 from ..tiering.bindings import check_storage
+from ..tiering.marks import mark_deleted_now
+
+log = logging.getLogger("filechannel")
 
 __all__ = [
     "GROUPS_DIR",
@@ -47,6 +53,19 @@ class TopicStore(RootLayout):
         """Open partition ``partition`` of ``topic`` as a channel with the topic's settings."""
         settings = self.partition_settings(topic, partition, **overrides)
         return FileChannel(self.partition_path(topic, partition), wakeup=wakeup, **settings)
+
+    def delete(self, topic: str) -> None:
+        """:meth:`RootLayout.delete`; a tiered topic's deletion is also marked in its tier-2 storage at
+        once when that can be reached (:func:`~filechannel.tiering.marks.mark_deleted_now`), so a
+        rebuild of a lost root never brings the topic back; if it cannot, the daemon's purge
+        writes the mark once the storage is back."""
+        config = (self._read_file(topic) or {}).get("config", {})
+        super().delete(topic)
+        if config.get("tier") is not None:
+            try:
+                mark_deleted_now(os.path.join(self.root, ROOT_TIER_DIR), topic, config["tier"], config.get("tier_options"))
+            except FileChannelError as exc:
+                log.warning("topic %s deleted; its tier-2 storage cannot be marked now (%s): the daemon's purge will", topic, exc)
 
     def create(self, topic: str, partitions: int, config: Mapping[str, Any], exist_ok: bool = False) -> dict[str, Any]:
         """:meth:`RootLayout.create`, after opening the topic's tier-2 storage (if it has a ``tier``)

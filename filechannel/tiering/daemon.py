@@ -10,7 +10,10 @@ prefix another root owns fails each of its partitions in one line, and nothing i
 uploaded, swept or deleted there. Then each pass, for every partition of every topic
 whose settings have ``tier``:
 
-0. clean up: finish "deleting" rows (objects, then row), abandon "uploading" rows (of a
+0. with ``roll_idle_ms`` (``tier run --roll``), seal the active segment if it holds records,
+   no writer holds its ``writer.lock`` and it was not written to for that long
+   (:mod:`filechannel.engine.idle_seal`), so a quiet partition's records become eligible;
+   then clean up: finish "deleting" rows (objects, then row), abandon "uploading" rows (of a
    dead epoch, or this epoch's failed attempt: objects, then row), and, on the
    partition's first pass of this epoch, bring the index up to the bucket if it is behind
    the partition's head, delete objects of older epochs that no row and no manifest
@@ -75,13 +78,14 @@ from ..engine import compression, retention
 from ..engine.clock import now_ms
 from ..engine.compressed import compress_segment
 from ..engine.files import unlink_if_exists
+from ..engine.idle_seal import BUSY, SEALED, seal_idle
 from ..engine.lock import FileLock
 from ..engine.log import Log, SegmentRef
 from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..engine.segment import MAX_FRAME_PAYLOAD
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
-from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS
+from ..root import DELETED_DIR, ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS
 from .bindings import StorageClients
 from .context import STANDALONE_METADATA
 from .daemon_lock import LOCK_FILE
@@ -132,6 +136,9 @@ class TieringDaemon:
     ``defrag``: merge small objects of idle partitions (None: never; ``tier defrag`` does it
     on demand); ``max_merges`` per partition and pass keeps a pass short. ``orphan_grace_ms``:
     how old an object no row and no manifest names must be before the sweep deletes it.
+    ``roll_idle_ms``: seal the active segment of a partition that no writer is writing to and
+    that was not written to for this long, before its upload (:mod:`filechannel.engine.idle_seal`;
+    None: never, only the writers' own rolls seal segments).
     Use as a context manager, or call :meth:`start` and :meth:`close`.
     """
 
@@ -147,8 +154,10 @@ class TieringDaemon:
         defrag: DefragSettings | None = None,
         max_merges: int = 4,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
+        roll_idle_ms: int | None = None,
     ) -> None:
         self.root = os.path.abspath(os.fspath(root))
+        self.roll_idle_ms = roll_idle_ms
         self.defrag = defrag
         self.max_merges = max_merges
         if channel is not None and channel.tier is None:
@@ -348,20 +357,30 @@ class TieringDaemon:
         return report
 
     def _purge_deleted_topics(self, report: PassReport) -> None:
-        """Delete the tier-2 copies and metadata rows of every deleted tiered topic, then its mark (:mod:`.marks`)."""
+        """Delete the tier-2 copies and metadata rows of every deleted tiered topic, then its marks (:mod:`.marks`).
+
+        A storage that cannot be reached now is no failure of the pass: the deletion is done
+        locally and its purge waits, one line each pass, for the storage to come back (the name
+        stays reserved until then). A damaged mark is a failure: only the operator can mend it.
+        """
         for topic in deleted_topics(self.tier_dir):
             try:
                 config = read_mark(self.tier_dir, topic)
-                if config is None:
-                    continue
+            except (ValueError, KeyError, TypeError) as exc:  # ConfigError too, a ValueError
+                mark = os.path.join(self.tier_dir, DELETED_DIR, topic)
+                line = f"{topic} (deleted): its mark {mark} is damaged ({exc}): restore it, or remove it to leave tier-2 as it is"
+                report.failures.append(line)
+                self._progress(f"FAILED {line}")
+                continue
+            if config is None:
+                continue
+            try:
                 purge_topic(self.tier_dir, self._enter(config).storage, self.metadata, self.epoch, topic)
                 self._progress(f"{topic}: deleted topic purged from tier-2")
             except FencedError:
                 raise
-            except (FileChannelError, ValueError, KeyError, TypeError) as exc:
-                line = f"{topic} (deleted): {exc}"
-                report.failures.append(line)
-                self._progress(f"FAILED {line}")
+            except FileChannelError as exc:
+                self._progress(f"{topic} (deleted): its purge from tier-2 waits for the storage, tried again next pass: {exc}")
 
     def _pass(self, part: TieredChannel, report: PassReport) -> None:
         guard = self._enter(part.config)
@@ -370,6 +389,8 @@ class TieringDaemon:
         deleted_before = report.deleted_remote
         log_ = Log(part.path, part.config)  # no tier context: the local listing only
         try:
+            if self.roll_idle_ms is not None:
+                self._seal_idle(part, log_)
             with log_.maintenance_lock.holding():
                 compression.finish_interrupted_compressions(log_)
                 compression.compress_sealed(log_)
@@ -416,6 +437,14 @@ class TieringDaemon:
                 report.merges += merged.merges
         finally:
             log_.close()
+
+    def _seal_idle(self, part: TieredChannel, log_: Log) -> None:
+        assert self.roll_idle_ms is not None
+        outcome, base, end = seal_idle(log_, self.roll_idle_ms)
+        if outcome == SEALED:
+            self._progress(f"{part.name}: sealed the idle active segment, offsets [{base}, {end})")
+        elif outcome == BUSY:
+            self._progress(f"{part.name}: a writer is writing: its active segment is left to it")
 
     def _write_head(self, part: TieredChannel, storage: ChunkStorage) -> None:
         """Write the partition's head in tier-2 from the index (after its commits: see :mod:`.heads`)."""

@@ -85,6 +85,10 @@ class FsspecStorage(ChunkStorage):
             raise ConfigError(f"cannot open {self.url}: a package is missing for this filesystem ({exc})") from None
         except (ValueError, TypeError) as exc:  # unknown protocol, bad options
             raise ConfigError(f"cannot open {self.url}: {exc}") from None
+        except OSError as exc:  # a filesystem that connects when made (ftp://, sftp://): host unknown or down
+            raise StorageUnavailableError(
+                f"cannot reach {self.url}: {exc.strerror or exc}; check the URL's host and that its server is up"
+            ) from None
         self._fs: fsspec.AbstractFileSystem = fs
         self._root = root.rstrip("/")
         self._local = isinstance(fs, LocalFileSystem)

@@ -17,7 +17,12 @@ rebuild from a bare listing, as Pravega's, is not):
 - **Topics** come from ``<topic>/topic.json`` in tier-2 (name, partitions, settings, as the
   daemon copies them), with ``tier`` set to the URL given (and ``tier_options`` to the
   options given, if any); a topic whose description is missing gets as many partitions as
-  its manifests show, and the tier settings only.
+  its manifests show, and the tier settings only. A description that is damaged (not JSON,
+  a setting's value refused) stops the rebuild before anything is made, naming it: a topic
+  never comes back with settings other than its own. A topic marked deleted in tier-2
+  (``.deleted/TOPIC``, :mod:`.marks`) is not rebuilt either: a deletion stays done.
+- **A prefix with nothing of filechannel's** (no description, no manifest: a mistyped URL)
+  is refused before anything is made.
 - **Producers continue at the tier's end**: the partition folders are left empty, and an
   empty folder of a tiered channel starts its active segment at the tier-2 end offset
   (``Log.tier_end_offset``), so new records never reuse an uploaded offset. Records that
@@ -46,15 +51,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.clock import now_ms
-from ..errors import ConfigError, FileChannelError, os_errors
-from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, RootLayout, partition_name
+from ..errors import ConfigError, FileChannelError, TierError, os_errors
+from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, RootLayout, partition_name, validate_topic_config
 from .bindings import open_storage
 from .export import newest_epoch_named, newest_export
 from .layout import SegmentRecord
+from .marks import TIER_DELETED_PREFIX, deleted_in_tier
 from .metadata import EpochRecord, TierMetadata
 from .ownership import newest_epoch, root_identity, take_over
 from .reindex import usable_segments
-from .storage import ChunkStorage
+from .storage import ChunkStorage, redact_url
 
 Progress = Callable[[str], None]
 
@@ -88,9 +94,10 @@ def _check_empty(root: str) -> None:
         )
 
 
-def _topic_description(storage: ChunkStorage, name: str) -> dict[str, Any]:
+def _topic_description(storage: ChunkStorage, name: str, url: str) -> dict[str, Any]:
     """A tier-2 ``topic.json``: the daemon's copy (name, partitions, config), or an older
-    copy holding the settings alone."""
+    copy holding the settings alone. Raises ValueError (ConfigError for a setting's value)
+    if it is damaged: a topic is never rebuilt with settings other than its own."""
     raw = json.loads(storage.read(name, 0, 1 << 20))
     if not isinstance(raw, dict):
         raise ValueError("not a JSON object")
@@ -98,8 +105,12 @@ def _topic_description(storage: ChunkStorage, name: str) -> dict[str, Any]:
         partitions = raw["partitions"]
         if type(partitions) is not int or not 1 <= partitions <= 10_000:
             raise ValueError(f"partitions is {partitions!r}")
-        return {"partitions": partitions, "config": dict(raw["config"])}
-    return {"partitions": 0, "config": raw}
+        config: dict[str, Any] = dict(raw["config"])
+    else:
+        partitions, config = 0, raw
+    settings = {k: v for k, v in config.items() if k in TOPIC_SETTINGS and k not in ("tier", "tier_options")}
+    validate_topic_config({**settings, "tier": url})
+    return {"partitions": partitions, "config": config}
 
 
 def rebuild_root(
@@ -108,38 +119,65 @@ def rebuild_root(
     *,
     tier_options: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    counted: Callable[[int, int], None] | None = None,
 ) -> RebuildReport:
     """Rebuild ``root`` (new or empty) from the chunk storage at ``url`` alone (see the module
     docstring for the rules). ``tier_options`` open the storage and become the topics'
-    ``tier_options`` (None: open without options, keep each topic's stored ones)."""
+    ``tier_options`` (None: open without options, keep each topic's stored ones).
+    ``progress`` receives one line per step; ``counted(done, total)`` the manifests read."""
     say = progress or (lambda line: None)
     root = os.path.abspath(os.fspath(root))
     _check_empty(root)
     with open_storage(url, **(tier_options or {})) as storage:
-        return _rebuild(root, url, storage, tier_options, say)
+        return _rebuild(root, url, storage, tier_options, say, counted)
 
 
-def _rebuild(root: str, url: str, storage: ChunkStorage, options: dict[str, Any] | None, say: Progress) -> RebuildReport:
+def _rebuild(
+    root: str,
+    url: str,
+    storage: ChunkStorage,
+    options: dict[str, Any] | None,
+    say: Progress,
+    counted: Callable[[int, int], None] | None,
+) -> RebuildReport:
     report = RebuildReport()
     say(f"listing {storage.url}")
     listing = storage.list("")
     say(f"{len(listing)} object(s) listed")
-    used = usable_segments(storage, listing, report.problems, report.notes, say)
+    used = usable_segments(storage, listing, report.problems, report.notes, counted)
+    deleted = deleted_in_tier(info.name for info in listing)
+    descriptions = [i.name for i in listing if i.name.count("/") == 1 and i.name.endswith("/" + TOPIC_FILE)]
+    if not used and not descriptions:
+        raise TierError(
+            f"nothing to rebuild from at {redact_url(storage.url)}: no topic description and no segment manifest "
+            f"among its {len(listing)} object(s); check the URL (the prefix a root's topics are tiered to) and --tier-options"
+        )
 
     # topics: their descriptions in tier-2, and the partitions the manifests show
     topics: dict[str, dict[str, Any]] = {}
-    for info in listing:
-        topic, _, tail = info.name.partition("/")
-        if tail == TOPIC_FILE and not topic.startswith("."):
-            try:
-                topics[topic] = _topic_description(storage, info.name)
-            except (ValueError, TypeError) as exc:
-                report.problems.append(f"{info.name}: not a topic description ({exc}); the topic gets the tier settings only")
+    damaged: list[str] = []
+    for name in descriptions:
+        topic = name.partition("/")[0]
+        if topic.startswith(".") or topic in deleted:
+            continue
+        try:
+            topics[topic] = _topic_description(storage, name, url)
+        except (ValueError, TypeError) as exc:  # ConfigError too, a ValueError
+            damaged.append(f"{name} is damaged ({exc})")
+    if damaged:  # before anything is made: no topic comes back with settings other than its own
+        raise TierError(
+            f"{'; '.join(damaged)}: nothing rebuilt; mend that object in {redact_url(storage.url)}, or delete it "
+            "(its topic then gets the tier settings only), and run the rebuild again"
+        )
+    for topic in sorted(deleted & {name.partition("/")[0] for name in [*used, *descriptions]}):
+        report.notes.append(f"topic {topic}: deleted from its root (marked {TIER_DELETED_PREFIX}{topic}), not rebuilt")
     channels: dict[str, list[SegmentRecord]] = {}
     for channel, records in used.items():
         topic, _, partition = channel.rpartition("/")
         if not topic or "/" in topic or not partition.isdigit():
             report.notes.append(f"{channel}: not a topic's partition (a standalone channel?), not rebuilt")
+            continue
+        if topic in deleted:
             continue
         meta = topics.setdefault(topic, {"partitions": 0, "config": {}})
         meta["partitions"] = max(meta["partitions"], int(partition) + 1)

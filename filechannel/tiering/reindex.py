@@ -48,7 +48,6 @@ from .storage import ChunkStorage, ObjectInfo
 
 log = logging.getLogger("filechannel")
 
-Progress = Callable[[str], None]
 INDEX_LOCK = "index.lock"
 _MANIFEST_MAX_BYTES = 1 << 24  # a manifest is a few KiB; a larger object is not one
 
@@ -81,11 +80,12 @@ def usable_segments(
     listing: list[ObjectInfo],
     problems: list[str],
     notes: list[str],
-    progress: Progress | None = None,
+    counted: Callable[[int, int], None] | None = None,
 ) -> dict[str, list[SegmentRecord]]:
     """Per channel, the segments the bucket describes: manifests that decode, whose objects are all
     listed and long enough, the newest epoch winning an overlap; by base offset. Holes and unusable
-    manifests are added to ``problems``, the rest (superseded attempts, retention in progress) to ``notes``."""
+    manifests are added to ``problems``, the rest (superseded attempts, retention in progress) to ``notes``.
+    ``counted(done, total)``, a progress bar's, is called before each manifest is read and at the end."""
     sizes = {o.name: o.length for o in listing}
     chunks_of: dict[tuple[str, int, int], list[tuple[int, str, int]]] = defaultdict(list)  # a segment's own chunks
     for o in listing:
@@ -96,8 +96,8 @@ def usable_segments(
     broken: dict[str, list[SegmentRecord]] = defaultdict(list)  # manifests whose chunks are not whole
     manifests = [o.name for o in listing if (p := parse_object_name(o.name)) is not None and p.kind == "manifest"]
     for i, name in enumerate(manifests):
-        if progress is not None and i % 100 == 0:
-            progress(f"reading manifests: {i}/{len(manifests)}")
+        if counted is not None:
+            counted(i, len(manifests))
         try:
             record = decode_manifest(storage.read(name, 0, _MANIFEST_MAX_BYTES), name)
         except ObjectNotFoundError:
@@ -120,6 +120,8 @@ def usable_segments(
             notes.append(f"{name}: offsets [{record.base_offset}, {record.end_offset}) left out, chunks not whole: {what}")
             continue
         candidates[record.channel].append(record)
+    if counted is not None:
+        counted(len(manifests), len(manifests))
     used: dict[str, list[SegmentRecord]] = {}
     for channel, records in candidates.items():
         kept: list[SegmentRecord] = []  # never overlapping, by base offset: only neighbours can clash
