@@ -91,7 +91,7 @@ from .layout import (
 
 __all__ = ["SCHEMA_VERSION", "ChannelSummary", "ChunkRecord", "EpochRecord", "Merge", "SegmentRecord", "TierMetadata"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SEGMENTS_TABLE = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -105,6 +105,7 @@ CREATE TABLE IF NOT EXISTS {name} (
     manifest TEXT,
     created_at_ms INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL,
+    newest_through INTEGER,
     PRIMARY KEY (channel, base_offset)
 ) WITHOUT ROWID"""
 _SEGMENTS_INDEX = "CREATE INDEX IF NOT EXISTS segments_by_state ON segments (state, epoch)"
@@ -171,6 +172,15 @@ CREATE TRIGGER IF NOT EXISTS segments_recounted AFTER UPDATE OF state, size ON s
     INSERT INTO state_totals VALUES (NEW.channel, NEW.state, 1, NEW.size)
         ON CONFLICT (channel, state) DO UPDATE SET segments = segments + 1, bytes = bytes + NEW.size;
 END;
+CREATE INDEX IF NOT EXISTS segments_by_time ON segments (channel, newest_through, base_offset);
+CREATE TRIGGER IF NOT EXISTS segments_timed AFTER INSERT ON segments BEGIN
+    UPDATE segments SET newest_through = max(NEW.max_timestamp, coalesce((
+        SELECT newest_through FROM segments WHERE channel = NEW.channel AND base_offset < NEW.base_offset
+        ORDER BY base_offset DESC LIMIT 1), NEW.max_timestamp))
+        WHERE channel = NEW.channel AND base_offset = NEW.base_offset;
+    UPDATE segments SET newest_through = NEW.max_timestamp
+        WHERE channel = NEW.channel AND base_offset > NEW.base_offset AND newest_through < NEW.max_timestamp;
+END;
 CREATE TRIGGER IF NOT EXISTS chunks_counted AFTER INSERT ON chunks BEGIN
     INSERT INTO object_refs VALUES (NEW.channel, NEW.name, 1) ON CONFLICT (channel, name) DO UPDATE SET refs = refs + 1;
 END;
@@ -195,12 +205,22 @@ _TO_VERSION_3 = (
     "DELETE FROM object_totals",
     "INSERT INTO object_totals SELECT channel, count(*) FROM object_refs GROUP BY channel",
 )
+# Version 3 -> 4: ``newest_through``, the newest timestamp of a segment and every older one of its
+# channel (any state), which never decreases along the base offsets: an index on it finds the
+# first segment a search by time reads in a few probes (``first_at_time``). Kept by the trigger
+# ``segments_timed``; filled once from the rows.
+_TO_VERSION_4 = (
+    "UPDATE segments SET newest_through = t.newest FROM (SELECT channel, base_offset, max(max_timestamp) OVER "
+    "(PARTITION BY channel ORDER BY base_offset ROWS UNBOUNDED PRECEDING) AS newest FROM segments) AS t "
+    "WHERE segments.channel = t.channel AND segments.base_offset = t.base_offset",
+)
 # Version 1 -> 2: the state "lost", chunks inside merged objects (object_offset; a name may
 # repeat), merges in progress and garbage. SQLite cannot change a CHECK or UNIQUE constraint,
 # so both tables are rebuilt (foreign keys off meanwhile, or dropping segments would cascade).
 _TO_VERSION_2 = (
     _SEGMENTS_TABLE.format(name="segments_v2"),
-    "INSERT INTO segments_v2 SELECT {columns}, created_at_ms, updated_at_ms FROM segments",
+    "INSERT INTO segments_v2 ({columns}, created_at_ms, updated_at_ms) SELECT {columns}, created_at_ms, updated_at_ms "
+    "FROM segments",
     "DROP TABLE segments",
     "ALTER TABLE segments_v2 RENAME TO segments",
     _SEGMENTS_INDEX,
@@ -371,10 +391,12 @@ class TierMetadata:
                         db.execute(statement.format(columns=_SEGMENT_COLUMNS))
                     if db.execute("PRAGMA foreign_key_check").fetchone() is not None:
                         raise TierError(f"cannot migrate tier metadata {self.path!r}: a chunk names no segment")
+                if version is not None and "newest_through" not in {c[1] for c in db.execute("PRAGMA table_info(segments)")}:
+                    db.execute("ALTER TABLE segments ADD COLUMN newest_through INTEGER")
                 for statement in _schema_statements():
                     db.execute(statement)
                 if version is not None:
-                    for statement in _TO_VERSION_3:
+                    for statement in _TO_VERSION_3 + _TO_VERSION_4:
                         db.execute(statement)
                 if version is None:
                     db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
@@ -679,16 +701,22 @@ class TierMetadata:
 
     def first_at_time(self, channel: str, timestamp: int) -> SegmentRecord | None:
         """The listed segment of ``channel`` with the least base offset whose newest record is at
-        or after ``timestamp`` (the segment a search by time reads), or None. One query: SQLite
-        walks the primary key from the oldest row, comparing a column, and builds one record."""
+        or after ``timestamp`` (the segment a search by time reads), or None.
+
+        One probe of ``segments_by_time``: ``newest_through`` never decreases along the base
+        offsets, so ordering by it orders by base offset, and the first row at or after
+        ``timestamp`` is the oldest that can hold such a record; the rows after it that the
+        index visits are only those whose own newest record is older (timestamps out of order)
+        or that readers do not list."""
         validate_channel(channel)
         check_int("timestamp", timestamp, -(2**63), 2**63 - 1)
         marks = ", ".join("?" * len(LISTED))
         with self._transaction(f"find time {timestamp} in {channel}", write=False) as db:
             row = db.execute(
-                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND state IN ({marks}) AND max_timestamp >= ? "
-                "ORDER BY base_offset LIMIT 1",
-                (channel, *LISTED, timestamp),
+                f"SELECT {_SEGMENT_COLUMNS} FROM segments INDEXED BY segments_by_time WHERE channel = ? "
+                f"AND newest_through >= ? AND max_timestamp >= ? AND state IN ({marks}) "
+                "ORDER BY newest_through, base_offset LIMIT 1",
+                (channel, timestamp, timestamp, *LISTED),
             ).fetchone()
             return None if row is None else self._record(db, row)
 

@@ -126,12 +126,13 @@ class MetadataMachine(RuleBasedStateMachine):
         if edge > base and data.draw(st.booleans()):
             end = edge
         chunks = plan_chunks(channel, base, self.epoch, size, chunk_bytes)
+        ts = data.draw(st.sampled_from([base * 10, base * 10 + 5]) | st.integers(-5, 600))  # mostly in order, not always
         if self.overlapping(channel, base, end):
             with pytest.raises(TierError, match="overlaps"):
-                self.meta.begin_upload(self.epoch, channel, base, end, size, base * 10, chunks)
+                self.meta.begin_upload(self.epoch, channel, base, end, size, ts, chunks)
             return
-        self.meta.begin_upload(self.epoch, channel, base, end, size, base * 10, chunks)
-        self.model[channel, base] = SegmentRecord(channel, base, end, size, base * 10, "uploading", self.epoch, chunks, None)
+        self.meta.begin_upload(self.epoch, channel, base, end, size, ts, chunks)
+        self.model[channel, base] = SegmentRecord(channel, base, end, size, ts, "uploading", self.epoch, chunks, None)
 
     def pick(self, data):
         """A key of the model, or now and then one that is not there."""
@@ -289,6 +290,12 @@ class MetadataMachine(RuleBasedStateMachine):
                 assert self.meta.floor(channel, probe) == (below[-1] if below else None)
                 assert self.meta.after(channel, probe) == (above[0] if above else None)
                 assert self.meta.segments(channel, from_offset=probe) == [s for s in listed if s.base_offset >= probe]
+                assert (
+                    self.meta.segments(channel, from_offset=probe, limit=2) == [s for s in listed if s.base_offset >= probe][:2]
+                )
+            for when in {-10, 0, 55, 300, 601, *(s.max_timestamp + d for s in mine for d in (-1, 0, 1))}:
+                first = next((s for s in listed if s.max_timestamp >= when), None)
+                assert self.meta.first_at_time(channel, when) == first, when
 
 
 MetadataMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
@@ -712,12 +719,12 @@ def test_processes_creating_one_new_database_at_once_all_open_it(tmp_path):
         assert sorted(epoch for _, epoch in outcomes) == [1, 2, 3]
 
 
-def test_a_version_2_store_gets_its_totals_filled_when_opened(tmp_path):
+def test_a_version_2_store_gets_its_totals_and_newest_timestamps_filled_when_opened(tmp_path):
     path = tmp_path / "metadata.db"
     with TierMetadata(path) as m:
         e = m.take_epoch("u")
         for i in range(12):
-            upload(m, e, "t/0", i * 10, i * 10 + 10, size=100 + i)
+            upload(m, e, "t/0", i * 10, i * 10 + 10, size=100 + i, ts=i * 100)
         m.begin_delete(e, "t/0", 0)
         expected = (m.summary("t/0"), m.object_count("t/0"))
     with closing(sqlite3.connect(path)) as db, db:  # as version 2 left it: no totals, no triggers
@@ -726,8 +733,11 @@ def test_a_version_2_store_gets_its_totals_filled_when_opened(tmp_path):
         for table in ("state_totals", "object_refs", "object_totals"):
             db.execute(f"DROP TABLE {table}")
         db.execute("UPDATE schema_version SET version = 2")
+        db.execute("DROP INDEX segments_by_time")
+        db.execute("ALTER TABLE segments DROP COLUMN newest_through")
     with TierMetadata(path) as m:
         assert (m.summary("t/0"), m.object_count("t/0")) == expected
+        assert m.first_at_time("t/0", 455) == m.segment_for("t/0", 50)  # the newest timestamps filled (ts = base * 10)
         upload(m, m.take_epoch("u"), "t/0", 120, 130, size=7)  # and the triggers count from now on
         [summary] = m.summary("t/0")
         assert summary.segments["uploaded"] == 12 and summary.bytes["uploaded"] == sum(100 + i for i in range(1, 12)) + 7
