@@ -23,6 +23,7 @@ from .engine import compression, recovery, retention, roll, time_search, verify
 from .engine.appender import Appender
 from .engine.files import folder_bytes
 from .engine.log import Log
+from .engine.log_start import advance_log_start
 from .engine.names import validate_name
 from .engine.position import PositionStore
 from .engine.verify import DamagedRange, Progress
@@ -30,6 +31,7 @@ from .engine.wakeup import Wakeup
 from .errors import (
     ChannelClosedError,
     ConfigError,
+    OffsetOutOfRangeError,
     os_errors,
 )
 from .receiver import AckReceiver, Receiver
@@ -196,6 +198,24 @@ class FileChannel:
         self._check_writable()
         with self._log.maintenance_lock.holding():
             return retention.collect_garbage(self._log, self.positions.minimum())
+
+    def delete_records(self, before: int) -> int:
+        """Delete the records below offset ``before`` (Kafka's ``delete_records``); return the new
+        first offset. ``before`` may lie inside a segment: the log start offset is kept on disk
+        (:mod:`.engine.log_start`) and reads below it are out of range at once, in this process
+        and every other; the whole segments below it are deleted now (without a tier; with one,
+        the tiering daemon deletes). ``before`` at most the end offset; the start never moves back.
+        """
+        self._check_writable()
+        end = self.end_offset
+        if isinstance(before, bool) or not isinstance(before, int) or not 0 <= before <= end:
+            raise OffsetOutOfRangeError(
+                f"cannot delete the records before {before!r} of channel {self.path!r}: offsets run to {end}"
+            )
+        with self._log.maintenance_lock.holding():
+            advance_log_start(self.path, before)
+            retention.collect_garbage(self._log, self.positions.minimum())
+        return self.first_offset
 
     def repair(self, after_offset: int) -> None:
         """Cut the log after ``after_offset``: keep every record up to it, delete every later one.
