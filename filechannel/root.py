@@ -349,8 +349,8 @@ class RootLayout:
 
         ``tier`` cannot change: the topic's uploaded segments are in the storage it names, and a
         reader of another would not find them. Every process reads the new description within
-        a second (see :meth:`meta`); a partition opened since takes the new settings, one
-        already open keeps those it was opened with.
+        a second (see :meth:`meta`); what an open channel applies is
+        ``FileChannel.apply_settings``'s.
         """
         removed = list(removed)
         return self._rewrite(topic, lambda meta: _altered(topic, meta, changes, removed))

@@ -68,8 +68,8 @@ def configs(
     filechannel configs --describe --entity-type topics --entity-name T [--all]
     filechannel configs --alter --entity-type topics --entity-name T --add-config retention.ms=60000 --delete-config segment.ms
 
-    A partition takes the new settings when a process next opens it: one already open (a running
-    producer's, a consumer's) keeps those it was opened with until then. ``tier`` cannot change.
+    Open producers and consumers apply retention and segment settings within about a second;
+    the others (compression, fsync, sizes) when a partition is opened again. ``tier`` cannot change.
     json (--describe): {"topic", "configs": {name: value}} (Kafka's names where there are, values as Kafka writes them).
     """
     if describe == alter:

@@ -225,7 +225,8 @@ class KafkaAdminClient(Admin):
         settings not given return to their defaults (``tier`` and ``tier_options`` excepted: they
         are kept unless given, and ``tier`` cannot change). Every resource is checked before any
         changes. Returns ``{"topic": {name: None}}`` (kafka-python: an error per resource; here a
-        failure raises). A partition takes them when a process next opens it (see ``Admin.alter_topic``)."""
+        failure raises). Open producers and consumers apply retention and segment settings within
+        about a second (see ``FileChannel.apply_settings``)."""
         resources = list(config_resources)
         plans = []
         for resource in resources:

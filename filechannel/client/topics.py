@@ -44,9 +44,17 @@ class TopicStore(RootLayout):
     their partitions as channels. Thread-safe."""
 
     def open_partition(self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any) -> FileChannel:
-        """Open partition ``partition`` of ``topic`` as a channel with the topic's settings."""
+        """Open partition ``partition`` of ``topic`` as a channel with the topic's settings (under
+        ``overrides``); its maintenance thread applies the topic's changed settings within a
+        second or so (:meth:`FileChannel.apply_settings`: ``RootLayout.meta`` re-reads a changed
+        ``topic.json``)."""
         settings = self.partition_settings(topic, partition, **overrides)
-        return FileChannel(self.partition_path(topic, partition), wakeup=wakeup, **settings)
+        return FileChannel(
+            self.partition_path(topic, partition),
+            wakeup=wakeup,
+            settings_source=lambda: self.partition_settings(topic, partition, **overrides),
+            **settings,
+        )
 
     def _create(self, topic: str, partitions: int, config: Mapping[str, Any], existing_is: str) -> dict[str, Any]:
         """:meth:`RootLayout.create` and ``ensure``, after opening the topic's tier-2 storage (if it
@@ -130,8 +138,8 @@ class Admin:
         and return ``removed`` ones to their defaults; return the topic's settings now.
 
         Checked whole before ``topic.json`` is rewritten. ``tier`` cannot change (its uploaded
-        segments are in that storage). A partition takes the new settings when a process
-        next opens it: one already open keeps those it was opened with until then.
+        segments are in that storage). Open producers and consumers apply retention and segment
+        settings within about a second; see :meth:`FileChannel.apply_settings`.
         """
         return dict(self._store.alter(name, changes, removed).get("config", {}))
 

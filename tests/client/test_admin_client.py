@@ -433,3 +433,53 @@ def test_an_add_of_partitions_that_died_half_way_is_finished_by_a_retry(tmp_path
         admin.create_partitions({"t": NewPartitions(3)})
     admin.create_partitions({"t": NewPartitions(4)})
     assert len(Admin(tmp_path).describe_topic("t").partitions) == 4
+
+
+# -- altered settings on open channels ----------------------------------------------------------
+
+PRODUCER = """
+import os, sys, time
+from filechannel.client import Producer
+root = sys.argv[1]
+with Producer(root) as p:
+    for i in range(300):
+        p.send("t", b"x" * 100, partition=0)
+    p.flush()
+    print("ready", flush=True)
+    while not os.path.exists(os.path.join(root, "stop")):
+        time.sleep(0.02)
+"""
+
+
+def test_an_altered_retention_is_applied_by_a_producer_already_open_in_another_process(tmp_path):
+    root = tmp_path / "root"
+    admin = Admin(root)
+    admin.create_topic("t", segment_bytes=4096)  # no retention: nothing is ever deleted
+    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert producer.stdout is not None
+        assert producer.stdout.readline().strip() == "ready"
+        assert admin.describe_topic("t").partitions[0].first_offset == 0
+        admin.alter_topic("t", {"retention_bytes": 0})  # every sealed segment is past it
+        # only the producer's channel runs maintenance here: the admin reads, read-only
+        wait_for(lambda: admin.describe_topic("t").partitions[0].first_offset > 0, what="the open producer to apply retention")
+        assert admin.describe_topic("t").partitions[0].end_offset == 300
+    finally:
+        (root / "stop").write_bytes(b"")
+        producer.wait(timeout=60)
+        assert producer.stdout is not None
+        producer.stdout.close()
+    assert producer.returncode == 0
+
+
+def test_settings_an_open_channel_cannot_take_are_named_and_the_others_applied(tmp_path):
+    admin = Admin(tmp_path)
+    admin.create_topic("t", segment_bytes=4096)
+    with admin.open_partition("t", 0, maintenance_interval=0) as ch, ch.sender() as tx:
+        tx.send(b"x")
+        assert ch.apply_settings({"segment_bytes": 8192, "retention_ms": 1000, "compression": "none", "tier_after_ms": 5}) == [
+            "compression"
+        ]
+        assert (ch.config.segment_bytes, ch.config.retention_ms, ch.config.compression) == (8192, 1000, "zstd")
+        assert ch.apply_settings({}) == []  # a setting removed at the source returns to its default
+        assert (ch.config.segment_bytes, ch.config.retention_ms) == (64 * 1024 * 1024, None)
