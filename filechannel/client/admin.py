@@ -137,6 +137,13 @@ class GroupInformation(NamedTuple):
     authorized_operations: None
 
 
+def _partition_count(topic: NewTopic) -> int:
+    """A new topic's partition count: ``num_partitions``, or with -1 one per replica assignment."""
+    if topic.num_partitions == -1 and topic.replica_assignments:
+        return len(topic.replica_assignments)
+    return topic.num_partitions
+
+
 class KafkaAdminClient(Admin):
     """kafka-python's ``KafkaAdminClient`` for the topics and groups under ``root``.
 
@@ -157,15 +164,17 @@ class KafkaAdminClient(Admin):
 
     def create_topics(self, new_topics: Iterable[NewTopic], timeout_ms: int | None = None, validate_only: bool = False) -> None:
         """Create each topic of ``new_topics`` (its configs by Kafka's names or ours). All are
-        checked before any is made; :class:`TopicAlreadyExistsError` for one that exists (those
-        before it in the list are made). ``validate_only``: check, create nothing."""
-        planned = [(t, topic_settings(t.topic_configs)) for t in new_topics]
-        for topic, settings in planned:
-            self._store.check_new(topic.name, topic.num_partitions, settings)
+        checked before any is made: :class:`TopicAlreadyExistsError` for one that exists, and
+        none is made (one created meanwhile by another process fails its own creation only).
+        ``num_partitions=-1`` with ``replica_assignments``: one partition per assignment, as
+        Kafka. ``validate_only``: check, create nothing."""
+        planned = [(t.name, _partition_count(t), topic_settings(t.topic_configs)) for t in new_topics]
+        for name, partitions, settings in planned:
+            self._store.check_new(name, partitions, settings)
         if validate_only:
             return
-        for topic, settings in planned:
-            self._store.create(topic.name, topic.num_partitions, settings)
+        for name, partitions, settings in planned:
+            self._store.create(name, partitions, settings)
 
     def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None) -> None:
         """Delete each topic and its records (:class:`UnknownTopicOrPartitionError` for one that

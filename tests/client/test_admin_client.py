@@ -204,6 +204,8 @@ def test_create_topics_checks_every_topic_before_creating_any(tmp_path):
     with pytest.raises(TopicAlreadyExistsError):
         admin.create_topics([NewTopic("new", 1, 1), NewTopic("ok", 1, 1)])
     assert admin.list_topics() == ["ok"]
+    admin.create_topics([NewTopic("assigned", -1, -1, replica_assignments={0: [1], 1: [1]})])
+    assert len(admin.describe_topic("assigned").partitions) == 2
     with pytest.raises(InvalidConfigurationError, match="has no setting 'bootstrap_server'"):
         KafkaAdminClient(root=tmp_path, bootstrap_server="typo:9092")
 
