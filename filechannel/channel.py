@@ -11,18 +11,20 @@ receive, or both.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Unpack
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Unpack
 
 from .config import ChannelConfig, ChannelSettings
 from .engine import compression, recovery, retention, roll, time_search, verify
 from .engine.appender import Appender
 from .engine.files import folder_bytes
 from .engine.log import Log
+from .engine.log_start import advance_log_start
 from .engine.names import validate_name
 from .engine.position import PositionStore
 from .engine.verify import DamagedRange, Progress
@@ -30,15 +32,25 @@ from .engine.wakeup import Wakeup
 from .errors import (
     ChannelClosedError,
     ConfigError,
+    FileChannelError,
+    OffsetOutOfRangeError,
     os_errors,
 )
 from .receiver import AckReceiver, Receiver
+from .root import TOPIC_SETTINGS, effective_settings
 from .sender import Sender
 
 if TYPE_CHECKING:  # imported lazily at run time, only when the config has a tier
     from .tiering.context import TierContext
 
 log = logging.getLogger("filechannel")
+
+# Settings an open channel takes when they change at its source (see FileChannel.apply_settings).
+_LIVE_SETTINGS = frozenset({"retention_bytes", "retention_ms", "segment_bytes", "segment_ms"})
+# Settings only the tiering daemon uses, which it reads again at each pass.
+_DAEMON_SETTINGS = frozenset(
+    {"local_retention_bytes", "local_retention_ms", "tier_after_ms", "tier_upload_bytes_per_s", "tier_chunk_bytes"}
+)
 
 
 class FileChannel:
@@ -75,8 +87,12 @@ class FileChannel:
         read_only: bool = False,
         tier_metadata: str | None = None,
         tier_name: str | None = None,
+        settings_source: Callable[[], Mapping[str, Any]] | None = None,
         **config: Unpack[ChannelSettings],
     ) -> None:
+        """``settings_source``: where the channel's stored settings can be read again (a topic's
+        ``topic.json``); the maintenance thread asks it at each pass and applies what changed
+        (:meth:`apply_settings`). None: the settings stay those given here."""
         raw = os.fspath(path).rstrip(os.sep)
         validate_name(os.path.basename(raw), "channel name (the folder's last component)")
         self.path = os.path.abspath(raw)
@@ -106,6 +122,8 @@ class FileChannel:
         self._appender: Appender | None = None
         self._receivers: weakref.WeakSet[Receiver] = weakref.WeakSet()
         self._maintenance_wake = threading.Event()
+        self._settings_source = settings_source
+        self._not_applied: dict[str, Any] = {}  # settings changed at the source that wait for a reopen (said once)
         self._maintenance: threading.Thread | None = None
         if self.read_only:  # change nothing: no first segment, no clean-up, no maintenance
             return
@@ -197,6 +215,24 @@ class FileChannel:
         with self._log.maintenance_lock.holding():
             return retention.collect_garbage(self._log, self.positions.minimum())
 
+    def delete_records(self, before: int) -> int:
+        """Delete the records below offset ``before`` (Kafka's ``delete_records``); return the new
+        first offset. ``before`` may lie inside a segment: the log start offset is kept on disk
+        (:mod:`.engine.log_start`) and reads below it are out of range at once, in this process
+        and every other; the whole segments below it are deleted now (without a tier; with one,
+        the tiering daemon deletes). ``before`` at most the end offset; the start never moves back.
+        """
+        self._check_writable()
+        end = self.end_offset
+        if isinstance(before, bool) or not isinstance(before, int) or not 0 <= before <= end:
+            raise OffsetOutOfRangeError(
+                f"cannot delete the records before {before!r} of channel {self.path!r}: offsets run to {end}"
+            )
+        with self._log.maintenance_lock.holding():
+            advance_log_start(self.path, before)
+            retention.collect_garbage(self._log, self.positions.minimum())
+        return self.first_offset
+
     def repair(self, after_offset: int) -> None:
         """Cut the log after ``after_offset``: keep every record up to it, delete every later one.
 
@@ -216,12 +252,56 @@ class FileChannel:
             recovery.repair(self._log, after_offset)
         self._wakeup.bump()
 
+    def apply_settings(self, settings: Mapping[str, Any]) -> list[str]:
+        """Apply stored settings (a topic's: its ``topic.json``, those missing at their defaults)
+        to this open channel; return the names of those that changed and wait for a reopen.
+
+        Applied at once: ``retention_bytes`` and ``retention_ms`` (at the next garbage
+        collection), ``segment_bytes`` and ``segment_ms`` (the writer's next roll). The tiering
+        daemon reads the settings it uses itself at each pass. The others (the codec, fsync,
+        record and index sizes, tier-2 reads) are fixed for an open channel: one log line
+        names them, once, and a process that opens the channel again gets them.
+        """
+        stored = effective_settings({k: v for k, v in settings.items() if k in TOPIC_SETTINGS})
+        current = self.config.as_dict()
+        changed = {k: v for k, v in stored.items() if current[k] != v}
+        live = {k: v for k, v in changed.items() if k in _LIVE_SETTINGS}
+        if live:
+            self.config = dataclasses.replace(self.config, **live)
+            self._log.config = self.config
+            if self._appender is not None:
+                self._appender.resize(self.config)
+            log.info("channel %s: applied %s", self.path, ", ".join(f"{k}={v!r}" for k, v in sorted(live.items())))
+        waiting = {k: v for k, v in changed.items() if k not in _LIVE_SETTINGS and k not in _DAEMON_SETTINGS}
+        if waiting and waiting != self._not_applied:
+            log.warning(
+                "channel %s: %s changed; an open channel keeps the old value(s): they apply when it is opened again",
+                self.path,
+                ", ".join(f"{k}={v!r}" for k, v in sorted(waiting.items())),
+            )
+        self._not_applied = waiting
+        return sorted(waiting)
+
+    def _reload_settings(self) -> None:
+        """The maintenance thread's look at the settings source (a missing or damaged topic
+        changes nothing: the channel goes on with what it has)."""
+        if self._settings_source is None:
+            return
+        try:
+            self.apply_settings(self._settings_source())
+        except FileChannelError as exc:
+            log.debug("channel %s: settings not re-read: %s", self.path, exc)
+
     def _maintenance_loop(self) -> None:
         while not self._closed:
             self._maintenance_wake.wait(self.config.maintenance_interval)
             self._maintenance_wake.clear()
             if self._closed:
                 return
+            try:
+                self._reload_settings()
+            except Exception:
+                log.exception("channel %s: applying changed settings failed", self.path)
             if not self._log.maintenance_lock.acquire(blocking=False):
                 continue
             try:

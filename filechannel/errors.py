@@ -69,8 +69,33 @@ class UnknownTopicError(FileChannelError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnknownPartitionError(UnknownTopicError, ConfigError):
+    """The topic exists but has no partition of that number (kafka-python: UnknownTopicOrPartitionError).
+    A ConfigError too: a bad partition number was one before this class existed."""
+
+
 class TopicExistsError(FileChannelError):
-    """A topic of that name already exists."""
+    """A topic of that name already exists (with ``exist_ok``: with other settings or another partition count)."""
+
+
+class InvalidPartitionsError(ConfigError):
+    """A partition count a topic cannot take: fewer than it has (partitions are never removed) or out of range."""
+
+
+class IllegalStateError(ConfigError):
+    """A call the object's state does not allow (``subscribe`` after ``assign``, a partition not assigned)."""
+
+
+class UnsupportedError(ConfigError):
+    """A Kafka feature filechannel does not provide (transactions, compaction)."""
+
+
+class GroupNotFoundError(ConfigError):
+    """There is no consumer group of that name under the root."""
+
+
+class GroupNotEmptyError(ConfigError):
+    """The consumer group has a live member, so its offsets cannot be changed nor the group deleted from outside."""
 
 
 class CommitFailedError(FileChannelError):
@@ -87,6 +112,10 @@ class StorageError(FileChannelError, OSError):
 
 class DiskFullError(StorageError):
     """The disk (or the file-size limit) is full; the log stays readable up to its last whole record."""
+
+
+class RootUnavailableError(StorageError):
+    """The root folder cannot hold topics (it is a file, or not accessible): kafka-python's NoBrokersAvailable."""
 
 
 class MissingSegmentError(CorruptRecordError):

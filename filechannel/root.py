@@ -7,7 +7,7 @@ import it; it imports none of them: opening a partition as a channel is the clie
     ROOT/TOPIC/topic.json        {"name": ..., "partitions": N, "config": {channel settings}}
     ROOT/TOPIC/0/, ROOT/TOPIC/1/ one channel folder per partition
     ROOT/.groups/GROUP/          consumer-group state (see filechannel/client/group.py)
-    ROOT/.topics.lock            flock held while a topic is created or deleted
+    ROOT/.topics.lock            flock held while a topic is created, altered or deleted
     ROOT/.settings.json          the root's own settings (see ROOT_SETTINGS), written by
                                  `filechannel config` or Admin.set_root_setting; absent: defaults
     ROOT/.tier/                  tier-2's local side: metadata.db (the index), identity.json,
@@ -34,15 +34,24 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .config import ChannelConfig, TopicSettings
 from .engine.files import fsync_dir, read_if_exists, write_atomically
 from .engine.lock import FileLock
 from .engine.names import validate_name
-from .errors import ConfigError, TopicExistsError, UnknownTopicError, os_errors, storage_error
+from .errors import (
+    ConfigError,
+    InvalidPartitionsError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    os_errors,
+    storage_error,
+)
 
 log = logging.getLogger("filechannel")
 
@@ -105,6 +114,60 @@ def validate_topic_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return dict(config)
 
 
+def _altered(topic: str, meta: Mapping[str, Any], changes: Mapping[str, Any], removed: list[str]) -> dict[str, Any]:
+    """``meta`` with the settings ``changes`` set and ``removed`` returned to their defaults, checked."""
+    validate_topic_config(changes)
+    unknown = sorted(set(removed) - set(TOPIC_SETTINGS))
+    if unknown:
+        raise ConfigError(f"unknown topic setting(s) {', '.join(unknown)}; known: {', '.join(TOPIC_SETTINGS)}")
+    old = dict(meta.get("config", {}))
+    config = {k: v for k, v in {**old, **changes}.items() if k not in removed}
+    if config.get("tier") != old.get("tier"):
+        raise ConfigError(
+            f"tier of topic {topic!r} cannot change (from {old.get('tier')!r} to {config.get('tier')!r}): its "
+            "uploaded segments are in the storage it names; create a new topic and copy the records over"
+        )
+    return {**meta, "config": validate_topic_config(config)}
+
+
+def effective_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A topic's settings with the defaults of those it does not set (all of :data:`TOPIC_SETTINGS`)."""
+    full = ChannelConfig.from_kwargs(**config).as_dict()
+    return {k: full[k] for k in TOPIC_SETTINGS}
+
+
+def topic_differences(meta: Mapping[str, Any], partitions: int, config: Mapping[str, Any]) -> list[str]:
+    """How a stored ``topic.json`` differs from ``partitions`` and ``config``: one phrase per
+    difference (``partitions 1, not 3``, ``retention_ms None, not 1000``); none if they agree."""
+    found = [] if meta["partitions"] == partitions else [f"partitions {meta['partitions']}, not {partitions}"]
+    have, want = effective_settings(meta.get("config", {})), effective_settings(config)
+    found += [f"{k} {have[k]!r}, not {want[k]!r}" for k in TOPIC_SETTINGS if have[k] != want[k]]
+    return found
+
+
+META_RECHECK_S = 1.0  # how stale a cached topic.json may be (see RootLayout.meta)
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    """What tells a rewritten ``topic.json`` (rewrites are renames: a new inode) from the one read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class _Cached:
+    """A topic's description as read, the stamp of the file it was read from, and when to check it again."""
+
+    __slots__ = ("meta", "recheck_at", "stamp")
+
+    def __init__(self, meta: dict[str, Any], stamp: tuple[int, int, int] | None) -> None:
+        self.meta = meta
+        self.stamp = stamp
+        self.recheck_at = time.monotonic() + META_RECHECK_S
+
+
 class RootLayout:
     """Reads, creates and deletes topics under a root (their descriptions cached), and the root's
     settings. Thread-safe."""
@@ -112,7 +175,7 @@ class RootLayout:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self._mutex = threading.Lock()
-        self._meta: dict[str, dict[str, Any]] = {}
+        self._meta: dict[str, _Cached] = {}
 
     def topic_path(self, topic: str) -> str:
         return topic_path(self.root, topic)
@@ -164,7 +227,9 @@ class RootLayout:
                 f"no {TOPIC_FILE}: restore it from a backup, or recreate it with `filechannel topics create {topic} "
                 f"--partitions {parts[-1] + 1}` (or Admin.create_topic) and its settings, which keeps the partitions' records"
             )
-        if meta is not None and parts and parts[-1] >= meta["partitions"]:
+        if meta is not None and parts and parts[-1] >= meta["partitions"] and not self._topics_changing():
+            # (while the topics lock is held, the folders past the count are ones add_partitions
+            # made before it rewrites topic.json; a retry of one that died runs under it too)
             # e.g. topic.json lost and then re-created with one partition by an older version
             raise ConfigError(
                 f"{os.path.join(self.topic_path(topic), TOPIC_FILE)!r} says {meta['partitions']} partition(s) but the "
@@ -172,28 +237,74 @@ class RootLayout:
             )
         return meta
 
+    def _topics_changing(self) -> bool:
+        """Whether a process holds ``.topics.lock`` now (a topic is being created, altered or deleted)."""
+        probe = FileLock(os.path.join(self.root, ".topics.lock"))
+        try:
+            if probe.acquire(blocking=False):
+                probe.release()
+                return False
+            return True
+        finally:
+            probe.close()
+
     def meta(self, topic: str) -> dict[str, Any]:
-        """The topic's description, cached; :class:`UnknownTopicError` if it does not exist."""
-        meta = self._meta.get(topic)  # no lock on this hot path: a dict lookup is atomic
+        """The topic's description, cached; :class:`UnknownTopicError` if it does not exist.
+
+        The cache is checked against ``topic.json`` at most once per :data:`META_RECHECK_S` (one
+        stat: its inode, size and time) and read again if it changed, so partitions added and
+        settings altered by another process are seen by open producers and consumers.
+        """
+        cached = self._meta.get(topic)  # no lock on this hot path: a dict lookup is atomic
+        if cached is not None and time.monotonic() < cached.recheck_at:
+            return cached.meta
+        path = os.path.join(self.topic_path(topic), TOPIC_FILE)
+        stamp = _stamp(path)
+        if cached is not None and stamp == cached.stamp:
+            cached.recheck_at = time.monotonic() + META_RECHECK_S
+            return cached.meta
+        meta = self.read(topic)
         if meta is None:
-            meta = self.read(topic)
-            if meta is None:
-                raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}; create it first")
-            with self._mutex:
-                self._meta[topic] = meta
+            raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}; create it first")
+        with self._mutex:
+            self._meta[topic] = _Cached(meta, stamp)
         return meta
 
     def partitions(self, topic: str) -> int:
         return int(self.meta(topic)["partitions"])
 
     def create(self, topic: str, partitions: int, config: Mapping[str, Any], exist_ok: bool = False) -> dict[str, Any]:
-        """Create a topic with ``partitions`` partitions and ``config`` (validated)."""
+        """Create a topic with ``partitions`` partitions and ``config`` (validated).
+
+        :class:`TopicExistsError` if it exists, unless ``exist_ok`` and it has these partitions
+        and settings (defaults filled in on both sides); the error names every difference, so a
+        changed ``create_topic`` call never runs against the old topic unnoticed.
+        """
+        return self._create(topic, partitions, config, "same" if exist_ok else "raise")
+
+    def ensure(self, topic: str, partitions: int, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the topic unless it exists, whatever the existing one's partitions and settings:
+        the auto-creation of a send (a topic made meanwhile by anyone is the one to use)."""
+        return self._create(topic, partitions, config, "keep")
+
+    def check_new(self, topic: str, partitions: int, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Check a topic to create (its name, partition count and settings; return the settings)
+        and that none of that name exists (:class:`TopicExistsError`), creating nothing."""
+        config = self._checked(topic, partitions, config)
+        if os.path.isdir(self.root) and self._read_file(topic) is not None:
+            raise TopicExistsError(f"topic {topic!r} already exists under {self.root!r}")
+        return config
+
+    def _checked(self, topic: str, partitions: int, config: Mapping[str, Any]) -> dict[str, Any]:
         validate_name(topic, "topic name")
         if topic.startswith("."):
             raise ConfigError(f"topic name {topic!r} may not start with '.' (reserved for internal folders)")
         if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= 10_000:
-            raise ConfigError(f"partitions must be an int from 1 to 10000, not {partitions!r}")
-        config = validate_topic_config(config)
+            raise InvalidPartitionsError(f"partitions must be an int from 1 to 10000, not {partitions!r}")
+        return validate_topic_config(config)
+
+    def _create(self, topic: str, partitions: int, config: Mapping[str, Any], existing_is: str) -> dict[str, Any]:
+        config = self._checked(topic, partitions, config)
         with os_errors("create root folder", self.root):
             os.makedirs(self.root, exist_ok=True)
         lock = FileLock(os.path.join(self.root, ".topics.lock"))
@@ -202,9 +313,16 @@ class RootLayout:
                 self._purge_deleted()
                 existing = self._read_file(topic)
                 if existing is not None:
-                    if exist_ok:
-                        return existing
-                    raise TopicExistsError(f"topic {topic!r} already exists under {self.root!r}")
+                    differences = [] if existing_is == "keep" else topic_differences(existing, partitions, config)
+                    if existing_is == "raise":
+                        raise TopicExistsError(f"topic {topic!r} already exists under {self.root!r}")
+                    if differences:
+                        raise TopicExistsError(
+                            f"topic {topic!r} already exists under {self.root!r} with other settings: "
+                            f"{'; '.join(differences)}; change them with alter (`filechannel configs --alter`, "
+                            "`filechannel topics alter --partitions`) or create it under another name"
+                        )
+                    return existing
                 self._refuse_while_purging(topic)
                 path = self.topic_path(topic)
                 orphans = self._partition_folders(topic)
@@ -222,6 +340,74 @@ class RootLayout:
                 write_atomically(os.path.join(path, TOPIC_FILE), json.dumps(meta, indent=2).encode())
         finally:
             lock.close()
+        return meta
+
+    def alter(self, topic: str, changes: Mapping[str, Any], removed: Iterable[str] = ()) -> dict[str, Any]:
+        """Set the settings ``changes`` of an existing topic and return ``removed`` ones to their
+        defaults; return the new description. Everything is checked before ``topic.json`` is
+        rewritten (atomically, under the topics lock: two alters keep both).
+
+        ``tier`` cannot change: the topic's uploaded segments are in the storage it names, and a
+        reader of another would not find them. Every process reads the new description within
+        a second (see :meth:`meta`); what an open channel applies is
+        ``FileChannel.apply_settings``'s.
+        """
+        removed = list(removed)
+        return self._rewrite(topic, lambda meta: _altered(topic, meta, changes, removed))
+
+    def altered(self, topic: str, changes: Mapping[str, Any], removed: Iterable[str] = ()) -> dict[str, Any]:
+        """What :meth:`alter` would make of the topic's description (checked), writing nothing."""
+        return _altered(topic, self.meta(topic), changes, list(removed))
+
+    def add_partitions(self, topic: str, total: int) -> dict[str, Any]:
+        """Grow ``topic`` to ``total`` partitions (Kafka's create_partitions); return the new description.
+
+        :class:`InvalidPartitionsError` unless ``total`` is more than it has (partitions are never
+        removed: their records would go) and at most 10000. The new partition folders are made
+        before ``topic.json`` counts them, so a crash between leaves empty folders that a retry
+        reuses. The existing partitions keep their records; a key's partition is its hash modulo
+        the count, so keyed records go to other partitions from now on, as in Kafka.
+        """
+        if isinstance(total, bool) or not isinstance(total, int) or not 1 <= total <= 10_000:
+            raise InvalidPartitionsError(f"the partition count must be an int from 1 to 10000, not {total!r}")
+
+        def grow(meta: dict[str, Any]) -> dict[str, Any]:
+            have = int(meta["partitions"])
+            if total <= have:
+                raise InvalidPartitionsError(
+                    f"topic {topic!r} has {have} partition(s), so it cannot have {total}: partitions can only be added"
+                    if total < have
+                    else f"topic {topic!r} already has {total} partition(s)"
+                )
+            left = self._partition_folders(topic)
+            if left and left[-1] >= total:  # an add to more partitions died after it made their folders
+                raise InvalidPartitionsError(
+                    f"topic {topic!r} has partition folders up to {left[-1]} (an add of partitions that stopped "
+                    f"half-way): grow it to at least {left[-1] + 1}"
+                )
+            with os_errors("create partition folder", self.topic_path(topic)):
+                for p in range(have, total):
+                    os.makedirs(self.partition_path(topic, p), exist_ok=True)
+            return {**meta, "partitions": total}
+
+        return self._rewrite(topic, grow)
+
+    def _rewrite(self, topic: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """Replace the ``topic.json`` of an existing topic by ``change(meta)``, under the topics lock."""
+        if not os.path.isdir(self.root):
+            raise UnknownTopicError(f"topic {topic!r} does not exist: the root folder {self.root!r} does not exist")
+        lock = FileLock(os.path.join(self.root, ".topics.lock"))
+        try:
+            with lock.holding():
+                existing = self.read(topic)
+                if existing is None:
+                    raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}")
+                meta = change(existing)
+                write_atomically(os.path.join(self.topic_path(topic), TOPIC_FILE), json.dumps(meta, indent=2).encode())
+        finally:
+            lock.close()
+        with self._mutex:
+            self._meta[topic] = _Cached(meta, _stamp(os.path.join(self.topic_path(topic), TOPIC_FILE)))
         return meta
 
     def delete(self, topic: str) -> None:
@@ -323,7 +509,7 @@ class RootLayout:
         the root's tier-2 metadata store and the partition's name in it."""
         n = self.partitions(topic)
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
-            raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {n - 1}")
+            raise UnknownPartitionError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {n - 1}")
         config = {**self.meta(topic).get("config", {}), **overrides}
         if config.get("tier") is not None:  # one metadata store per root; the partition is TOPIC/PARTITION in it
             return {

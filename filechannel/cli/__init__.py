@@ -1,4 +1,4 @@
-"""The ``filechannel`` command: topics, produce, consume, groups, check, bench, tier.
+"""The ``filechannel`` command: topics, configs, delete-records, produce, consume, groups, check, bench, tier.
 
 Every command takes ``--root`` (or ``FILECHANNEL_ROOT``). Bad input gets one clear line
 on stderr and a non-zero exit, never a traceback.
@@ -11,7 +11,7 @@ import sys
 import click
 
 from ..errors import FileChannelError
-from . import admin, groups, records, tier, topics  # noqa: F401  (each registers its commands on cli)
+from . import admin, configs, groups, records, tier, topics  # noqa: F401  (each registers its commands on cli)
 from .common import cli, err, silence_closed_output
 
 __all__ = ["cli", "main"]

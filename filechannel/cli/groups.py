@@ -1,4 +1,4 @@
-"""``filechannel groups``: list, describe, reset-offsets, delete."""
+"""``filechannel groups``: list, describe, reset-offsets, delete (also as kafka-consumer-groups' --list, --describe, --delete)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,49 @@ if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
 
-@cli.group()
-def groups() -> None:
-    """List, describe and delete consumer groups; reset their offsets."""
+@cli.group(invoke_without_command=True)
+@ROOT_OPTION
+@click.option("--list", "list_", is_flag=True, help="List the groups (kafka-consumer-groups' flag; same as `groups list`).")
+@click.option("--describe", is_flag=True, help="Describe --group G (or --all-groups) (same as `groups describe`).")
+@click.option("--delete", is_flag=True, help="Delete --group G (same as `groups delete`).")
+@click.option("--group", "group_opts", multiple=True, help="The group of --describe or --delete (repeatable).")
+@click.option("--all-groups", is_flag=True, help="With --describe: every group.")
+@FORMAT_OPTION
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def groups(
+    ctx: click.Context,
+    list_: bool,
+    describe: bool,
+    delete: bool,
+    group_opts: tuple[str, ...],
+    all_groups: bool,
+    fmt: str,
+    bootstrap_server: str | None,
+) -> None:
+    """List, describe and delete consumer groups; reset their offsets.
+
+    Also as kafka-consumer-groups spells it: ``groups --list``, ``groups --describe --group G``
+    (or ``--all-groups``), ``groups --delete --group G``.
+    """
+    flags = [name for name, on in (("--list", list_), ("--describe", describe), ("--delete", delete)) if on]
+    if ctx.invoked_subcommand is not None:
+        if flags or group_opts or all_groups:
+            raise click.UsageError(f"give either the command {ctx.invoked_subcommand} or kafka-consumer-groups' flags, not both")
+        return
+    if len(flags) != 1:
+        raise click.UsageError(
+            "give a command (list, describe, reset-offsets, delete, delete-offsets) or one of --list, --describe, --delete"
+        )
+    if list_:
+        ctx.invoke(groups_list, fmt=fmt)
+    elif describe:
+        ctx.invoke(groups_describe, names=(), group_opts=group_opts, all_groups=all_groups, fmt=fmt)
+    else:
+        if not group_opts:
+            raise click.UsageError("--delete needs --group GROUP")
+        for group in group_opts:
+            ctx.invoke(groups_delete, group=None, group_opt=group, bootstrap_server=None)
 
 
 @groups.command("list")
@@ -72,7 +112,7 @@ def groups_describe(ctx: click.Context, names: tuple[str, ...], group_opts: tupl
 
     json: one object per group and line, {"group", "generation", "members": [{"member",
     "pid", "topics"}], "partitions": [{"topic", "partition", "committed", "end_offset", "lag",
-    "owner", "owner_pid", "owner_alive"}]} (committed, owner, owner_pid: null when there is none).
+    "owner", "owner_pid", "owner_alive"}]} (committed, lag, owner, owner_pid: null when there is none).
     """
     root = root_folder(ctx)
     chosen = [*names, *group_opts]
@@ -124,7 +164,7 @@ def _describe_group(root: str, group: str, fmt: str) -> None:
             str(row["partition"]),
             "-" if committed is None else str(committed),
             str(row["end_offset"]),
-            str(row["lag"]),
+            "-" if row["lag"] is None else str(row["lag"]),
             owner,
         )
     out.print(table)
@@ -133,8 +173,8 @@ def _describe_group(root: str, group: str, fmt: str) -> None:
 
 
 def _partition_rows(admin: Admin, state: GroupState, offsets: dict[TopicPartition, int], live: set[str]) -> list[dict[str, Any]]:
-    """Per partition of the group's topics: its committed offset, end, lag (from the first
-    offset when nothing is committed) and owner, and whether the owner's process lives."""
+    """Per partition of the group's topics: its committed offset, end, lag (None when nothing
+    is committed, as Kafka shows ``-``) and owner, and whether the owner's process lives."""
     rows: list[dict[str, Any]] = []
     for topic in sorted({tp.topic for tp in offsets} | set(state.partitions)):
         try:
@@ -150,7 +190,7 @@ def _partition_rows(admin: Admin, state: GroupState, offsets: dict[TopicPartitio
                     "partition": p.partition,
                     "committed": committed,
                     "end_offset": p.end_offset,
-                    "lag": p.end_offset - (committed if committed is not None else p.first_offset),
+                    "lag": None if committed is None else p.end_offset - committed,
                     "owner": owner,
                     "owner_pid": state.members.get(owner, {}).get("pid") if owner else None,
                     "owner_alive": owner in live if owner else None,

@@ -1,6 +1,7 @@
 """What the ``filechannel`` command takes from Kafka's console tools, kept out of ``cli.py``.
 
-- Kafka's dotted topic configs (``retention.ms``, ``segment.bytes``, ...) as topic settings.
+- Kafka's dotted topic configs (``retention.ms``, ``segment.bytes``, ...) as topic settings
+  (the mapping is the client's, :mod:`filechannel.client.topic_configs`; a bad one exits 2 here).
 - The console consumer's ``--property`` names (``print.key``, ``key.separator``, ...): how a
   record is printed; the console producer's (``parse.key``, ``key.separator``, ``ignore.error``).
 - ``kafka-consumer-groups --reset-offsets``: its scenarios, its clamping to the log's range.
@@ -21,83 +22,20 @@ from typing import Any, TypeVar
 
 from ..client import Admin, Consumer, TopicPartition
 from ..client.group import read_group
+from ..client.topic_configs import topic_setting as client_topic_setting
 from ..client.topics import TopicStore
+from ..errors import ConfigError
 from .common import BadValue
-
-# Kafka topic config -> (our setting, how its value converts). None: accepted, means nothing here.
-_UNLIMITED = -1  # Kafka's "no limit" for retention.ms / retention.bytes
-
-
-def _int(name: str, raw: str) -> int:
-    try:
-        return int(raw)
-    except ValueError:
-        raise BadValue(f"topic config {name} must be an integer, not {raw!r}") from None
-
-
-def _limit(name: str, raw: str) -> int | None:
-    value = _int(name, raw)
-    return None if value == _UNLIMITED else value
-
-
-def _compression(name: str, raw: str) -> str:
-    codecs = {"zstd": "zstd", "uncompressed": "none", "none": "none"}
-    if raw.lower() not in codecs:
-        raise BadValue(f"{name}={raw}: sealed segments are compressed with zstd or not at all (zstd, uncompressed)")
-    return codecs[raw.lower()]
-
-
-def _flush_messages(name: str, raw: str) -> str:
-    if _int(name, raw) != 1:
-        raise BadValue(f'{name}={raw}: only 1 (an fsync per record: fsync="always") can be honoured here')
-    return "always"
-
-
-def _cleanup(name: str, raw: str) -> None:
-    if raw.lower() != "delete":
-        raise BadValue(f"{name}={raw}: only delete is supported (old segments are deleted; there is no compaction)")
-
-
-def _timestamp_type(name: str, raw: str) -> None:
-    if raw != "CreateTime":
-        raise BadValue(f"{name}={raw}: records keep the producer's timestamp (CreateTime) only")
-
-
-KAFKA_TOPIC_CONFIGS: dict[str, tuple[str | None, Any]] = {
-    "retention.ms": ("retention_ms", _limit),
-    "retention.bytes": ("retention_bytes", _limit),
-    "segment.bytes": ("segment_bytes", _int),
-    "segment.ms": ("segment_ms", _int),
-    "max.message.bytes": ("max_record_bytes", _int),
-    "index.interval.bytes": ("index_interval_bytes", _int),
-    "compression.type": ("compression", _compression),
-    "compression.zstd.level": ("compression_level", _int),
-    "flush.messages": ("fsync", _flush_messages),
-    "flush.ms": ("fsync_interval", lambda name, raw: _int(name, raw) / 1000),
-    "cleanup.policy": (None, _cleanup),
-    "message.timestamp.type": (None, _timestamp_type),
-    # Replication and broker housekeeping: nothing to do on one machine.
-    "min.insync.replicas": (None, None),
-    "unclean.leader.election.enable": (None, None),
-    "preallocate": (None, None),
-    "file.delete.delay.ms": (None, None),
-    "segment.jitter.ms": (None, None),
-}
 
 
 def topic_setting(key: str, raw: str) -> tuple[str, Any] | None:
-    """``KEY=VALUE`` of ``topics create --config``, with Kafka's dotted names mapped; None if ignored.
-
-    An underscore name is ours (``retention_ms``), passed on as it is; a dotted name is
-    Kafka's, converted (``retention.ms=-1`` is no limit, ``flush.ms`` becomes seconds).
-    """
-    if "." not in key:
-        return key, plain_value(raw)
-    if key not in KAFKA_TOPIC_CONFIGS:
-        raise BadValue(f"unknown topic config {key!r}; Kafka's configs taken here: {', '.join(sorted(KAFKA_TOPIC_CONFIGS))}")
-    setting, convert = KAFKA_TOPIC_CONFIGS[key]
-    value = convert(key, raw) if convert is not None else None
-    return (setting, value) if setting is not None else None
+    """``KEY=VALUE`` of ``topics create --config`` / ``configs --add-config`` as our setting, with
+    Kafka's dotted names mapped (:mod:`filechannel.client.topic_configs`); None if ignored. An
+    underscore name is ours, its value read by :func:`plain_value`. A bad one exits 2."""
+    try:
+        return client_topic_setting(key, raw if "." in key else plain_value(raw))
+    except ConfigError as exc:
+        raise BadValue(str(exc)) from None
 
 
 def plain_value(text: str) -> Any:

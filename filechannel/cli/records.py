@@ -17,7 +17,7 @@ import click
 
 from ..client import Admin, Consumer, Producer, TopicPartition
 from ..engine.verify import DamagedRange
-from ..errors import ConfigError, CorruptRecordError, UnknownTopicError
+from ..errors import ConfigError, CorruptRecordError, TopicExistsError, UnknownTopicError
 from .common import ROOT_OPTION, BadValue, cli, err, one_name, root_folder, silence_closed_output, stdout_reader_gone
 from .kafka import (
     CONSUMER_PROPERTIES,
@@ -147,7 +147,10 @@ def _create_for_produce(admin: Admin, topic: str, partition: int | None) -> None
                 f"topic {topic!r} does not exist under {admin.root!r} and {why}: "
                 f"create it first with `filechannel topics create {topic} --partitions N`"
             ) from None
-    admin.create_topic(topic, 1, exist_ok=True)  # exist_ok: another producer may have created it meanwhile
+    try:
+        admin.create_topic(topic, 1)
+    except TopicExistsError:  # another producer created it meanwhile, maybe with other settings: use it
+        return
     click.echo(
         f"note: created topic {topic} (1 partition, default settings): it did not exist and this root's "
         "auto.create.topics.enable is true (the default; `filechannel config auto.create.topics.enable=false` turns it off)",

@@ -1,4 +1,4 @@
-"""``filechannel topics``: create, list, describe, delete."""
+"""``filechannel topics``: create, list, describe, alter, delete."""
 
 from __future__ import annotations
 
@@ -156,6 +156,28 @@ def topics_describe(ctx: click.Context, names: tuple[str, ...], topic_opts: tupl
             )
         out.print(table)
         out.print("settings: " + (", ".join(f"{k}={v}" for k, v in sorted(desc.config.items())) or "defaults"))
+
+
+@topics.command("alter")
+@ROOT_OPTION
+@click.argument("name", required=False)
+@click.option("--topic", "topic_opt", default=None, help="The topic's name (Kafka's flag; same as NAME).")
+@click.option("--partitions", "-p", required=True, type=click.IntRange(1, 10_000), help="The partition count it grows to.")
+@click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
+@click.pass_context
+def topics_alter(
+    ctx: click.Context, name: str | None, topic_opt: str | None, partitions: int, bootstrap_server: str | None
+) -> None:
+    """Add partitions to topic NAME (or --topic NAME), as kafka-topics --alter --partitions.
+
+    Partitions are never removed (fewer than it has fails). The existing ones keep their
+    records; keyed records go to other partitions from now on (a key's partition is its hash
+    modulo the count), as in Kafka. Open producers and consumers see the new ones within a
+    second. Its settings change with `filechannel configs --alter`.
+    """
+    name = one_name("topic", name, topic_opt)
+    Admin(root_folder(ctx)).add_partitions(name, partitions)
+    out.print(f"topic {name} now has {partitions} partition(s)")
 
 
 @topics.command("delete")

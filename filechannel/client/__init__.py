@@ -5,6 +5,7 @@ Names and semantics follow kafka-python (``Producer``, ``Consumer``, ``poll``, `
 for the async variants. The README's "Coming from Kafka" section maps one onto the other.
 """
 
+from .admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions, NewTopic
 from .aio import AsyncConsumer, AsyncProducer
 from .consumer import Consumer
 from .producer import Producer
@@ -17,9 +18,14 @@ __all__ = [
     "AsyncConsumer",
     "AsyncConsumerRecord",
     "AsyncProducer",
+    "ConfigResource",
+    "ConfigResourceType",
     "Consumer",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "KafkaAdminClient",
+    "NewPartitions",
+    "NewTopic",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "PartitionDescription",

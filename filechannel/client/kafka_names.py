@@ -1,6 +1,7 @@
 """kafka-python's configuration names: which ones mean something here, and the check for the rest.
 
-A Kafka user's ``KafkaProducer(**configs)`` / ``KafkaConsumer(**configs)`` must run with
+A Kafka user's ``KafkaProducer(**configs)`` / ``KafkaConsumer(**configs)`` /
+``KafkaAdminClient(**configs)`` must run with
 ``root=`` added and nothing else changed, so every name kafka-python (2.x) knows is
 accepted. The names that describe a network, a broker or its security cannot mean
 anything on one machine and are accepted and ignored; a name kafka-python does not know
@@ -82,6 +83,9 @@ CONSUMER_IGNORED = (_NETWORK - {"metadata_max_age_ms"}) | {
     "metric_group_prefix",
     "partition_assignment_strategy",  # one strategy: sorted partitions dealt round-robin (DESIGN.md)
 }
+
+# KafkaAdminClient's names: all of them about a network or this client's name; none means anything here.
+ADMIN_IGNORED = _NETWORK | {"client_id"}
 
 
 def check_names(kind: str, configs: dict[str, Any], ignored: frozenset[str], honoured: tuple[str, ...]) -> None:

@@ -15,7 +15,16 @@ from ..config import ChannelConfig
 from ..engine.appender import Appender
 from ..engine.clock import now_ms
 from ..engine.record import Headers, checked_timestamp, serialized_sizes
-from ..errors import ChannelClosedError, ConfigError, MessageTooLargeError, RecordTypeError, Timeout, UnknownTopicError
+from ..errors import (
+    ChannelClosedError,
+    ConfigError,
+    MessageTooLargeError,
+    RecordTypeError,
+    Timeout,
+    UnknownPartitionError,
+    UnknownTopicError,
+    UnsupportedError,
+)
 from .durable import GroupSync
 from .futures import RecordFuture, SentFuture
 from .kafka_names import PRODUCER_IGNORED, check_names
@@ -136,7 +145,7 @@ class Producer:
         if max_request is not None and (isinstance(max_request, bool) or not isinstance(max_request, int) or max_request < 1):
             raise ConfigError(f"max_request_size must be an int >= 1, not {max_request!r}")
         if configs.get("transactional_id") is not None:
-            raise ConfigError(
+            raise UnsupportedError(
                 "transactional_id: filechannel has no transactions (there is no broker to coordinate them); "
                 "leave it out, and commit consumed offsets after producing instead"
             )
@@ -235,7 +244,7 @@ class Producer:
                     f"topic {topic!r} does not exist and would be created with one partition, so it has no partition "
                     f"{partition}; create it first: Admin(root).create_topic({topic!r}, partitions=N)"
                 ) from None
-            self._topics.create(topic, 1, dict(self._new_topic_config), exist_ok=True)
+            self._topics.ensure(topic, 1, dict(self._new_topic_config))
             return self._topics.partitions(topic)
 
     def send(
@@ -335,7 +344,9 @@ class Producer:
         if partition is None:
             partition = self._partitioner(kbytes, count)
         elif partition >= count:
-            raise ConfigError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {count - 1}")
+            raise UnknownPartitionError(
+                f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {count - 1}"
+            )
         sender = self._sender(topic, partition)
         sync = self._syncs.get((topic, partition))
         self._sent += 1  # not atomic across threads: metrics() is an estimate, as Kafka's are

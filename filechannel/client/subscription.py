@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
 from ..channel import FileChannel
-from ..errors import ConfigError, NoOffsetForPartitionError, UnknownTopicError
+from ..errors import ConfigError, IllegalStateError, NoOffsetForPartitionError, UnknownPartitionError, UnknownTopicError
 from ..receiver import Receiver
 from .records import ConsumerRecord, TopicPartition, to_tp
 from .topics import TopicStore
@@ -109,7 +109,7 @@ class SubscriptionState:
         if bool(topics) == bool(pattern):
             raise ConfigError("subscribe takes either a list of topics or a pattern, not both or neither")
         if self.manual and self.parts:
-            raise ConfigError("subscribe cannot be mixed with assign; call unsubscribe first")
+            raise IllegalStateError("subscribe cannot be mixed with assign; call unsubscribe first")
         try:
             compiled = re.compile(pattern) if pattern else None
         except (re.error, TypeError) as exc:
@@ -129,10 +129,10 @@ class SubscriptionState:
         return them as TopicPartitions (the assigned partitions are the caller's to change)."""
         tps = {to_tp(tp) for tp in partitions}  # every one checked before anything changes
         if self.topics or self.pattern:
-            raise ConfigError("assign cannot be mixed with subscribe; call unsubscribe first")
+            raise IllegalStateError("assign cannot be mixed with subscribe; call unsubscribe first")
         for tp in tps:
             if not 0 <= tp.partition < self.store.partitions(tp.topic):
-                raise ConfigError(f"{tp.topic} has no partition {tp.partition}")
+                raise UnknownPartitionError(f"{tp.topic} has no partition {tp.partition}")
         self.manual = True
         return tps
 
@@ -186,10 +186,10 @@ class SubscriptionState:
     # -- the assigned partitions ------------------------------------------------------------------
 
     def part(self, tp: TopicPartition) -> PartitionState:
-        """The state of an assigned partition, or :class:`ConfigError`."""
+        """The state of an assigned partition, or :class:`IllegalStateError` (a :class:`ConfigError`)."""
         part = self.parts.get(to_tp(tp))
         if part is None:
-            raise ConfigError(f"{tp} is not assigned to this consumer (assignment: {sorted(self.parts)})")
+            raise IllegalStateError(f"{tp} is not assigned to this consumer (assignment: {sorted(self.parts)})")
         return part
 
     def close_partition(self, tp: TopicPartition) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
@@ -50,9 +50,17 @@ class TopicStore(RootLayout):
     their partitions as channels. Thread-safe."""
 
     def open_partition(self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any) -> FileChannel:
-        """Open partition ``partition`` of ``topic`` as a channel with the topic's settings."""
+        """Open partition ``partition`` of ``topic`` as a channel with the topic's settings (under
+        ``overrides``); its maintenance thread applies the topic's changed settings within a
+        second or so (:meth:`FileChannel.apply_settings`: ``RootLayout.meta`` re-reads a changed
+        ``topic.json``)."""
         settings = self.partition_settings(topic, partition, **overrides)
-        return FileChannel(self.partition_path(topic, partition), wakeup=wakeup, **settings)
+        return FileChannel(
+            self.partition_path(topic, partition),
+            wakeup=wakeup,
+            settings_source=lambda: self.partition_settings(topic, partition, **overrides),
+            **settings,
+        )
 
     def delete(self, topic: str) -> None:
         """:meth:`RootLayout.delete`; a tiered topic's deletion is also marked in its tier-2 storage at
@@ -67,14 +75,22 @@ class TopicStore(RootLayout):
             except FileChannelError as exc:
                 log.warning("topic %s deleted; its tier-2 storage cannot be marked now (%s): the daemon's purge will", topic, exc)
 
-    def create(self, topic: str, partitions: int, config: Mapping[str, Any], exist_ok: bool = False) -> dict[str, Any]:
-        """:meth:`RootLayout.create`, after opening the topic's tier-2 storage (if it has a ``tier``)
-        without a request: a URL naming no storage, an unknown option or a missing library fails
-        the creation with :class:`ConfigError`, not the topic's first upload."""
+    def _create(self, topic: str, partitions: int, config: Mapping[str, Any], existing_is: str) -> dict[str, Any]:
+        """:meth:`RootLayout.create` and ``ensure``, after opening the topic's tier-2 storage (if it
+        has a ``tier``) without a request: a URL naming no storage, an unknown option or a missing
+        library fails the creation with :class:`ConfigError`, not the topic's first upload."""
         checked = validate_topic_config(config)
         if checked.get("tier") is not None:
             check_storage(checked["tier"], checked.get("tier_options"))
-        return super().create(topic, partitions, checked, exist_ok=exist_ok)
+        return super()._create(topic, partitions, checked, existing_is)
+
+    def alter(self, topic: str, changes: Mapping[str, Any], removed: Iterable[str] = ()) -> dict[str, Any]:
+        """:meth:`RootLayout.alter`, after opening new ``tier_options``' storage as :meth:`_create` does."""
+        if "tier_options" in changes:
+            tier = self.meta(topic).get("config", {}).get("tier")
+            if tier is not None:
+                check_storage(tier, changes["tier_options"])
+        return super().alter(topic, changes, removed)
 
 
 @dataclass(frozen=True)
@@ -135,6 +151,35 @@ class Admin:
             with self._store.open_partition(name, p, read_only=True) as ch:
                 parts.append(PartitionDescription(p, ch.first_offset, ch.end_offset, ch.size_bytes))
         return TopicDescription(name, parts, dict(meta.get("config", {})))
+
+    def alter_topic(self, name: str, changes: Mapping[str, Any], removed: Iterable[str] = ()) -> dict[str, Any]:
+        """Set the settings ``changes`` of topic ``name`` (our names, as ``create_topic`` takes them)
+        and return ``removed`` ones to their defaults; return the topic's settings now.
+
+        Checked whole before ``topic.json`` is rewritten. ``tier`` cannot change (its uploaded
+        segments are in that storage). Open producers and consumers apply retention and segment
+        settings within about a second; see :meth:`FileChannel.apply_settings`.
+        """
+        return dict(self._store.alter(name, changes, removed).get("config", {}))
+
+    def add_partitions(self, name: str, total: int) -> None:
+        """Grow topic ``name`` to ``total`` partitions (:class:`InvalidPartitionsError` for fewer or
+        as many as it has: partitions are never removed). The existing ones keep their records;
+        a key's partition is its hash modulo the count, so keyed records go to other partitions
+        from now on, as in Kafka. Open producers and consumers see the new partitions within a second."""
+        self._store.add_partitions(name, total)
+
+    def delete_records_before(self, topic: str, partition: int, offset: int) -> int:
+        """Delete the records of ``topic[partition]`` below ``offset`` (-1: all, up to the end);
+        return its new first offset (Kafka's low watermark).
+
+        Durable: the partition's log start offset is kept in its folder, so a restart keeps it.
+        Readers below it get :class:`OffsetOutOfRangeError` (a consumer resets by its
+        ``auto_offset_reset``); whole segments below it are deleted now (with a tier, the
+        tiering daemon deletes them, and tier-2 copies below it are never read again).
+        """
+        with self._store.open_partition(topic, partition, maintenance_interval=0) as ch:
+            return ch.delete_records(ch.end_offset if offset == -1 else offset)
 
     def open_partition(self, topic: str, partition: int, **overrides: Any) -> FileChannel:
         """Open one partition's channel (the caller closes it)."""

@@ -29,6 +29,7 @@ appender is marked failed and every later call raises :class:`SenderFailedError`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -143,6 +144,13 @@ class Appender(_Core):
             self._flusher.start()
 
     # -- appending ---------------------------------------------------------------------------
+
+    def resize(self, config: ChannelConfig) -> None:
+        """Roll by ``config``'s ``segment_bytes`` and ``segment_ms`` from now on (the other
+        settings stay those this appender was made with: its buffer, codec and fsync)."""
+        with self._mutex:
+            self._config = dataclasses.replace(self._config, segment_bytes=config.segment_bytes, segment_ms=config.segment_ms)
+            self._roll_bytes = config.segment_bytes
 
     def _append(
         self, value: bytes | None, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None

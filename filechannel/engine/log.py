@@ -67,6 +67,7 @@ from .index import (
     write_index_files,
 )
 from .lock import FileLock
+from .log_start import read_log_start
 from .readahead import LocalBlocks
 from .recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from .segment import (
@@ -273,6 +274,12 @@ class Log:
         catalogue. Raises :class:`OffsetOutOfRangeError` if ``offset`` lies below the first
         segment (retention or garbage collection deleted it).
         """
+        start = read_log_start(self.path)
+        if offset < start:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is below the log start offset {start} of channel {self.path!r} (records before it "
+                "were deleted by delete_records); seek to the first offset or later"
+            )
         local = self.refresh_local()
         if local and offset >= local[0].base_offset:
             i = bisect.bisect_right([r.base_offset for r in local], offset) - 1
@@ -315,11 +322,12 @@ class Log:
 
     @property
     def first_offset(self) -> int:
-        """The first offset held, in either tier (a listing of the folder, two probes of tier-2's index)."""
+        """The first offset held, in either tier, or the log start offset if that is higher
+        (:mod:`.log_start`; a listing of the folder, two probes of tier-2's index, one small read)."""
         local = self.refresh_local()
         bounds = None if self.tier is None else self.tier.bounds()
         firsts = [b for b in (local[0].base_offset if local else None, bounds[0] if bounds else None) if b is not None]
-        return min(firsts) if firsts else 0
+        return max(min(firsts) if firsts else 0, read_log_start(self.path))
 
     def end_offset(self) -> int:
         """The next offset to be written, as the files show it now (no lock taken); with no local

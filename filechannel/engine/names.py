@@ -8,7 +8,8 @@ digits so a directory listing sorts by offset):
     B.idx      sparse offset index of B.seg (derived data)
     B.tix      sparse time index of B.seg (derived data)
 
-and ``writer.lock``, ``maintenance.lock``, ``recovery-point`` and ``positions/``.
+and ``writer.lock``, ``maintenance.lock``, ``recovery-point``, ``log-start`` (once
+``delete_records`` ran) and ``positions/``.
 """
 
 from __future__ import annotations

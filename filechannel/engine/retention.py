@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from . import names
 from .clock import now_ms
 from .files import fsync_dir, opened, unlink_if_exists
+from .log_start import read_log_start
 from .segment import (
     MAX_FRAME_PAYLOAD,
     FrameScanner,
@@ -53,7 +54,8 @@ def collect_garbage(log: Log, hold: int | None) -> list[int]:
     """Delete the oldest sealed segments that every rule allows; return their base offsets.
 
     A sealed segment goes when all of its records lie below ``hold`` (the smallest
-    durable reader position, None if there is none), or when retention says so.
+    durable reader position, None if there is none) or below the log start offset
+    (:mod:`.log_start`), or when retention says so.
     Only a prefix of the sealed segments is ever deleted. Caller holds maintenance.lock.
     With a tier it deletes nothing: the tiering daemon deletes, uploaded segments only.
     """
@@ -65,9 +67,10 @@ def collect_garbage(log: Log, hold: int | None) -> list[int]:
         return []
     ends = [r.base_offset for r in refs[1:]]
     k = 0
-    if hold is not None:
-        while k < len(sealed) and ends[k] <= hold:
-            k += 1
+    start = read_log_start(log.path)
+    hold = start if hold is None else max(hold, start)
+    while k < len(sealed) and ends[k] <= hold:
+        k += 1
     limit_bytes, limit_ms = log.config.retention_bytes, log.config.retention_ms
     if limit_bytes is not None or limit_ms is not None:
         sizes = [segment_bytes_on_disk(r) for r in refs] if limit_bytes is not None else [0] * len(refs)

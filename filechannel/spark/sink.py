@@ -210,7 +210,7 @@ class Router:
                         f"topic {topic!r} does not exist under {self.store.root!r} and the root's "
                         "auto.create.topics.enable is false: create it first (filechannel topics create)"
                     ) from None
-                self.store.create(topic, 1, {}, exist_ok=True)
+                self.store.ensure(topic, 1, {})  # one made meanwhile by anyone is the one to use
                 n = self.store.partitions(topic)
             self._counts[topic] = n
         return n

@@ -74,7 +74,8 @@ def test_consume_follow_into_head_ends_when_head_exits_and_commits_only_what_was
         (["consume", "t", "--no-such-option"], b"", "No such option"),
         (["--no-such-option", "topics", "list"], b"", "No such option"),
         (["topics", "lst"], b"", "No such command"),
-        (["topics"], b"", "missing the command: one of create, delete, describe, list"),
+        (["topics"], b"", "missing the command: one of alter, create, delete, describe, list"),
+        (["groups"], b"", "give a command (list, describe, reset-offsets, delete, delete-offsets) or one of --list"),
         ([], b"", "missing the command: one of"),
         (["produce", "t", "-k", ":"], b"a:1\nno separator\n", "line 2 has no key separator ':'; the 1 line(s)"),
         (["produce", "t", "--property", "parse.key=true"], b"no tab\n", "line 1 has no key separator"),
@@ -380,7 +381,7 @@ def test_topics_and_groups_describe_themselves_as_json_lines(tmp_path):
     assert group["group"] == "g" and group["members"] == []  # the consumer has exited
     rows = {(r["topic"], r["partition"]): r for r in group["partitions"]}
     assert (rows[("a", 1)]["committed"], rows[("a", 1)]["end_offset"], rows[("a", 1)]["lag"]) == (2, 3, 1)
-    assert rows[("a", 0)]["committed"] is None and rows[("a", 0)]["lag"] == 0
+    assert rows[("a", 0)]["committed"] is None and rows[("a", 0)]["lag"] is None  # no commit: no lag (Kafka shows -)
     assert all(list(r) == ["topic", "partition", "committed", "end_offset", "lag", "owner", "owner_pid", "owner_alive"]
                for r in group["partitions"])  # fmt: skip
     # Without names: every topic, every group (--all-groups), one object per line, as kafka-topics --describe.

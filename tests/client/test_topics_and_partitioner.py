@@ -52,8 +52,13 @@ def test_creating_an_existing_topic(tmp_path):
     admin.create_topic("t", 2)
     with pytest.raises(TopicExistsError):
         admin.create_topic("t", 2)
-    admin.create_topic("t", 5, exist_ok=True)
+    admin.create_topic("t", 2, exist_ok=True)  # the same topic: silent
+    with pytest.raises(TopicExistsError, match="partitions 2, not 5"):
+        admin.create_topic("t", 5, exist_ok=True)
+    with pytest.raises(TopicExistsError, match="retention_ms None, not 1000"):
+        admin.create_topic("t", 2, exist_ok=True, retention_ms=1000)
     assert len(admin.describe_topic("t").partitions) == 2
+    assert admin.describe_topic("t").config == {}
 
 
 @pytest.mark.parametrize(
