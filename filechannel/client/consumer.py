@@ -39,6 +39,7 @@ _HONOURED = (
     "fetch_max_bytes",
     "key_deserializer",
     "max_partition_fetch_bytes",
+    "max_poll_interval_ms",
     "max_poll_records",
     "metadata_max_age_ms",
     "session_timeout_ms",
@@ -72,8 +73,14 @@ class Consumer:
     fetch_max_bytes: about the most a fetch reads from all its partitions (default 50 MiB,
         Kafka's; at least one record), and what a read-ahead holds if that is less than 8 MiB.
     key_deserializer / value_deserializer: turn bytes into objects (default: bytes as is).
-    session_timeout_ms: a member that has not polled for this long is evicted (default 10000).
-    heartbeat_interval_ms: how often a member heartbeats and looks for dead members (1000).
+    session_timeout_ms: a member whose heartbeat is older than this is evicted (default
+        10000): its heartbeats come from a background thread, so only a process that is
+        gone or stopped as a whole (SIGSTOP) misses them.
+    heartbeat_interval_ms: how often a member heartbeats, and how often its polls look for
+        dead members and rebalances (default 3000, below session_timeout_ms).
+    max_poll_interval_ms: a member that has not polled for this long leaves its group (its
+        partitions go to the others; its commits fail with :class:`CommitFailedError`) and
+        its next poll joins again (default 300000).
     consumer_timeout_ms: iteration stops after this long without a record (default: never).
     metadata_max_age_ms: how often a subscription looks for topics created since (a topic
         matching its pattern, or a subscribed topic that did not exist yet); default 1000,
@@ -102,7 +109,7 @@ class Consumer:
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
         session_timeout_ms: int = 10_000,
-        heartbeat_interval_ms: int = 1_000,
+        heartbeat_interval_ms: int = 3_000,
         consumer_timeout_ms: float = float("inf"),
         **configs: Any,
     ) -> None:
@@ -112,6 +119,7 @@ class Consumer:
                 f"isolation_level must be 'read_uncommitted' or 'read_committed', not {configs['isolation_level']!r}"
             )
         metadata_max_age_ms = configs.get("metadata_max_age_ms", 1000)
+        max_poll_interval_ms = configs.get("max_poll_interval_ms", 300_000)
         fetch_bytes: int = configs.get("max_partition_fetch_bytes", FETCH_BYTES)  # (checked below, as the others)
         fetch_max_bytes: int = configs.get("fetch_max_bytes", FETCH_MAX_BYTES)
         commit_callback = configs.get("default_offset_commit_callback")
@@ -125,6 +133,7 @@ class Consumer:
             ("session_timeout_ms", session_timeout_ms),
             ("heartbeat_interval_ms", heartbeat_interval_ms),
             ("metadata_max_age_ms", metadata_max_age_ms),
+            ("max_poll_interval_ms", max_poll_interval_ms),
             ("max_partition_fetch_bytes", fetch_bytes),
             ("fetch_max_bytes", fetch_max_bytes),
         ):
@@ -149,6 +158,7 @@ class Consumer:
                 group_id,
                 session_timeout_ms=session_timeout_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms,
+                max_poll_interval_ms=max_poll_interval_ms,
             )
             if group_id is not None
             else None
