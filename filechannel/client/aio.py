@@ -70,7 +70,7 @@ except ImportError:
 
 # aiokafka's constructor names that kafka-python does not have: what each becomes here (None: ignored).
 _AIOKAFKA_PRODUCER = {"loop": None, "max_batch_size": "batch_size"}
-_AIOKAFKA_CONSUMER = {"loop": None, "group_instance_id": None, "rebalance_timeout_ms": None}
+_AIOKAFKA_CONSUMER = {"loop": None, "rebalance_timeout_ms": None}
 
 
 def _aiokafka_names(kwargs: dict[str, Any], names: Mapping[str, str | None]) -> dict[str, Any]:
@@ -331,7 +331,7 @@ class AsyncConsumer:
     (``seek``, ``subscribe``, ``assign``, ``pause``, ``highwater``, ...).
 
     Takes the same arguments as :class:`Consumer` (kafka-python's names), and aiokafka's
-    ``loop``, ``group_instance_id`` and ``rebalance_timeout_ms`` (ignored) and
+    ``loop`` and ``rebalance_timeout_ms`` (ignored), ``group_instance_id`` (static membership) and
     ``max_poll_records=None`` (the default).
 
     A rebalance listener's methods may be ``async def`` (aiokafka's are): each is awaited

@@ -34,6 +34,7 @@ _HONOURED = (
     "default_offset_commit_callback",
     "enable_auto_commit",
     "group_id",
+    "group_instance_id",
     "heartbeat_interval_ms",
     "isolation_level",
     "fetch_max_bytes",
@@ -81,6 +82,11 @@ class Consumer:
     max_poll_interval_ms: a member that has not polled for this long leaves its group (its
         partitions go to the others; its commits fail with :class:`CommitFailedError`) and
         its next poll joins again (default 300000).
+    group_instance_id: static membership (Kafka's, aiokafka's name): closed or killed, the
+        member keeps its place and partitions for ``session_timeout_ms``, and a consumer
+        started with the same id within that time takes them back with no rebalance of
+        the others. A second live consumer with the id of a live one fails
+        (:class:`FencedInstanceIdError`).
     consumer_timeout_ms: iteration stops after this long without a record (default: never).
     metadata_max_age_ms: how often a subscription looks for topics created since (a topic
         matching its pattern, or a subscribed topic that did not exist yet); default 1000,
@@ -159,6 +165,7 @@ class Consumer:
                 session_timeout_ms=session_timeout_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms,
                 max_poll_interval_ms=max_poll_interval_ms,
+                group_instance_id=configs.get("group_instance_id"),
             )
             if group_id is not None
             else None

@@ -26,6 +26,13 @@ Protocol:
   lives keeps its file; its commits fail (:class:`CommitFailedError`) and its next poll's
   :meth:`GroupMember.sync` answers None: the consumer revokes what it read and joins again.
   Heartbeats do not rewrite state.json, so they do not wake the other members.
+- *Static members* (``group_instance_id``): the member id is ``static_`` + the instance id,
+  so a second live consumer with that id cannot take its life lock
+  (:class:`FencedInstanceIdError`). A static member does not leave on close and is not
+  evicted for a free lock: only once its life file's mtime (kept: its last heartbeat) is
+  older than its session timeout. Joining again before that, with the same topics and
+  partition counts, it takes its entry back without a new generation, and owns its
+  partitions at once: the others do not rebalance.
 - *Generations.* Every change of membership (join, leave, death, eviction) bumps the
   generation and recomputes the assignment, deterministically: the subscribed
   partitions, sorted, dealt round-robin to the members, sorted, that subscribe to them.
@@ -74,7 +81,15 @@ from ..engine.files import opened_if_exists, read_if_exists, unlink_if_exists, w
 from ..engine.lock import FileLock
 from ..engine.names import validate_name
 from ..engine.position import PositionStore
-from ..errors import CommitFailedError, ConfigError, CorruptRecordError, FileChannelError, StorageError, os_errors
+from ..errors import (
+    CommitFailedError,
+    ConfigError,
+    CorruptRecordError,
+    FencedInstanceIdError,
+    FileChannelError,
+    StorageError,
+    os_errors,
+)
 from ..root import partition_path
 from .heartbeat import Heartbeat
 from .records import TopicPartition
@@ -96,6 +111,9 @@ STATE_FILE = "state.json"
 OFFSETS_FILE = "offsets.json"
 LOCK_FILE = "group.lock"
 MEMBERS_DIR = "members"
+# The member id of a static member (group_instance_id) starts with this; a dynamic one's never
+# does (HOST-PID-HEX, the host name reduced to [A-Za-z0-9.-]).
+STATIC_PREFIX = "static_"
 
 
 def group_folder(root: str, group_id: str) -> str:
@@ -114,9 +132,15 @@ def _life_path(folder: str, member_id: str) -> str:
     return os.path.join(folder, MEMBERS_DIR, member_id + ".lock")
 
 
+def is_static(member_id: str) -> bool:
+    """Whether ``member_id`` is a static member's (a consumer with a ``group_instance_id``)."""
+    return member_id.startswith(STATIC_PREFIX)
+
+
 def _life_lock_held(path: str) -> bool:
     """Whether a process holds the member life lock at ``path``; one nobody holds (its member
-    died) is deleted."""
+    died) is deleted, unless it is a static member's: its mtime is then the member's last
+    heartbeat, which its session timeout runs from (deleted when it is evicted)."""
     with opened_if_exists(path, os.O_RDWR) as fd:
         if fd is None:
             return False
@@ -124,7 +148,8 @@ def _life_lock_held(path: str) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
-    unlink_if_exists(path)
+    if not is_static(os.path.basename(path)):
+        unlink_if_exists(path)
     return False
 
 
@@ -197,6 +222,7 @@ class GroupMember:
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
         max_poll_interval_ms: int = 300_000,
+        group_instance_id: str | None = None,
     ) -> None:
         self.group_id = validate_name(group_id, "group_id")
         if not os.path.isdir(root):  # a typo in the root must not become a new, empty root
@@ -211,13 +237,22 @@ class GroupMember:
         self.state_path = os.path.join(self.folder, STATE_FILE)
         self.offsets_path = os.path.join(self.folder, OFFSETS_FILE)
         self._lock = FileLock(os.path.join(self.folder, LOCK_FILE))
-        host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
-        self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        if group_instance_id is not None:
+            self.member_id = STATIC_PREFIX + validate_name(group_instance_id, "group_instance_id")
+        else:
+            host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
+            self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         with self._lock.holding():
             self._remove_temp_files()
             self._remove_dead_life_files()
         self._life = FileLock(self._life_path(self.member_id))
-        self._life.acquire()
+        if not self._life.acquire(blocking=False):
+            self._life.close()
+            self._lock.close()
+            raise FencedInstanceIdError(
+                f"group_instance_id {group_instance_id!r} is in use by a live consumer of group {self.group_id!r}; "
+                "give each consumer its own group_instance_id, or close the other one first"
+            )
         self.session_timeout = session_timeout_ms / 1000
         self.heartbeat_interval = heartbeat_interval_ms / 1000
         self.max_poll_interval = max_poll_interval_ms / 1000
@@ -254,14 +289,15 @@ class GroupMember:
                 unlink_if_exists(os.path.join(self.folder, name))
 
     def _remove_dead_life_files(self) -> None:
-        """Delete the life files of members whose process is gone (an evicted member's file stays
-        while it lives, so that it can come back; :func:`_life_lock_held` deletes a free one)."""
+        """Delete the life files of dynamic members whose process is gone (an evicted member's
+        file stays while it lives, so that it can come back; a static member's until it is
+        evicted)."""
         try:
             names = os.listdir(self.members_folder)
         except FileNotFoundError:
             return
         for name in names:
-            if name.endswith(".lock"):
+            if name.endswith(".lock") and not is_static(name):
                 _life_lock_held(os.path.join(self.members_folder, name))
 
     def _save(self, state: GroupState) -> None:
@@ -297,14 +333,16 @@ class GroupMember:
         self._touch()  # a member back from a SIGSTOP must not look hung before its heartbeat thread runs
         with self._lock.holding():
             state = self._load()
-            self._evict(state)
-            state.members[self.member_id] = {
-                "topics": sorted(topics),
-                "pid": os.getpid(),
-                "session_timeout_ms": round(self.session_timeout * 1000),
-            }
+            evicted = self._evict(state)
+            info = {"topics": sorted(topics), "pid": os.getpid(), "session_timeout_ms": round(self.session_timeout * 1000)}
+            before = state.members.get(self.member_id)
+            state.members[self.member_id] = info
+            grown = {t: n for t, n in partitions.items() if state.partitions.get(t, 0) != n}
             state.partitions.update(partitions)
-            self._reassign(state)
+            # A static member back (same topics, same partitions, nobody evicted) takes its place
+            # as it left it: no new generation, no rebalance of the others.
+            if evicted or grown or before is None or before["topics"] != info["topics"]:
+                self._reassign(state)
             self._save(state)
             self.left_group = False
 
@@ -340,20 +378,30 @@ class GroupMember:
 
     def leave(self) -> None:
         """Leave the group, releasing every partition; the others rebalance. The heartbeat
-        thread is stopped first, and the member's files are closed."""
+        thread is stopped first, and the member's files are closed.
+
+        A static member does not leave (Kafka's does not either): its last heartbeat is now,
+        its place and partitions wait for it for its ``session_timeout_ms``, and a consumer
+        with its ``group_instance_id`` started meanwhile takes them back without a rebalance.
+        """
         self.heartbeat.stop()
-        with self._lock.holding():
-            state = self._load()
-            if self._drop_self(state):
-                self._save(state)
+        if is_static(self.member_id):
+            self._touch()
+        else:
+            with self._lock.holding():
+                state = self._load()
+                if self._drop_self(state):
+                    self._save(state)
         self._life.close()
-        unlink_if_exists(self._life_path(self.member_id))
+        if not is_static(self.member_id):
+            unlink_if_exists(self._life_path(self.member_id))
         self._lock.close()
 
     def _evict(self, state: GroupState) -> bool:
-        """Drop dead members, and members whose heartbeat is older than their own session
-        timeout (a process hung as a whole: its heartbeat thread beats while it lives). An
-        evicted member that lives keeps its life file: its next poll joins again."""
+        """Drop dead dynamic members, and members whose heartbeat is older than their own
+        session timeout (a process hung as a whole: its heartbeat thread beats while it
+        lives; or a static member closed or dead that did not come back in time). An evicted
+        member that lives keeps its life file: its next poll joins again."""
         now = time.time()
         gone = []
         for m, info in state.members.items():
@@ -364,10 +412,12 @@ class GroupMember:
                 beat = os.stat(self._life_path(m)).st_mtime
             except FileNotFoundError:
                 beat = 0.0
-            if now - beat > timeout or not self.member_alive(m):
+            if now - beat > timeout or not (is_static(m) or self.member_alive(m)):
                 gone.append(m)
         for m in gone:
             del state.members[m]
+            if is_static(m) and not self.member_alive(m):
+                unlink_if_exists(self._life_path(m))
         return bool(gone)
 
     # -- what a poll does ---------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Group liveness as Kafka has it: heartbeats from a background thread, eviction for a hung
-process (SIGSTOP) or for no poll in max_poll_interval_ms, and the evicted member's way back.
+process (SIGSTOP) or for no poll in max_poll_interval_ms, the evicted member's way back, and
+static membership (group_instance_id).
 
 The member under test is a real process (procs/driven_member.py) the test drives a command
 at a time; the other member is a Consumer in the test's process.
@@ -18,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from filechannel.client import Admin, Consumer, Producer
-from filechannel.errors import ConfigError
+from filechannel.errors import ConfigError, FencedInstanceIdError
 
 DRIVEN = Path(__file__).parent / "procs" / "driven_member.py"
 FAST = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
+STATIC = {"session_timeout_ms": 10000, "heartbeat_interval_ms": 500, "group_instance_id": "a"}
 
 
 def wait_for(condition, timeout=60.0, what="condition"):
@@ -208,3 +210,62 @@ def test_liveness_settings_are_checked_as_kafka_python_does(tmp_path):
         Consumer(root=tmp_path, group_id="g", session_timeout_ms=3000)  # the default heartbeat is 3000, Kafka's
     with pytest.raises(ConfigError, match="max_poll_interval_ms must be an int >= 1"):
         Consumer(root=tmp_path, group_id="g", max_poll_interval_ms=0)
+
+
+def answer_while_polling(member, consumer, command):
+    """``member``'s answer to ``command``, ``consumer`` polling all along."""
+    member.send(command)
+    while True:
+        consumer.poll(timeout_ms=50)
+        try:
+            return member.reply(timeout=0)
+        except queue.Empty:
+            pass
+
+
+@pytest.mark.crash
+def test_a_static_member_closed_or_killed_and_restarted_gets_its_partitions_back_without_a_rebalance(tmp_path, group):
+    a = group(STATIC)
+    b = other(tmp_path, **FAST)
+    try:
+        before = settle(a, b)
+        generation = state(tmp_path)["generation"]
+        b_parts = b.assignment()
+        for stop in (Member.finish, Member.kill):
+            stop(a)
+            b.poll(timeout_ms=50)
+            a = group(STATIC)  # the same group_instance_id, within its session timeout
+            back = answer_while_polling(a, b, "poll 0")
+            assert back["assigned"] == before["assigned"] and back["events"] == [["assigned", before["assigned"]]]
+            assert back["generation"] == generation == state(tmp_path)["generation"]
+            b.poll(timeout_ms=50)
+            assert b.assignment() == b_parts
+            assert a.ask("commit") == {"commit": "ok"}
+    finally:
+        b.close()
+    assert "Traceback" not in a.finish()
+
+
+def test_a_static_member_that_does_not_come_back_is_evicted_after_its_session_timeout(tmp_path, group):
+    a = group({**FAST, "group_instance_id": "a"})
+    b = other(tmp_path, **FAST)
+    try:
+        settle(a, b)
+        assert "Traceback" not in a.finish()
+        assert "static_a" in state(tmp_path)["members"]  # closed, its place kept for now
+        wait_for(lambda: (b.poll(timeout_ms=50), len(b.assignment()) == 4)[1], what="b to take a's partitions")
+        assert not any(m.startswith("static_") for m in state(tmp_path)["members"])
+        assert not (tmp_path / ".groups" / "g" / "members" / "static_a.lock").exists()
+    finally:
+        b.close()
+
+
+def test_two_live_consumers_with_one_group_instance_id_the_second_fails(tmp_path, group):
+    a = group(STATIC)
+    assert a.ask("poll 0")["assigned"] == [0, 1, 2, 3]
+    with pytest.raises(FencedInstanceIdError, match="group_instance_id 'a' is in use by a live consumer of group 'g'"):
+        Consumer("t", root=tmp_path, group_id="g", group_instance_id="a")
+    assert a.ask("poll 0")["assigned"] == [0, 1, 2, 3]  # the live one is untouched
+    assert "Traceback" not in a.finish()
+    with Consumer("t", root=tmp_path, group_id="g", group_instance_id="a") as again:  # free once it is closed
+        assert len(again.assignment()) == 4
