@@ -6,6 +6,12 @@ for the async variants. The README's "Coming from Kafka" section maps one onto t
 """
 
 from .aio import AsyncConsumer, AsyncProducer
+from .assignors import (
+    CooperativeStickyAssignor,
+    RangePartitionAssignor,
+    RoundRobinPartitionAssignor,
+    StickyPartitionAssignor,
+)
 from .consumer import Consumer
 from .producer import Producer
 from .records import AsyncConsumerRecord, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
@@ -20,11 +26,15 @@ __all__ = [
     "Consumer",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "CooperativeStickyAssignor",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "PartitionDescription",
     "Producer",
+    "RangePartitionAssignor",
     "RecordMetadata",
+    "RoundRobinPartitionAssignor",
+    "StickyPartitionAssignor",
     "TopicDescription",
     "TopicPartition",
 ]

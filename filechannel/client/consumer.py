@@ -16,6 +16,7 @@ from typing import Any, Literal, overload
 from ..channel import FileChannel
 from ..engine.wakeup import Wakeup
 from ..errors import ChannelClosedError, ConfigError, FileChannelError, UnknownTopicError
+from .assignors import DEFAULT_STRATEGIES, strategy_names
 from .coordinator import CommitOffsets, GroupCoordinator
 from .fetcher import FETCH_BYTES, FETCH_MAX_BYTES, Fetcher, check_timeout_ms
 from .group import GroupMember
@@ -43,6 +44,7 @@ _HONOURED = (
     "max_poll_interval_ms",
     "max_poll_records",
     "metadata_max_age_ms",
+    "partition_assignment_strategy",
     "session_timeout_ms",
     "value_deserializer",
 )
@@ -82,6 +84,12 @@ class Consumer:
     max_poll_interval_ms: a member that has not polled for this long leaves its group (its
         partitions go to the others; its commits fail with :class:`CommitFailedError`) and
         its next poll joins again (default 300000).
+    partition_assignment_strategy: how a group assigns partitions, one or more strategies in
+        order of preference (default ``(RangePartitionAssignor, RoundRobinPartitionAssignor)``,
+        kafka-python's): the classes of ``assignors.py`` or their names (``"range"``,
+        ``"roundrobin"``, ``"sticky"``, ``"cooperative-sticky"``, or the class names). The
+        group uses the first one every member supports; a member that shares none with the
+        others cannot join (:class:`ConfigError`).
     group_instance_id: static membership (Kafka's, aiokafka's name): closed or killed, the
         member keeps its place and partitions for ``session_timeout_ms``, and a consumer
         started with the same id within that time takes them back with no rebalance of
@@ -126,6 +134,7 @@ class Consumer:
             )
         metadata_max_age_ms = configs.get("metadata_max_age_ms", 1000)
         max_poll_interval_ms = configs.get("max_poll_interval_ms", 300_000)
+        strategies = strategy_names(configs.get("partition_assignment_strategy", DEFAULT_STRATEGIES))
         fetch_bytes: int = configs.get("max_partition_fetch_bytes", FETCH_BYTES)  # (checked below, as the others)
         fetch_max_bytes: int = configs.get("fetch_max_bytes", FETCH_MAX_BYTES)
         commit_callback = configs.get("default_offset_commit_callback")
@@ -166,6 +175,7 @@ class Consumer:
                 heartbeat_interval_ms=heartbeat_interval_ms,
                 max_poll_interval_ms=max_poll_interval_ms,
                 group_instance_id=configs.get("group_instance_id"),
+                strategies=strategies,
             )
             if group_id is not None
             else None

@@ -34,8 +34,9 @@ Protocol:
   partition counts, it takes its entry back without a new generation, and owns its
   partitions at once: the others do not rebalance.
 - *Generations.* Every change of membership (join, leave, death, eviction) bumps the
-  generation and recomputes the assignment, deterministically: the subscribed
-  partitions, sorted, dealt round-robin to the members, sorted, that subscribe to them.
+  generation and recomputes the assignment, deterministically, with the members' common
+  strategy (``assignors.py``: the first every member supports, in the first member's
+  order; a join sharing none is refused, a ConfigError, before anything is written).
 - *Ownership.* Being assigned a partition is not enough to read it: a member must also
   own it in ``owners``. A member gives up a partition it is no longer assigned (after
   its listener's ``on_partitions_revoked`` and, with auto-commit, a commit) before it
@@ -91,6 +92,7 @@ from ..errors import (
     os_errors,
 )
 from ..root import partition_path
+from .assignors import ASSIGNORS, DEFAULT_STRATEGIES, group_strategy
 from .heartbeat import Heartbeat
 from .records import TopicPartition
 from .topics import GROUPS_DIR
@@ -200,15 +202,10 @@ class GroupState:
         ).encode()
 
 
-def assign(members: dict[str, list[str]], partitions: dict[str, int]) -> dict[str, list[list[Any]]]:
-    """Deal each subscribed topic's partitions round-robin to the sorted members subscribing to it."""
-    result: dict[str, list[list[Any]]] = {m: [] for m in members}
-    for topic in sorted(partitions):
-        subscribers = sorted(m for m, topics in members.items() if topic in topics)
-        for p in range(partitions[topic]):
-            if subscribers:
-                result[subscribers[p % len(subscribers)]].append([topic, p])
-    return result
+def strategy_preferences(state: GroupState) -> dict[str, list[str]]:
+    """Each member's assignment strategies in order of preference (a member written by a
+    version without strategies constrains nothing)."""
+    return {m: list(info["strategies"]) for m, info in state.members.items() if "strategies" in info}
 
 
 class GroupMember:
@@ -223,6 +220,7 @@ class GroupMember:
         heartbeat_interval_ms: int,
         max_poll_interval_ms: int = 300_000,
         group_instance_id: str | None = None,
+        strategies: tuple[str, ...] | list[str] = DEFAULT_STRATEGIES,
     ) -> None:
         self.group_id = validate_name(group_id, "group_id")
         if not os.path.isdir(root):  # a typo in the root must not become a new, empty root
@@ -256,6 +254,7 @@ class GroupMember:
         self.session_timeout = session_timeout_ms / 1000
         self.heartbeat_interval = heartbeat_interval_ms / 1000
         self.max_poll_interval = max_poll_interval_ms / 1000
+        self.strategies = list(strategies)
         self.generation = -1
         self._seen_inode = -1
         self._next_heartbeat = 0.0
@@ -308,10 +307,15 @@ class GroupMember:
         return member_id == self.member_id or _life_lock_held(self._life_path(member_id))
 
     def _reassign(self, state: GroupState) -> None:
+        """A new generation: the assignment computed again by the members' common strategy
+        (a sticky one starts from the current assignment)."""
         state.generation += 1
         subs = {m: list(info.get("topics", [])) for m, info in state.members.items()}
         subscribed = {t for topics in subs.values() for t in topics}
-        state.assignment = assign(subs, {t: n for t, n in state.partitions.items() if t in subscribed})
+        assignor = ASSIGNORS[group_strategy(strategy_preferences(state))]
+        previous = {m: [(t, p) for t, p in tps] for m, tps in state.assignment.items()}
+        assigned = assignor.assign(subs, {t: n for t, n in state.partitions.items() if t in subscribed}, previous)
+        state.assignment = {m: [[t, p] for t, p in tps] for m, tps in assigned.items()}
         state.owners = {k: v for k, v in state.owners.items() if v in state.members}
 
     def _life_path(self, member_id: str) -> str:
@@ -334,14 +338,21 @@ class GroupMember:
         with self._lock.holding():
             state = self._load()
             evicted = self._evict(state)
-            info = {"topics": sorted(topics), "pid": os.getpid(), "session_timeout_ms": round(self.session_timeout * 1000)}
+            info: dict[str, Any] = {
+                "topics": sorted(topics),
+                "pid": os.getpid(),
+                "session_timeout_ms": round(self.session_timeout * 1000),
+                "strategies": self.strategies,
+            }
+            group_strategy({**strategy_preferences(state), self.member_id: self.strategies})  # ConfigError: none in common
             before = state.members.get(self.member_id)
             state.members[self.member_id] = info
             grown = {t: n for t, n in partitions.items() if state.partitions.get(t, 0) != n}
             state.partitions.update(partitions)
-            # A static member back (same topics, same partitions, nobody evicted) takes its place
-            # as it left it: no new generation, no rebalance of the others.
-            if evicted or grown or before is None or before["topics"] != info["topics"]:
+            # A static member back (same topics and strategies, same partitions, nobody evicted)
+            # takes its place as it left it: no new generation, no rebalance of the others.
+            same = before is not None and all(before.get(k) == info[k] for k in ("topics", "strategies"))
+            if evicted or grown or not same:
                 self._reassign(state)
             self._save(state)
             self.left_group = False

@@ -79,7 +79,6 @@ CONSUMER_IGNORED = (_NETWORK - {"metadata_max_age_ms"}) | {
     "fetch_max_wait_ms",
     "fetch_min_bytes",
     "metric_group_prefix",
-    "partition_assignment_strategy",  # one strategy: sorted partitions dealt round-robin (DESIGN.md)
 }
 
 
