@@ -3,8 +3,8 @@ rebalances and the rebalance listener's calls, and the offsets committed through
 
 A :class:`GroupCoordinator` decides which partitions its consumer's
 :class:`~.subscription.SubscriptionState` reads: with a group, what the group assigns and
-this member owns (joined, synced at each heartbeat, left on close); without one, every
-partition of the subscribed topics. It commits positions (on demand, every
+this member owns (joined, synced every heartbeat interval, joined again once evicted, left
+on close); without one, every partition of the subscribed topics. It commits positions (on demand, every
 ``auto_commit_interval_ms``, before a revocation and on close) and reads committed offsets.
 Opening and closing the partitions it decides on is the ``set_assignment`` it is given.
 """
@@ -97,9 +97,7 @@ class GroupCoordinator:
             self._joined = True
         parts = subscription.parts
         listener = subscription.listener
-        while (synced := member.sync(counts, held=set(parts))) is None:
-            self._rejoin(member)
-        _, owned = synced
+        owned = self._owned_after_sync(member)
         revoked = set(parts) - owned
         if revoked:
             if self._auto_commit:
@@ -109,13 +107,19 @@ class GroupCoordinator:
                 listener.on_partitions_revoked(revoked)
             self._set_assignment(set(parts) - revoked)
             # Give them up only now (no longer held): from here on another member may read them.
-            while (synced := member.sync(counts, held=set(parts))) is None:
-                self._rejoin(member)
-            _, owned = synced
+            owned = self._owned_after_sync(member)
         added = owned - set(parts)
         self._set_assignment(set(parts) | added)
         if added and listener is not None:
             listener.on_partitions_assigned(added)
+
+    def _owned_after_sync(self, member: GroupMember) -> set[TopicPartition]:
+        """Sync ``member`` (holding the partitions read now) and return what it owns; first
+        joining again (:meth:`_rejoin`) as long as it is no longer in the group."""
+        counts = self._subscription.counts
+        while (synced := member.sync(counts, held=set(self._subscription.parts))) is None:
+            self._rejoin(member)
+        return synced[1]
 
     def _rejoin(self, member: GroupMember) -> None:
         """This member is no longer in its group (evicted for a heartbeat older than its
