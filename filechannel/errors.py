@@ -102,6 +102,10 @@ class CommitFailedError(FileChannelError):
     """A commit was rejected: this consumer no longer owns the partition (its generation is stale)."""
 
 
+class FencedInstanceIdError(FileChannelError):
+    """A consumer's ``group_instance_id`` is in use by another live member of its group."""
+
+
 class NoOffsetForPartitionError(FileChannelError):
     """A partition has no committed offset and ``auto_offset_reset`` is "none"."""
 

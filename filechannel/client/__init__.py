@@ -7,6 +7,12 @@ for the async variants. The README's "Coming from Kafka" section maps one onto t
 
 from .admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions, NewTopic
 from .aio import AsyncConsumer, AsyncProducer
+from .assignors import (
+    CooperativeStickyAssignor,
+    RangePartitionAssignor,
+    RoundRobinPartitionAssignor,
+    StickyPartitionAssignor,
+)
 from .consumer import Consumer
 from .producer import Producer
 from .records import AsyncConsumerRecord, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
@@ -23,6 +29,7 @@ __all__ = [
     "Consumer",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "CooperativeStickyAssignor",
     "KafkaAdminClient",
     "NewPartitions",
     "NewTopic",
@@ -30,7 +37,10 @@ __all__ = [
     "OffsetAndTimestamp",
     "PartitionDescription",
     "Producer",
+    "RangePartitionAssignor",
     "RecordMetadata",
+    "RoundRobinPartitionAssignor",
+    "StickyPartitionAssignor",
     "TopicDescription",
     "TopicPartition",
 ]

@@ -27,12 +27,15 @@ to a worker, and run inline.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Generator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Generator, Iterable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, cast
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 
 from ..engine.cursor import WouldBlock
@@ -67,7 +70,7 @@ except ImportError:
 
 # aiokafka's constructor names that kafka-python does not have: what each becomes here (None: ignored).
 _AIOKAFKA_PRODUCER = {"loop": None, "max_batch_size": "batch_size"}
-_AIOKAFKA_CONSUMER = {"loop": None, "group_instance_id": None, "rebalance_timeout_ms": None}
+_AIOKAFKA_CONSUMER = {"loop": None, "rebalance_timeout_ms": None}
 
 
 def _aiokafka_names(kwargs: dict[str, Any], names: Mapping[str, str | None]) -> dict[str, Any]:
@@ -293,6 +296,29 @@ def _as_kafka_python(batch: dict[TopicPartition, list[AsyncConsumerRecord]]) -> 
     return cast(dict[TopicPartition, list[ConsumerRecord]], batch)
 
 
+async def _awaited(called: Awaitable[object]) -> None:
+    await called
+
+
+ListenerCall = Callable[[Callable[[set[TopicPartition]], object], set[TopicPartition]], None]
+
+
+class _AwaitedListener:
+    """A rebalance listener as the async consumer's coordinator calls it: each of
+    ``listener``'s methods through ``call`` (which lends it the lock and awaits an ``async
+    def`` method's coroutine)."""
+
+    def __init__(self, listener: Any, call: ListenerCall) -> None:
+        self._listener = listener
+        self._call = call
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._call(self._listener.on_partitions_revoked, revoked)
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._call(self._listener.on_partitions_assigned, assigned)
+
+
 _STEP = 1.0  # seconds a worker thread waits at most per step (bounds an abandoned one's life)
 _INLINE_SPAN = 0.05  # seconds the event loop reads records in memory itself before a worker trip (fairness, above)
 
@@ -305,8 +331,15 @@ class AsyncConsumer:
     (``seek``, ``subscribe``, ``assign``, ``pause``, ``highwater``, ...).
 
     Takes the same arguments as :class:`Consumer` (kafka-python's names), and aiokafka's
-    ``loop``, ``group_instance_id`` and ``rebalance_timeout_ms`` (ignored) and
+    ``loop`` and ``rebalance_timeout_ms`` (ignored), ``group_instance_id`` (static membership) and
     ``max_poll_records=None`` (the default).
+
+    A rebalance listener's methods may be ``async def`` (aiokafka's are): each is awaited
+    on the event loop before records are handed out again, so a ``seek`` made in
+    ``on_partitions_assigned`` takes effect, and ``on_partitions_revoked`` runs before the
+    partitions are given up (it may ``await consumer.commit()``). Plain methods are called
+    as they are. A listener, plain or async, may call the consumer's methods: the call that
+    is rebalancing waits for it and lends it the consumer's lock.
 
     As in aiokafka, ``getmany(tp)`` / ``getone(tp)`` read only the partitions given:
     records of the others are neither fetched nor dropped, and positions move only past
@@ -326,6 +359,9 @@ class AsyncConsumer:
         self._closed = False
         self._inline_until = 0.0  # monotonic: until then the loop may read records in memory itself
         self._past_end: Any = None  # the partition whose segment's end stopped the loop's last read (_trip)
+        self._on_loop = False  # a plain method runs on the loop, under the lock: an async listener it calls waits
+        self._lent = False  # a listener runs with the lock its caller holds (_call_listener)
+        self._waiting: list[Awaitable[object]] = []  # async listener calls made on the loop, awaited before records
 
     @property
     def consumer(self) -> Consumer:
@@ -376,6 +412,7 @@ class AsyncConsumer:
         (:meth:`_read_here`), if no worker holds the lock (never blocks)."""
         if self._closed:
             raise ChannelClosedError("this consumer is closed")
+        self._consumer.coordinator.polled()
         if not self._io.acquire(blocking=False):
             return {}
         try:
@@ -409,6 +446,7 @@ class AsyncConsumer:
         deadline = time.monotonic() + timeout
         fetched = False
         while True:
+            await self._listeners_waiting()
             batch = self._take(only, max_records)
             remaining = deadline - time.monotonic()
             if batch or (fetched and remaining <= 0):
@@ -425,6 +463,8 @@ class AsyncConsumer:
         while True:
             if self._closed:
                 raise ChannelClosedError("this consumer is closed")
+            await self._listeners_waiting()
+            self._consumer.coordinator.polled()
             if self._io.acquire(blocking=False):
                 try:
                     fetcher = self._fetcher
@@ -455,10 +495,36 @@ class AsyncConsumer:
             return fn(*args)
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a worker thread, holding the consumer's lock (file work stays off the loop)."""
+        """``fn(*args)`` in a worker thread, holding the consumer's lock (file work stays off the
+        loop); in an async listener, with the lock the waiting worker lent it."""
         if self._closed:
             raise ChannelClosedError("this consumer is closed")
+        if self._lent:
+            return await anyio.to_thread.run_sync(partial(fn, *args))
         return await anyio.to_thread.run_sync(self._locked, fn, *args)
+
+    # -- rebalance listeners --------------------------------------------------------------------
+
+    def _call_listener(self, method: Callable[[set[TopicPartition]], object], tps: set[TopicPartition]) -> None:
+        """Call a listener's ``method``, lending it the lock its caller holds (so that it may
+        call this consumer's methods), and await what it returns if that is awaitable: from a
+        worker thread (a rebalance in a fetch), on the event loop while the worker waits; on
+        the loop itself (a rebalance in ``subscribe``), before records are handed out."""
+        lent, self._lent = self._lent, True
+        try:
+            called = method(tps)
+            if inspect.isawaitable(called):
+                if self._on_loop:
+                    self._waiting.append(called)
+                else:
+                    anyio.from_thread.run(_awaited, called)
+        finally:
+            self._lent = lent
+
+    async def _listeners_waiting(self) -> None:
+        """Await the async listener calls made on the loop (in order)."""
+        while self._waiting:
+            await self._waiting.pop(0)
 
     # -- awaitable, as aiokafka's ------------------------------------------------------------------
 
@@ -509,14 +575,23 @@ class AsyncConsumer:
     # -- plain, as aiokafka's ---------------------------------------------------------------------
 
     def _now(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """``fn`` on the loop, under the consumer's lock (quick state changes and lookups)."""
+        """``fn`` on the loop, under the consumer's lock (quick state changes and lookups); in an
+        async listener, with the lock the waiting worker lent it."""
         if self._closed:
             raise ChannelClosedError("this consumer is closed")
-        with self._io:
+        if self._lent:
             return fn(*args, **kwargs)
+        with self._io:
+            self._on_loop = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._on_loop = False
 
     def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
-        self._now(self._consumer.subscribe, topics, pattern, listener)
+        """Subscribe (see ``Consumer.subscribe``); ``listener``'s methods may be ``async def``."""
+        awaited = None if listener is None else _AwaitedListener(listener, self._call_listener)
+        self._now(self._consumer.subscribe, topics, pattern, awaited)
 
     def subscription(self) -> set[str] | None:
         return self._now(self._consumer.subscription)

@@ -16,6 +16,7 @@ from typing import Any, Literal, overload
 from ..channel import FileChannel
 from ..engine.wakeup import Wakeup
 from ..errors import ChannelClosedError, ConfigError, FileChannelError, UnknownTopicError
+from .assignors import DEFAULT_STRATEGIES, strategy_names
 from .coordinator import CommitOffsets, GroupCoordinator
 from .fetcher import FETCH_BYTES, FETCH_MAX_BYTES, Fetcher, check_timeout_ms
 from .group import GroupMember
@@ -34,13 +35,16 @@ _HONOURED = (
     "default_offset_commit_callback",
     "enable_auto_commit",
     "group_id",
+    "group_instance_id",
     "heartbeat_interval_ms",
     "isolation_level",
     "fetch_max_bytes",
     "key_deserializer",
     "max_partition_fetch_bytes",
+    "max_poll_interval_ms",
     "max_poll_records",
     "metadata_max_age_ms",
+    "partition_assignment_strategy",
     "session_timeout_ms",
     "value_deserializer",
 )
@@ -72,8 +76,25 @@ class Consumer:
     fetch_max_bytes: about the most a fetch reads from all its partitions (default 50 MiB,
         Kafka's; at least one record), and what a read-ahead holds if that is less than 8 MiB.
     key_deserializer / value_deserializer: turn bytes into objects (default: bytes as is).
-    session_timeout_ms: a member that has not polled for this long is evicted (default 10000).
-    heartbeat_interval_ms: how often a member heartbeats and looks for dead members (1000).
+    session_timeout_ms: a member whose heartbeat is older than this is evicted (default
+        10000): its heartbeats come from a background thread, so only a process that is
+        gone or stopped as a whole (SIGSTOP) misses them.
+    heartbeat_interval_ms: how often a member heartbeats, and how often its polls look for
+        dead members and rebalances (default 3000, below session_timeout_ms).
+    max_poll_interval_ms: a member that has not polled for this long leaves its group (its
+        partitions go to the others; its commits fail with :class:`CommitFailedError`) and
+        its next poll joins again (default 300000).
+    partition_assignment_strategy: how a group assigns partitions, one or more strategies in
+        order of preference (default ``(RangePartitionAssignor, RoundRobinPartitionAssignor)``,
+        kafka-python's): the classes of ``assignors.py`` or their names (``"range"``,
+        ``"roundrobin"``, ``"sticky"``, ``"cooperative-sticky"``, or the class names). The
+        group uses the first one every member supports; a member that shares none with the
+        others cannot join (:class:`ConfigError`).
+    group_instance_id: static membership (Kafka's, aiokafka's name): closed or killed, the
+        member keeps its place and partitions for ``session_timeout_ms``, and a consumer
+        started with the same id within that time takes them back with no rebalance of
+        the others. A second live consumer with the id of a live one fails
+        (:class:`FencedInstanceIdError`).
     consumer_timeout_ms: iteration stops after this long without a record (default: never).
     metadata_max_age_ms: how often a subscription looks for topics created since (a topic
         matching its pattern, or a subscribed topic that did not exist yet); default 1000,
@@ -102,7 +123,7 @@ class Consumer:
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
         session_timeout_ms: int = 10_000,
-        heartbeat_interval_ms: int = 1_000,
+        heartbeat_interval_ms: int = 3_000,
         consumer_timeout_ms: float = float("inf"),
         **configs: Any,
     ) -> None:
@@ -112,6 +133,8 @@ class Consumer:
                 f"isolation_level must be 'read_uncommitted' or 'read_committed', not {configs['isolation_level']!r}"
             )
         metadata_max_age_ms = configs.get("metadata_max_age_ms", 1000)
+        max_poll_interval_ms = configs.get("max_poll_interval_ms", 300_000)
+        strategies = strategy_names(configs.get("partition_assignment_strategy", DEFAULT_STRATEGIES))
         fetch_bytes: int = configs.get("max_partition_fetch_bytes", FETCH_BYTES)  # (checked below, as the others)
         fetch_max_bytes: int = configs.get("fetch_max_bytes", FETCH_MAX_BYTES)
         commit_callback = configs.get("default_offset_commit_callback")
@@ -125,6 +148,7 @@ class Consumer:
             ("session_timeout_ms", session_timeout_ms),
             ("heartbeat_interval_ms", heartbeat_interval_ms),
             ("metadata_max_age_ms", metadata_max_age_ms),
+            ("max_poll_interval_ms", max_poll_interval_ms),
             ("max_partition_fetch_bytes", fetch_bytes),
             ("fetch_max_bytes", fetch_max_bytes),
         ):
@@ -149,6 +173,9 @@ class Consumer:
                 group_id,
                 session_timeout_ms=session_timeout_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms,
+                max_poll_interval_ms=max_poll_interval_ms,
+                group_instance_id=configs.get("group_instance_id"),
+                strategies=strategies,
             )
             if group_id is not None
             else None

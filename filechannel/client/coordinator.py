@@ -3,8 +3,8 @@ rebalances and the rebalance listener's calls, and the offsets committed through
 
 A :class:`GroupCoordinator` decides which partitions its consumer's
 :class:`~.subscription.SubscriptionState` reads: with a group, what the group assigns and
-this member owns (joined, synced at each heartbeat, left on close); without one, every
-partition of the subscribed topics. It commits positions (on demand, every
+this member owns (joined, synced every heartbeat interval, joined again once evicted, left
+on close); without one, every partition of the subscribed topics. It commits positions (on demand, every
 ``auto_commit_interval_ms``, before a revocation and on close) and reads committed offsets.
 Opening and closing the partitions it decides on is the ``set_assignment`` it is given.
 """
@@ -96,9 +96,9 @@ class GroupCoordinator:
             member.join(list(counts), counts)
             self._joined = True
         parts = subscription.parts
-        _, owned = member.sync(counts, held=set(parts))
-        revoked = set(parts) - owned
         listener = subscription.listener
+        owned = self._owned_after_sync(member)
+        revoked = set(parts) - owned
         if revoked:
             if self._auto_commit:
                 positions = subscription.positions()
@@ -107,11 +107,32 @@ class GroupCoordinator:
                 listener.on_partitions_revoked(revoked)
             self._set_assignment(set(parts) - revoked)
             # Give them up only now (no longer held): from here on another member may read them.
-            _, owned = member.sync(counts, held=set(parts))
+            owned = self._owned_after_sync(member)
         added = owned - set(parts)
         self._set_assignment(set(parts) | added)
         if added and listener is not None:
             listener.on_partitions_assigned(added)
+
+    def _owned_after_sync(self, member: GroupMember) -> set[TopicPartition]:
+        """Sync ``member`` (holding the partitions read now) and return what it owns; first
+        joining again (:meth:`_rejoin`) as long as it is no longer in the group."""
+        counts = self._subscription.counts
+        while (synced := member.sync(counts, held=set(self._subscription.parts))) is None:
+            self._rejoin(member)
+        return synced[1]
+
+    def _rejoin(self, member: GroupMember) -> None:
+        """This member is no longer in its group (evicted for a heartbeat older than its
+        ``session_timeout_ms``, or gone for want of a poll in ``max_poll_interval_ms``): the
+        partitions it read are lost (others may own them already, so nothing is committed),
+        the listener is told they are revoked, and it joins the group again."""
+        lost = set(self._subscription.parts)
+        listener = self._subscription.listener
+        if lost and listener is not None:
+            listener.on_partitions_revoked(lost)
+        self._set_assignment(set())
+        counts = self._subscription.counts
+        member.join(list(counts), counts)
 
     def _rebalance_alone(self, tps: set[TopicPartition]) -> None:
         """A subscription without a group: read ``tps``, telling the listener what changed."""
@@ -130,10 +151,17 @@ class GroupCoordinator:
     def upkeep(self) -> float:
         """Before a poll's fetch: rebalance if due, auto-commit if due. Returns the longest the
         poll may then wait for records (a member's heartbeat interval; inf without a group)."""
+        self.polled()
         self.refresh_assignment()
         if self._auto_commit_due():
             self._commit_quietly(self._subscription.positions())
         return math.inf if self.member is None else self.member.heartbeat_interval
+
+    def polled(self) -> None:
+        """A poll (a fetch, or records handed out): a group member's ``max_poll_interval_ms``
+        starts again."""
+        if self.member is not None:
+            self.member.polled()
 
     def upkeep_due(self) -> bool:
         """Whether a poll now has file work to do besides reading records: an auto-commit, a
@@ -146,7 +174,8 @@ class GroupCoordinator:
             return False
         if self._subscription.metadata_due():
             return True
-        return self.member is not None and (not self._joined or self.member.heartbeat_due())
+        member = self.member
+        return member is not None and (not self._joined or member.left_group or member.heartbeat_due())
 
     def _auto_commit_due(self) -> bool:
         return self._auto_commit and bool(self._subscription.parts) and time.monotonic() >= self._next_auto_commit

@@ -17,6 +17,7 @@ from ..errors import (
     CommitFailedError,
     ConfigError,
     CorruptRecordError,
+    FencedInstanceIdError,
     FileChannelError,
     GroupNotEmptyError,
     GroupNotFoundError,
@@ -49,6 +50,7 @@ GroupIdNotFoundError = GroupNotFoundError
 __all__ = [
     "CommitFailedError",
     "CorruptRecordError",
+    "FencedInstanceIdError",
     "GroupIdNotFoundError",
     "GroupNotEmptyError",
     "IllegalArgumentError",

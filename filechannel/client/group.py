@@ -3,24 +3,40 @@
 Everything lives in ``ROOT/.groups/GROUP/``:
 
     group.lock          flock held for every read-modify-write of the files below
-    state.json          {"generation": G, "members": {id: {"topics": [...], "pid": ...}},
+    state.json          {"generation": G, "members": {id: {"topics": [...], "pid": ..., "session_timeout_ms": ...}},
                          "assignment": {id: [[topic, partition], ...]},
                          "owners": {"topic/partition": id}, "partitions": {topic: count}}
     offsets.json        {"topic/partition": committed offset, ".metadata": {"topic/partition": text}}
     members/ID.lock     flocked by member ID for as long as its process lives; its mtime
-                        is the member's last heartbeat
+                        is the member's last heartbeat; kept while the process lives, even
+                        once the member is evicted
 
 Protocol:
 
-- *Liveness.* A member holds an flock on its own ``members/ID.lock`` for its whole life;
-  the kernel drops it when the process dies, however it dies. Anyone can tell a dead
-  member by taking that lock without blocking. A member that is alive but stops
-  polling is evicted once its heartbeat (the mtime of its lock file, touched every
-  ``heartbeat_interval_ms``) is older than ``session_timeout_ms``. Heartbeats do not
-  rewrite state.json, so they do not wake the other members.
+- *Liveness*, Kafka's three rules. (1) A member holds an flock on its own
+  ``members/ID.lock`` for its whole life; the kernel drops it when the process dies,
+  however it dies. Anyone can tell a dead member by taking that lock without blocking.
+  (2) Its heartbeat is the mtime of that file, touched every ``heartbeat_interval_ms`` by
+  a background thread (``heartbeat.py``) whatever the consumer does, and at every join and
+  sync: a member whose heartbeat is older than its own ``session_timeout_ms`` (stored with
+  it in state.json) is evicted by the others, which only happens to a process stopped or
+  hung as a whole. (3) When the consumer has not polled for ``max_poll_interval_ms``, its
+  heartbeat thread takes it out of the group itself (under ``group.lock``, after checking
+  the poll time again there), as Kafka's consumer leaves its group. An evicted member that
+  lives keeps its file; its commits fail (:class:`CommitFailedError`) and its next poll's
+  :meth:`GroupMember.sync` answers None: the consumer revokes what it read and joins again.
+  Heartbeats do not rewrite state.json, so they do not wake the other members.
+- *Static members* (``group_instance_id``): the member id is ``static_`` + the instance id,
+  so a second live consumer with that id cannot take its life lock
+  (:class:`FencedInstanceIdError`). A static member does not leave on close and is not
+  evicted for a free lock: only once its life file's mtime (kept: its last heartbeat) is
+  older than its session timeout. Joining again before that, with the same topics and
+  partition counts, it takes its entry back without a new generation, and owns its
+  partitions at once: the others do not rebalance.
 - *Generations.* Every change of membership (join, leave, death, eviction) bumps the
-  generation and recomputes the assignment, deterministically: the subscribed
-  partitions, sorted, dealt round-robin to the members, sorted, that subscribe to them.
+  generation and recomputes the assignment, deterministically, with the members' common
+  strategy (``assignors.py``: the first every member supports, in the first member's
+  order; a join sharing none is refused, a ConfigError, before anything is written).
 - *Ownership.* Being assigned a partition is not enough to read it: a member must also
   own it in ``owners``. A member gives up a partition it is no longer assigned (after
   its listener's ``on_partitions_revoked`` and, with auto-commit, a commit) before it
@@ -29,10 +45,11 @@ Protocol:
 - *Fencing.* A commit is accepted only from the partition's current owner, checked under
   ``group.lock``; anyone else gets :class:`CommitFailedError`. A member that was evicted
   therefore cannot overwrite the offsets of the member that took over.
-- *Timing.* Each member checks the state at every poll (a ``stat``) and heartbeats,
-  looks for dead members and takes free partitions every ``heartbeat_interval_ms``. The
-  partitions of a killed member move within ``heartbeat_interval_ms`` plus one poll of a
-  surviving member; those of a hung member within ``session_timeout_ms``.
+- *Timing.* Each member checks the state at every poll (a ``stat``), looks for dead
+  members and takes free partitions every ``heartbeat_interval_ms``. The partitions of a
+  killed member move within ``heartbeat_interval_ms`` plus one poll of a surviving member;
+  those of a stopped member within ``session_timeout_ms``; those of a member that does not
+  poll within ``max_poll_interval_ms`` plus a heartbeat interval.
 
 Committed offsets are also written to each partition channel's durable positions as
 ``group.GROUP``, so garbage collection keeps what the group has not consumed, and so a
@@ -65,8 +82,18 @@ from ..engine.files import opened_if_exists, read_if_exists, unlink_if_exists, w
 from ..engine.lock import FileLock
 from ..engine.names import validate_name
 from ..engine.position import PositionStore
-from ..errors import CommitFailedError, ConfigError, CorruptRecordError, FileChannelError, StorageError, os_errors
+from ..errors import (
+    CommitFailedError,
+    ConfigError,
+    CorruptRecordError,
+    FencedInstanceIdError,
+    FileChannelError,
+    StorageError,
+    os_errors,
+)
 from ..root import partition_path
+from .assignors import ASSIGNORS, DEFAULT_STRATEGIES, group_strategy
+from .heartbeat import Heartbeat
 from .records import TopicPartition
 from .topics import GROUPS_DIR
 
@@ -86,6 +113,9 @@ STATE_FILE = "state.json"
 OFFSETS_FILE = "offsets.json"
 LOCK_FILE = "group.lock"
 MEMBERS_DIR = "members"
+# The member id of a static member (group_instance_id) starts with this; a dynamic one's never
+# does (HOST-PID-HEX, the host name reduced to [A-Za-z0-9.-]).
+STATIC_PREFIX = "static_"
 
 
 def group_folder(root: str, group_id: str) -> str:
@@ -104,9 +134,15 @@ def _life_path(folder: str, member_id: str) -> str:
     return os.path.join(folder, MEMBERS_DIR, member_id + ".lock")
 
 
+def is_static(member_id: str) -> bool:
+    """Whether ``member_id`` is a static member's (a consumer with a ``group_instance_id``)."""
+    return member_id.startswith(STATIC_PREFIX)
+
+
 def _life_lock_held(path: str) -> bool:
     """Whether a process holds the member life lock at ``path``; one nobody holds (its member
-    died) is deleted."""
+    died) is deleted, unless it is a static member's: its mtime is then the member's last
+    heartbeat, which its session timeout runs from (deleted when it is evicted)."""
     with opened_if_exists(path, os.O_RDWR) as fd:
         if fd is None:
             return False
@@ -114,7 +150,8 @@ def _life_lock_held(path: str) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
-    unlink_if_exists(path)
+    if not is_static(os.path.basename(path)):
+        unlink_if_exists(path)
     return False
 
 
@@ -165,21 +202,26 @@ class GroupState:
         ).encode()
 
 
-def assign(members: dict[str, list[str]], partitions: dict[str, int]) -> dict[str, list[list[Any]]]:
-    """Deal each subscribed topic's partitions round-robin to the sorted members subscribing to it."""
-    result: dict[str, list[list[Any]]] = {m: [] for m in members}
-    for topic in sorted(partitions):
-        subscribers = sorted(m for m, topics in members.items() if topic in topics)
-        for p in range(partitions[topic]):
-            if subscribers:
-                result[subscribers[p % len(subscribers)]].append([topic, p])
-    return result
+def strategy_preferences(state: GroupState) -> dict[str, list[str]]:
+    """Each member's assignment strategies in order of preference (a member written by a
+    version without strategies constrains nothing)."""
+    return {m: list(info["strategies"]) for m, info in state.members.items() if "strategies" in info}
 
 
 class GroupMember:
     """One consumer's membership in a group (see the module docstring). Not thread-safe."""
 
-    def __init__(self, root: str, group_id: str, *, session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
+    def __init__(
+        self,
+        root: str,
+        group_id: str,
+        *,
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        max_poll_interval_ms: int = 300_000,
+        group_instance_id: str | None = None,
+        strategies: tuple[str, ...] | list[str] = DEFAULT_STRATEGIES,
+    ) -> None:
         self.group_id = validate_name(group_id, "group_id")
         if not os.path.isdir(root):  # a typo in the root must not become a new, empty root
             raise ConfigError(
@@ -193,17 +235,37 @@ class GroupMember:
         self.state_path = os.path.join(self.folder, STATE_FILE)
         self.offsets_path = os.path.join(self.folder, OFFSETS_FILE)
         self._lock = FileLock(os.path.join(self.folder, LOCK_FILE))
-        host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
-        self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        if group_instance_id is not None:
+            self.member_id = STATIC_PREFIX + validate_name(group_instance_id, "group_instance_id")
+        else:
+            host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
+            self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         with self._lock.holding():
             self._remove_temp_files()
+            self._remove_dead_life_files()
         self._life = FileLock(self._life_path(self.member_id))
-        self._life.acquire()
+        if not self._life.acquire(blocking=False):
+            self._life.close()
+            self._lock.close()
+            raise FencedInstanceIdError(
+                f"group_instance_id {group_instance_id!r} is in use by a live consumer of group {self.group_id!r}; "
+                "give each consumer its own group_instance_id, or close the other one first"
+            )
         self.session_timeout = session_timeout_ms / 1000
         self.heartbeat_interval = heartbeat_interval_ms / 1000
+        self.max_poll_interval = max_poll_interval_ms / 1000
+        self.strategies = list(strategies)
         self.generation = -1
         self._seen_inode = -1
         self._next_heartbeat = 0.0
+        self.left_group = False  # left on its own for want of a poll (the heartbeat thread sets it): poll joins again
+        self.heartbeat = Heartbeat(
+            self._touch,
+            self._leave_for_poll_timeout,
+            interval=self.heartbeat_interval,
+            max_poll_interval=self.max_poll_interval,
+            name=f"filechannel-heartbeat-{self.group_id}",
+        )
 
     # -- state under the group lock -----------------------------------------------------------
 
@@ -225,6 +287,18 @@ class GroupMember:
             if m and int(m.group(1)) != os.getpid():
                 unlink_if_exists(os.path.join(self.folder, name))
 
+    def _remove_dead_life_files(self) -> None:
+        """Delete the life files of dynamic members whose process is gone (an evicted member's
+        file stays while it lives, so that it can come back; a static member's until it is
+        evicted)."""
+        try:
+            names = os.listdir(self.members_folder)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.endswith(".lock") and not is_static(name):
+                _life_lock_held(os.path.join(self.members_folder, name))
+
     def _save(self, state: GroupState) -> None:
         write_atomically(self.state_path, state.encode())
 
@@ -233,53 +307,128 @@ class GroupMember:
         return member_id == self.member_id or _life_lock_held(self._life_path(member_id))
 
     def _reassign(self, state: GroupState) -> None:
+        """A new generation: the assignment computed again by the members' common strategy
+        (a sticky one starts from the current assignment)."""
         state.generation += 1
         subs = {m: list(info.get("topics", [])) for m, info in state.members.items()}
         subscribed = {t for topics in subs.values() for t in topics}
-        state.assignment = assign(subs, {t: n for t, n in state.partitions.items() if t in subscribed})
+        assignor = ASSIGNORS[group_strategy(strategy_preferences(state))]
+        previous = {m: [(t, p) for t, p in tps] for m, tps in state.assignment.items()}
+        assigned = assignor.assign(subs, {t: n for t, n in state.partitions.items() if t in subscribed}, previous)
+        state.assignment = {m: [[t, p] for t, p in tps] for m, tps in assigned.items()}
         state.owners = {k: v for k, v in state.owners.items() if v in state.members}
 
     def _life_path(self, member_id: str) -> str:
         return _life_path(self.folder, member_id)
 
+    def _touch(self) -> None:
+        """Heartbeat: the life file's mtime becomes now (through the open file, which no one
+        else deletes while this process lives)."""
+        with os_errors("heartbeat", self._life.path):
+            os.utime(self._life.fd)
+
+    def polled(self) -> None:
+        """The consumer polled: its ``max_poll_interval_ms`` starts again."""
+        self.heartbeat.polled()
+
     def join(self, topics: list[str], partitions: dict[str, int]) -> None:
-        """Enter the group subscribed to ``topics`` (or change the subscription)."""
+        """Enter the group subscribed to ``topics`` (or change the subscription); also how a
+        member that was evicted, or left for want of a poll, comes back."""
+        self._touch()  # a member back from a SIGSTOP must not look hung before its heartbeat thread runs
         with self._lock.holding():
             state = self._load()
-            self._evict(state)
-            state.members[self.member_id] = {"topics": sorted(topics), "pid": os.getpid()}
+            evicted = self._evict(state)
+            info: dict[str, Any] = {
+                "topics": sorted(topics),
+                "pid": os.getpid(),
+                "session_timeout_ms": round(self.session_timeout * 1000),
+                "strategies": self.strategies,
+            }
+            group_strategy({**strategy_preferences(state), self.member_id: self.strategies})  # ConfigError: none in common
+            before = state.members.get(self.member_id)
+            state.members[self.member_id] = info
+            grown = {t: n for t, n in partitions.items() if state.partitions.get(t, 0) != n}
             state.partitions.update(partitions)
-            self._reassign(state)
+            # A static member back (same topics and strategies, same partitions, nobody evicted)
+            # takes its place as it left it: no new generation, no rebalance of the others.
+            same = before is not None and all(before.get(k) == info[k] for k in ("topics", "strategies"))
+            if evicted or grown or not same:
+                self._reassign(state)
             self._save(state)
+            self.left_group = False
+
+    def _drop_self(self, state: GroupState) -> bool:
+        """Take this member out of ``state`` (its partitions freed, the others rebalanced);
+        False if it was not in it."""
+        if state.members.pop(self.member_id, None) is None:
+            return False
+        self._reassign(state)
+        return True
+
+    def _leave_for_poll_timeout(self) -> None:
+        """Heartbeat thread: the consumer has not polled for ``max_poll_interval_ms``, so it
+        leaves the group (Kafka's consumer does the same) and the others take its partitions.
+        Checked again under the lock: a poll that started meanwhile keeps the membership (its
+        sync waits for the lock, and sees the group as this left it)."""
+        with self._lock.holding():
+            if not self.heartbeat.overdue():
+                return
+            state = self._load()
+            if not self._drop_self(state):
+                return
+            self.left_group = True
+            self._save(state)
+        log.warning(
+            "consumer %s left group %r: it has not polled for max_poll_interval_ms (%.0f s); its partitions go to "
+            "the other members and its next poll joins the group again (poll more often, or process fewer "
+            "records per poll: max_poll_records)",
+            self.member_id,
+            self.group_id,
+            self.max_poll_interval,
+        )
 
     def leave(self) -> None:
-        """Leave the group, releasing every partition; the others rebalance."""
-        with self._lock.holding():
-            state = self._load()
-            if state.members.pop(self.member_id, None) is not None:
-                state.owners = {k: v for k, v in state.owners.items() if v != self.member_id}
-                self._reassign(state)
-                self._save(state)
+        """Leave the group, releasing every partition; the others rebalance. The heartbeat
+        thread is stopped first, and the member's files are closed.
+
+        A static member does not leave (Kafka's does not either): its last heartbeat is now,
+        its place and partitions wait for it for its ``session_timeout_ms``, and a consumer
+        with its ``group_instance_id`` started meanwhile takes them back without a rebalance.
+        """
+        self.heartbeat.stop()
+        if is_static(self.member_id):
+            self._touch()
+        else:
+            with self._lock.holding():
+                state = self._load()
+                if self._drop_self(state):
+                    self._save(state)
         self._life.close()
-        unlink_if_exists(self._life_path(self.member_id))
+        if not is_static(self.member_id):
+            unlink_if_exists(self._life_path(self.member_id))
         self._lock.close()
 
     def _evict(self, state: GroupState) -> bool:
-        """Drop dead members and members whose heartbeat is older than the session timeout."""
+        """Drop dead dynamic members, and members whose heartbeat is older than their own
+        session timeout (a process hung as a whole: its heartbeat thread beats while it
+        lives; or a static member closed or dead that did not come back in time). An evicted
+        member that lives keeps its life file: its next poll joins again."""
         now = time.time()
         gone = []
-        for m in state.members:
+        for m, info in state.members.items():
             if m == self.member_id:
                 continue
+            timeout = info.get("session_timeout_ms", self.session_timeout * 1000) / 1000
             try:
                 beat = os.stat(self._life_path(m)).st_mtime
             except FileNotFoundError:
                 beat = 0.0
-            if now - beat > self.session_timeout or not self.member_alive(m):
+            if now - beat > timeout or not (is_static(m) or self.member_alive(m)):
                 gone.append(m)
         for m in gone:
             del state.members[m]
-            unlink_if_exists(self._life_path(m))
+            if is_static(m) and not self.member_alive(m):
+                unlink_if_exists(self._life_path(m))
         return bool(gone)
 
     # -- what a poll does ---------------------------------------------------------------------
@@ -295,7 +444,9 @@ class GroupMember:
     def heartbeat_due(self) -> bool:
         return time.monotonic() >= self._next_heartbeat
 
-    def sync(self, partitions: dict[str, int], held: set[TopicPartition]) -> tuple[set[TopicPartition], set[TopicPartition]]:
+    def sync(
+        self, partitions: dict[str, int], held: set[TopicPartition]
+    ) -> tuple[set[TopicPartition], set[TopicPartition]] | None:
         """Heartbeat, evict the dead, give up what is neither assigned nor ``held``, take free assigned partitions.
 
         ``held`` are the partitions the caller reads now: it keeps owning those until it
@@ -306,17 +457,16 @@ class GroupMember:
         reassigned before the next: the other member would wait on it forever).
 
         Returns ``(assigned, owned)``: the partitions the assignment gives this member, and
-        those of them it now owns (it may read them). state.json is rewritten only when
-        membership or ownership changed, so heartbeats do not wake the other members.
+        those of them it now owns (it may read them); None if it is no longer a member
+        (evicted, or left for want of a poll): it owns nothing and must :meth:`join` again.
+        state.json is rewritten only when membership or ownership changed, so syncs do not
+        wake the other members.
         """
-        os.utime(self._life_path(self.member_id))
+        self._touch()
         with self._lock.holding():
             state = self._load()
             if self.member_id not in state.members:
-                raise CommitFailedError(
-                    f"consumer {self.member_id} was removed from group {self.group_id!r} "
-                    f"(no heartbeat for {self.session_timeout:.0f} s); close it and create a new one"
-                )
+                return None
             dirty = False
             grown = {t: n for t, n in partitions.items() if state.partitions.get(t, 0) < n}
             if grown:
@@ -385,6 +535,13 @@ class GroupMember:
                 raise ConfigError(f"commit {tp.topic}[{tp.partition}]: the offset must be an int from 0 to 2**63-1, not {off!r}")
         with self._lock.holding():
             state = self._load()
+            if not manual and self.member_id not in state.members:
+                raise CommitFailedError(
+                    f"cannot commit for group {self.group_id!r}: consumer {self.member_id} was removed from the group "
+                    f"(no heartbeat for session_timeout_ms, {self.session_timeout:g} s, or no poll for "
+                    f"max_poll_interval_ms, {self.max_poll_interval:g} s) and its partitions went to the other "
+                    "members; its next poll joins the group again"
+                )
             for tp in offsets:
                 owner = state.owners.get(tp_key(tp))
                 if owner != self.member_id and not (manual and (owner is None or not self.member_alive(owner))):

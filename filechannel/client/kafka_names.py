@@ -79,9 +79,7 @@ CONSUMER_IGNORED = (_NETWORK - {"metadata_max_age_ms"}) | {
     "exclude_internal_topics",  # there are no internal topics: groups live in ROOT/.groups, not a topic
     "fetch_max_wait_ms",
     "fetch_min_bytes",
-    "max_poll_interval_ms",  # liveness is the member's flock plus session_timeout_ms heartbeats
     "metric_group_prefix",
-    "partition_assignment_strategy",  # one strategy: sorted partitions dealt round-robin (DESIGN.md)
 }
 
 # KafkaAdminClient's names: all of them about a network or this client's name; none means anything here.

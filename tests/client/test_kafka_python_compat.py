@@ -26,7 +26,9 @@ from filechannel.client import (
     OffsetAndMetadata,
     OffsetAndTimestamp,
     Producer,
+    RangePartitionAssignor,
     RecordMetadata,
+    RoundRobinPartitionAssignor,
     TopicPartition,
 )
 from filechannel.client.futures import RecordFuture
@@ -122,7 +124,7 @@ KAFKA_PYTHON_CONSUMER_CONFIG = {
     "isolation_level": "read_uncommitted",
     "allow_auto_create_topics": True,
     "metadata_max_age_ms": 5 * 60 * 1000,
-    "partition_assignment_strategy": (object, object),
+    "partition_assignment_strategy": (RangePartitionAssignor, RoundRobinPartitionAssignor),
     "max_poll_records": 500,
     "max_poll_interval_ms": 300000,
     "session_timeout_ms": 10000,
