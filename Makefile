@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py filechannel/engine/_codec.c filechannel/engine/_readahead.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools>=77" wheel
-	$(BIN)/python -m pip install --quiet -e '.[dev,s3,spark,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,s3,hdfs,spark,bench]'
 	touch $(STAMP)
 
 run: $(STAMP)

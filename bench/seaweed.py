@@ -47,7 +47,7 @@ _PORT_FLAGS = (
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the forked child, before exec: SIGKILL this process when the thread that started it exits."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -163,7 +163,7 @@ class SeaweedServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=self.dir,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         client = self.client()
         deadline = time.monotonic() + 30

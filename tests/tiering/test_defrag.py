@@ -71,10 +71,14 @@ def kind_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypa
         return f"file://{tmp_path}/tier", {"backend": "fsspec"}  # fsspec's local filesystem: concat
     if kind == "memory":
         return f"memory://defrag-{os.getpid()}-{tmp_path.name}", {}  # no concat: read and written again
+    if kind == "hdfs":
+        return f"{request.getfixturevalue('hdfs_url')}/defrag-{tmp_path.name}", {}  # concat through a temporary file
     return tier_for(kind, tmp_path, request, monkeypatch)
 
 
-@pytest.mark.parametrize("kind", ["file", "fsspec", "memory", pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.mark.parametrize(
+    "kind", ["file", "fsspec", "memory", pytest.param("s3", marks=pytest.mark.s3), pytest.param("hdfs", marks=pytest.mark.hdfs)]
+)
 def test_defrag_keeps_every_byte_and_lowers_objects_per_segment(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,5 +1,6 @@
 """One contract suite for every chunk storage binding: a local folder, S3 on SeaweedFS (boto3),
-fsspec's local and memory filesystems, and s3fs on SeaweedFS (fsspec over a real network protocol)."""
+fsspec's local and memory filesystems, s3fs on SeaweedFS, and a real HDFS (Hadoop 2.7.3) through
+hdfs-native and WebHDFS: fsspec over real network protocols."""
 
 from __future__ import annotations
 
@@ -33,13 +34,15 @@ from filechannel.tiering.s3_storage import MIN_PART, plan_concat
 from filechannel.tiering.storage import redact_url
 
 MiB = 1 << 20
-REMOTE = {"s3", "s3fs"}
+REMOTE = {"s3", "s3fs", "hdfs", "webhdfs"}
 BINDINGS = [
     pytest.param("local", id="local"),
     pytest.param("s3", id="s3", marks=pytest.mark.s3),
     pytest.param("fsspec-local", id="fsspec-local"),
     pytest.param("fsspec-memory", id="fsspec-memory"),
     pytest.param("s3fs", id="s3fs", marks=pytest.mark.s3),
+    pytest.param("hdfs", id="hdfs", marks=pytest.mark.hdfs),
+    pytest.param("webhdfs", id="webhdfs", marks=pytest.mark.hdfs),
 ]
 
 Factory = Callable[..., ChunkStorage]
@@ -52,7 +55,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def make_storage(kind: str, request: pytest.FixtureRequest, tmp_path) -> Iterator[Factory]:
-    """Open storages of this binding on one fresh root (a folder, a bucket, a memory path); closed at the end.
+    """Open storages of this binding on one fresh root (a folder, a bucket, a memory or HDFS path); closed at the end.
 
     Options given are for the boto3 binding only (multipart sizes); the others take none.
     """
@@ -66,6 +69,8 @@ def make_storage(kind: str, request: pytest.FixtureRequest, tmp_path) -> Iterato
             storage = open_storage(f"file://{tmp_path}/objects", backend="fsspec")
         elif kind == "fsspec-memory":
             storage = open_storage(f"memory://{memory_root}")
+        elif kind in ("hdfs", "webhdfs"):
+            storage = open_storage(f"{request.getfixturevalue(kind + '_url')}{memory_root}")
         else:
             server = request.getfixturevalue("seaweed")
             bucket = request.getfixturevalue("bucket")
@@ -175,7 +180,15 @@ def test_overwrite_replaces_the_whole_object(storage: ChunkStorage) -> None:
     assert storage.list() == [ObjectInfo("obj", 10)]
 
 
-ATOMIC_CREATE = {"local": True, "s3": True, "fsspec-local": True, "fsspec-memory": False, "s3fs": True}
+ATOMIC_CREATE = {
+    "local": True,
+    "s3": True,
+    "fsspec-local": True,
+    "fsspec-memory": False,
+    "s3fs": True,
+    "hdfs": True,
+    "webhdfs": False,
+}
 
 
 def test_create_new_creates_then_refuses(storage: ChunkStorage, kind: str) -> None:
@@ -240,6 +253,9 @@ def test_listing_after_create_new_is_sorted_and_skips_temporary_files(storage: C
     if kind in ("local", "fsspec-local"):  # no temporary file is left beside the objects
         left = [f for _, _, files in os.walk(tmp_path / "objects") for f in files]
         assert sorted(left) == ["1", "2", "a=0", "b", "c"]
+    if kind == "hdfs":  # nor in HDFS, where they are renamed into place too
+        left = [p.rpartition("/")[2] for p in storage._fs.find(storage._root)]
+        assert sorted(left) == ["1", "2", "a=0", "b", "c"]
 
 
 BAD_NAMES = ["", "/a", "a/", "a//b", "..", "../a", "a/../b", "a/./b", ".", "a b", "a\x00b", "é", "a~b", "a" * 1025, 5, None]
@@ -280,7 +296,7 @@ def test_invalid_arguments_are_refused_before_any_io(make_storage: Factory) -> N
 
 def test_concat_per_capability(storage: ChunkStorage, kind: str) -> None:
     if not storage.supports_concat:
-        assert kind == "fsspec-memory" or kind == "s3fs"
+        assert kind in ("fsspec-memory", "s3fs", "webhdfs")
         with pytest.raises(TierError, match="supports_concat"):
             storage.concat("target", ["a"])
         return
