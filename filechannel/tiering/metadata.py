@@ -672,9 +672,12 @@ class TierMetadata:
         if not wanted or any(s not in STATES for s in wanted):
             raise ConfigError(f"states {wanted!r} must be some of {STATES}")
         marks = ", ".join("?" * len(wanted))
+        # Rows in a passing state ("uploading", "deleting") are few: find them by the state's
+        # index, never by a walk of the channel's rows (which SQLite's planner may prefer).
+        by = "INDEXED BY segments_by_channel_state " if UPLOADED not in wanted else ""
         with self._transaction(f"list the segments of {channel}", write=False) as db:
             rows = db.execute(
-                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE channel = ? AND base_offset >= ? AND state IN ({marks}) "
+                f"SELECT {_SEGMENT_COLUMNS} FROM segments {by}WHERE channel = ? AND base_offset >= ? AND state IN ({marks}) "
                 "ORDER BY base_offset LIMIT ?",
                 (channel, from_offset, *wanted, -1 if limit is None else limit),
             ).fetchall()
