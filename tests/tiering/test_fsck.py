@@ -168,7 +168,10 @@ def test_a_version_1_store_is_migrated_on_open_with_its_rows(tmp_path: Path) -> 
     db.execute("PRAGMA foreign_keys = OFF")
     db.execute("BEGIN")
     db.execute(V1_SEGMENTS)
-    db.execute("INSERT INTO segments_v1 SELECT * FROM segments")
+    db.execute(
+        "INSERT INTO segments_v1 SELECT channel, base_offset, end_offset, size, max_timestamp, state, epoch, manifest, "
+        "created_at_ms, updated_at_ms FROM segments"
+    )
     db.execute("DROP TABLE segments")
     db.execute("ALTER TABLE segments_v1 RENAME TO segments")
     db.execute("CREATE INDEX segments_by_state ON segments (state, epoch)")
@@ -185,6 +188,9 @@ def test_a_version_1_store_is_migrated_on_open_with_its_rows(tmp_path: Path) -> 
     db.close()
     with TierMetadata(root / ROOT_METADATA) as metadata:
         assert metadata.snapshot() == before
+        newest = before[1][-1].max_timestamp  # the newest timestamps are filled too: a search by time finds its segment
+        first = next(s for s in before[1] if s.max_timestamp >= newest)
+        assert metadata.first_at_time("t/0", newest) == metadata.segment_for("t/0", first.base_offset)
         epoch = metadata.take_epoch("test")
         metadata.mark_lost(epoch, "t/0", before[1][0].base_offset)
     db = sqlite3.connect(root / ROOT_METADATA)
