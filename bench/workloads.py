@@ -605,7 +605,7 @@ SIZES = (100, 1024, 65536)
 
 def special(quick: bool) -> list[tuple[str, Any, tuple]]:
     """(name, function, args) of every workload beyond the throughput table, each size in turn."""
-    secs = 1.0 if quick else 5.0
+    secs = 0.3 if quick else 5.0
     big = (256 << 20) if quick else (2 << 30)
 
     def count(size: int, small: int, large: int) -> int:

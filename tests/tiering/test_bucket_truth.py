@@ -8,6 +8,7 @@ back; local sends with a damaged index and an unreachable bucket.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -242,10 +243,10 @@ def test_local_sends_go_on_with_a_damaged_index_and_an_unreachable_bucket(
     if kind == "file":
         os.replace(tmp_path / "tier", tmp_path / "tier-away")  # the folder tier is gone
     else:
-        topic = root / "t" / "topic.json"  # point the topic at a port nothing listens on
-        text = topic.read_text()
-        endpoint = options["endpoint_url"]
-        topic.write_text(text.replace(endpoint, "http://127.0.0.1:9"))
+        topic = root / "t" / "topic.json"  # point the topic at a port nothing listens on, tried once a call
+        meta = json.loads(topic.read_text())
+        meta["config"]["tier_options"] = {**options, "endpoint_url": "http://127.0.0.1:9", "max_attempts": 1}
+        topic.write_text(json.dumps(meta))
     more = [b"more-%06d" % i for i in range(300)]
     with Producer(root=root) as producer:
         offsets = [producer.send("t", value, partition=0).get(timeout=30).offset for value in more]
