@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -44,17 +43,10 @@ from filechannel.client.errors import (
 )
 from filechannel.errors import ConfigError, FileChannelError
 
+from .waiting import wait_for
+
 MEMBER = Path(__file__).parent / "procs" / "group_member.py"
 T0 = TopicPartition("t", 0)
-
-
-def wait_for(condition, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def produce(root, topic, n, partition=0):

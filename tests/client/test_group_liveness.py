@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -21,18 +20,11 @@ import pytest
 from filechannel.client import Admin, Consumer, Producer
 from filechannel.errors import ConfigError, FencedInstanceIdError
 
+from .waiting import wait_for
+
 DRIVEN = Path(__file__).parent / "procs" / "driven_member.py"
 FAST = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
 STATIC = {"session_timeout_ms": 10000, "heartbeat_interval_ms": 500, "group_instance_id": "a"}
-
-
-def wait_for(condition, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Member:

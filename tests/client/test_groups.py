@@ -13,6 +13,8 @@ import pytest
 from filechannel.client import Admin, Consumer, Producer
 from filechannel.errors import CommitFailedError
 
+from .waiting import wait_for
+
 MEMBER = Path(__file__).parent / "procs" / "group_member.py"
 
 
@@ -25,15 +27,6 @@ class Recorder:
 
     def on_partitions_assigned(self, assigned):
         self.events.append(("assigned", sorted(tp.partition for tp in assigned)))
-
-
-def wait_for(condition, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_two_members_split_partitions_and_never_overlap(tmp_path):
