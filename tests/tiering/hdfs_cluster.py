@@ -201,9 +201,11 @@ class HdfsCluster:
                 f.write(_site_xml(properties))
 
     def _java(self, name: str, heap: str, main: str, *args: str, wait: bool = False) -> None:
+        jvm_tmp = os.path.join(self.dir, "jvm-tmp")  # Jetty's work folders, which would go to /tmp and stay
+        os.makedirs(jvm_tmp, exist_ok=True)
         with open(os.path.join(self.dir, f"{name}.log"), "ab") as log:
             proc = subprocess.Popen(
-                [*_JVM, heap, "-cp", self._classpath, main, *args],
+                [*_JVM, f"-Djava.io.tmpdir={jvm_tmp}", heap, "-cp", self._classpath, main, *args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
