@@ -16,6 +16,7 @@ from .assignors import (
 from .consumer import Consumer
 from .producer import Producer
 from .records import AsyncConsumerRecord, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from .serializer import Deserializer, JsonSerializer, Serializer, StringSerializer
 from .subscription import ConsumerRebalanceListener
 from .topics import Admin, PartitionDescription, TopicDescription
 
@@ -30,6 +31,8 @@ __all__ = [
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "CooperativeStickyAssignor",
+    "Deserializer",
+    "JsonSerializer",
     "KafkaAdminClient",
     "NewPartitions",
     "NewTopic",
@@ -40,7 +43,9 @@ __all__ = [
     "RangePartitionAssignor",
     "RecordMetadata",
     "RoundRobinPartitionAssignor",
+    "Serializer",
     "StickyPartitionAssignor",
+    "StringSerializer",
     "TopicDescription",
     "TopicPartition",
 ]

@@ -624,6 +624,11 @@ class AsyncConsumer:
         """The end offset of an assigned partition."""
         return self._now(self._consumer.highwater, partition)
 
+    def last_poll_timestamp(self, partition: TopicPartition) -> int | None:
+        """When a fetch last read ``partition`` (ms since the epoch), records or none; None before
+        the first (aiokafka's). :class:`IllegalStateError` if it is not assigned."""
+        return self._now(self._consumer.last_poll_timestamp, partition)
+
     def last_stable_offset(self, partition: TopicPartition) -> int:
         """The same as :meth:`highwater`: there are no transactions, every record is stable."""
         return self.highwater(partition)

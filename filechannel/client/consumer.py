@@ -22,10 +22,10 @@ from .fetcher import FETCH_BYTES, FETCH_MAX_BYTES, Fetcher, check_timeout_ms
 from .group import GroupMember
 from .kafka_names import CONSUMER_IGNORED, check_names
 from .records import MAX_OFFSET, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition, check_offset, to_tp
+from .serializer import Codec, check_codec
 from .subscription import ConsumerRebalanceListener, SubscriptionState, no_offset
 from .topics import TopicStore
 
-Deserializer = Callable[[bytes], Any]
 _RESETS = ("earliest", "latest", "none")
 _HONOURED = (
     "auto_commit_interval_ms",
@@ -75,7 +75,9 @@ class Consumer:
         iterator and the async consumer read ahead is about 8 MiB, or one such fetch if more.
     fetch_max_bytes: about the most a fetch reads from all its partitions (default 50 MiB,
         Kafka's; at least one record), and what a read-ahead holds if that is less than 8 MiB.
-    key_deserializer / value_deserializer: turn bytes into objects (default: bytes as is).
+    key_deserializer / value_deserializer: turn bytes into objects: a function of the bytes, or an
+        object with ``deserialize(topic, data)`` (kafka-python's ``Deserializer``; see
+        :mod:`.serializer`); default: bytes as they are.
     session_timeout_ms: a member whose heartbeat is older than this is evicted (default
         10000): its heartbeats come from a background thread, so only a process that is
         gone or stopped as a whole (SIGSTOP) misses them.
@@ -120,8 +122,8 @@ class Consumer:
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5000,
         max_poll_records: int = 500,
-        key_deserializer: Deserializer | None = None,
-        value_deserializer: Deserializer | None = None,
+        key_deserializer: Codec | None = None,
+        value_deserializer: Codec | None = None,
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 3_000,
         consumer_timeout_ms: float = float("inf"),
@@ -157,9 +159,8 @@ class Consumer:
         check_timeout_ms(consumer_timeout_ms, "consumer_timeout_ms")
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ConfigError("heartbeat_interval_ms must be smaller than session_timeout_ms")
-        for name, fn in (("key_deserializer", key_deserializer), ("value_deserializer", value_deserializer)):
-            if fn is not None and not callable(fn):
-                raise ConfigError(f"{name} must be callable, not {fn!r}")
+        check_codec("key_deserializer", key_deserializer, "deserialize")
+        check_codec("value_deserializer", value_deserializer, "deserialize")
         self._topics = TopicStore(root)
         self._consumer_timeout = consumer_timeout_ms / 1000
         self._commit_callback = commit_callback
@@ -339,6 +340,11 @@ class Consumer:
         """The end offset of an assigned partition (kafka-python's high watermark: every
         record written is readable at once here, so it is always current)."""
         return self._subscription.part(tp).channel.end_offset
+
+    def last_poll_timestamp(self, tp: TopicPartition) -> int | None:
+        """When a fetch last read an assigned partition (ms since the epoch), records or none;
+        None before the first (aiokafka's ``last_poll_timestamp``, here for both clients)."""
+        return self._subscription.part(tp).polled_ms
 
     def topics(self) -> set[str]:
         """The names of every topic under the root."""

@@ -18,14 +18,14 @@ from itertools import repeat, starmap
 from typing import Any
 
 from ..channel import FileChannel
+from ..engine.clock import now_ms
 from ..engine.cursor import WouldBlock
 from ..engine.record import RecordLayout
 from ..engine.wakeup import Wakeup
 from ..errors import ChannelClosedError, ConfigError, OffsetOutOfRangeError
 from .records import KAFKA_PYTHON_RECORDS, ConsumerRecord, RecordShape, TopicPartition
+from .serializer import Codec, bound
 from .subscription import UNSIZED, PartitionState, SubscriptionState, no_offset
-
-Deserializer = Callable[[bytes], Any]
 
 # About the most one fetch reads from a partition by default (max_partition_fetch_bytes, as
 # Kafka's; at least one record; the cursor's bound, Cursor.read): a 4 MiB poll of 64 KiB
@@ -93,8 +93,8 @@ class Fetcher:
         max_poll_records: int,
         fetch_bytes: int,
         fetch_max_bytes: int,
-        key_deserializer: Deserializer | None,
-        value_deserializer: Deserializer | None,
+        key_deserializer: Codec | None,
+        value_deserializer: Codec | None,
     ) -> None:
         self.record_shape: RecordShape = KAFKA_PYTHON_RECORDS
         self.max_poll_records = max_poll_records
@@ -209,6 +209,7 @@ class Fetcher:
                             raise WouldBlock from None
                         rx.seek(self._reset_offset(tp, part.channel))
                         raw = rx.read_now(budget, layout, min(self._fetch_bytes, room))
+                    part.polled_ms = now_ms()  # aiokafka's last_poll_timestamp: the partition was read, records or none
                     if not raw:
                         if not nowait and rx.position > part.channel.end_offset:
                             # Past the end (a seek there, or a committed offset beyond a log that
@@ -216,7 +217,11 @@ class Fetcher:
                             rx.seek(self._reset_offset(tp, part.channel))
                         continue
                     try:
-                        recs = self.record_shape.deserialized(raw, self.key_deserializer, self.value_deserializer)
+                        recs = self.record_shape.deserialized(
+                            raw,
+                            bound(self.key_deserializer, tp.topic, "deserialize"),
+                            bound(self.value_deserializer, tp.topic, "deserialize"),
+                        )
                     except BaseException:
                         rx.seek(raw[0].offset)
                         raise

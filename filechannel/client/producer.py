@@ -30,6 +30,7 @@ from .futures import RecordFuture, SentFuture
 from .kafka_names import PRODUCER_IGNORED, check_names
 from .partitioner import DefaultPartitioner, as_partitioner
 from .records import RecordMetadata, TopicPartition
+from .serializer import Codec, bound, check_codec
 from .topics import TopicStore
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ except ImportError:
     _CSend = None
 
 
-def _not_bytes(what: str, obj: Any, serializer: Callable[[Any], bytes] | None) -> RecordTypeError:
+def _not_bytes(what: str, obj: Any, serializer: Codec | None) -> RecordTypeError:
     """The error for a record ``what`` ("key" or "value") that is not bytes after serialization."""
     if serializer is not None:
         return RecordTypeError(f"{what}_serializer returned {type(obj).__name__}, not bytes")
@@ -53,9 +54,6 @@ def _not_bytes(what: str, obj: Any, serializer: Callable[[Any], bytes] | None) -
         f"the {what} must be bytes, not {type(obj).__name__}: encode it (e.g. .encode()) or create the Producer with "
         f"{what}_serializer=..."
     )
-
-
-Serializer = Callable[[Any], bytes]
 
 
 _ACKS = {0: None, 1: None, -1: "always", "all": "always"}  # kafka-python's acks -> the fsync it asks for
@@ -90,7 +88,9 @@ class Producer:
     partitioner: ``f(key_bytes_or_None, partition_count) -> partition``, or kafka-python
         2.x's ``f(key_bytes, all_partitions, available_partitions)``; default Kafka's
         (murmur2 of the key, round-robin without one).
-    key_serializer / value_serializer: turn keys / values into bytes; default: they must be
+    key_serializer / value_serializer: turn keys / values into bytes: a function of the value,
+        or an object with ``serialize(topic, value)`` (kafka-python's ``Serializer``; see
+        :mod:`.serializer`: ``JsonSerializer``, ``StringSerializer``); default: they must be
         bytes already.
     auto_create_topics (kafka-python: allow_auto_create_topics): create a missing topic
         (1 partition, default settings) on first send, if the root allows it (its
@@ -122,8 +122,8 @@ class Producer:
         batch_size: int = 1024 * 1024,
         fsync: str | None = None,
         partitioner: Callable[..., int] | None = None,
-        key_serializer: Serializer | None = None,
-        value_serializer: Serializer | None = None,
+        key_serializer: Codec | None = None,
+        value_serializer: Codec | None = None,
         auto_create_topics: bool = True,
         **configs: Any,
     ) -> None:
@@ -150,13 +150,10 @@ class Producer:
                 "leave it out, and commit consumed offsets after producing instead"
             )
         auto_create_topics = configs.get("allow_auto_create_topics", auto_create_topics)
-        for name, fn in (
-            ("partitioner", partitioner),
-            ("key_serializer", key_serializer),
-            ("value_serializer", value_serializer),
-        ):
-            if fn is not None and not callable(fn):
-                raise ConfigError(f"{name} must be callable, not {fn!r}")
+        if partitioner is not None and not callable(partitioner):
+            raise ConfigError(f"partitioner must be callable, not {partitioner!r}")
+        check_codec("key_serializer", key_serializer, "serialize")
+        check_codec("value_serializer", value_serializer, "serialize")
         self._topics = TopicStore(root)
         self.client_id = str(configs.get("client_id") or f"filechannel-producer-{os.getpid()}-{id(self):x}")
         self._overrides: dict[str, Any] = {"flush_interval": linger_ms / 1000, "buffer_bytes": batch_size}
@@ -328,8 +325,10 @@ class Producer:
         keys, headers, GroupSync."""
         if self._closed:
             raise ChannelClosedError("this producer is closed")
-        kbytes = self._key_serializer(key) if (serialize and self._key_serializer and key is not None) else key
-        vbytes = self._value_serializer(value) if (serialize and self._value_serializer) else value
+        key_fn = bound(self._key_serializer, topic, "serialize") if serialize else None
+        value_fn = bound(self._value_serializer, topic, "serialize") if serialize else None
+        kbytes = key_fn(key) if (key_fn is not None and key is not None) else key
+        vbytes = value_fn(value) if value_fn is not None else value
         if vbytes is None:
             pass  # a tombstone: read back with value None, distinct from b""
         elif vbytes.__class__ is not bytes and not isinstance(vbytes, _BYTES_LIKE):

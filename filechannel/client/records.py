@@ -101,9 +101,6 @@ class AsyncConsumerRecord(NamedTuple):
     headers: Sequence[tuple[str, bytes]]
 
 
-Deserializer = Callable[[bytes], Any]
-
-
 class RecordShape(NamedTuple):
     """How a receiver's ``(offset, timestamp, key, value, headers)`` records become a client's
     record type: the constant fields (``template``, topic and partition at 0 and 1), where
@@ -135,7 +132,9 @@ class RecordShape(NamedTuple):
             partial(self.build, topic, partition),
         )
 
-    def deserialized(self, records: list[Any], key_de: Deserializer | None, value_de: Deserializer | None) -> list[Any]:
+    def deserialized(
+        self, records: list[Any], key_de: Callable[[bytes], Any] | None, value_de: Callable[[bytes], Any] | None
+    ) -> list[Any]:
         """``records`` (of this shape) with keys and values that are not None deserialized."""
         if key_de is None and value_de is None:
             return records

@@ -52,7 +52,7 @@ class PartitionState:
     position (no committed offset and ``auto_offset_reset="none"``) until the user seeks.
     """
 
-    __slots__ = ("channel", "fetch_records", "paused", "pending", "receiver")
+    __slots__ = ("channel", "fetch_records", "paused", "pending", "polled_ms", "receiver")
 
     def __init__(self, channel: FileChannel, receiver: Receiver | None) -> None:
         self.channel = channel
@@ -60,6 +60,7 @@ class PartitionState:
         self.paused = False
         self.pending: deque[ConsumerRecord] = deque()
         self.fetch_records = UNSIZED  # records per fetch (max_partition_fetch_bytes of them), once sizes are seen
+        self.polled_ms: int | None = None  # when a fetch last read the partition (ms since the epoch)
 
     def position(self) -> int | None:
         if self.pending:
