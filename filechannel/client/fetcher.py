@@ -24,7 +24,7 @@ from ..engine.record import RecordLayout
 from ..engine.wakeup import Wakeup
 from ..errors import ChannelClosedError, ConfigError, OffsetOutOfRangeError
 from .records import KAFKA_PYTHON_RECORDS, ConsumerRecord, RecordShape, TopicPartition
-from .serializer import Codec, bound
+from .serializer import Codec, TopicCodec
 from .subscription import UNSIZED, PartitionState, SubscriptionState, no_offset
 
 # About the most one fetch reads from a partition by default (max_partition_fetch_bytes, as
@@ -98,8 +98,8 @@ class Fetcher:
     ) -> None:
         self.record_shape: RecordShape = KAFKA_PYTHON_RECORDS
         self.max_poll_records = max_poll_records
-        self.key_deserializer = key_deserializer
-        self.value_deserializer = value_deserializer
+        self._key_codec = TopicCodec(key_deserializer, "deserialize")
+        self._value_codec = TopicCodec(value_deserializer, "deserialize")
         self.closed = False
         self._subscription = subscription
         self._parts = subscription.parts  # the same dict for the consumer's life: read on every fetch
@@ -163,6 +163,22 @@ class Fetcher:
                 return result
             self._wakeup.wait(seq, min(remaining, 3600.0, longest))
 
+    @property
+    def key_deserializer(self) -> Codec | None:
+        return self._key_codec.codec
+
+    @key_deserializer.setter
+    def key_deserializer(self, codec: Codec | None) -> None:
+        self._key_codec = TopicCodec(codec, "deserialize")
+
+    @property
+    def value_deserializer(self) -> Codec | None:
+        return self._value_codec.codec
+
+    @value_deserializer.setter
+    def value_deserializer(self, codec: Codec | None) -> None:
+        self._value_codec = TopicCodec(codec, "deserialize")
+
     def fetch(
         self, budget: int, only: Collection[TopicPartition] | None, nowait: bool = False
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
@@ -219,8 +235,8 @@ class Fetcher:
                     try:
                         recs = self.record_shape.deserialized(
                             raw,
-                            bound(self.key_deserializer, tp.topic, "deserialize"),
-                            bound(self.value_deserializer, tp.topic, "deserialize"),
+                            self._key_codec.for_topic(tp.topic),
+                            self._value_codec.for_topic(tp.topic),
                         )
                     except BaseException:
                         rx.seek(raw[0].offset)

@@ -30,7 +30,7 @@ from .futures import RecordFuture, SentFuture
 from .kafka_names import PRODUCER_IGNORED, check_names
 from .partitioner import DefaultPartitioner, as_partitioner
 from .records import RecordMetadata, TopicPartition
-from .serializer import Codec, bound, check_codec
+from .serializer import Codec, TopicCodec, check_codec
 from .topics import TopicStore
 
 if TYPE_CHECKING:
@@ -168,6 +168,8 @@ class Producer:
         self._partitioner = as_partitioner(partitioner) if partitioner is not None else DefaultPartitioner()
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
+        self._key_codec = TopicCodec(key_serializer, "serialize")
+        self._value_codec = TopicCodec(value_serializer, "serialize")
         self._auto_create = auto_create_topics
         self._lock = threading.Lock()
         self._channels: dict[tuple[str, int], FileChannel] = {}
@@ -325,8 +327,9 @@ class Producer:
         keys, headers, GroupSync."""
         if self._closed:
             raise ChannelClosedError("this producer is closed")
-        key_fn = bound(self._key_serializer, topic, "serialize") if serialize else None
-        value_fn = bound(self._value_serializer, topic, "serialize") if serialize else None
+        key_fn = value_fn = None
+        if serialize:
+            key_fn, value_fn = self._key_codec.for_topic(topic), self._value_codec.for_topic(topic)
         kbytes = key_fn(key) if (key_fn is not None and key is not None) else key
         vbytes = value_fn(value) if value_fn is not None else value
         if vbytes is None:

@@ -2,8 +2,8 @@
 ``serialize(topic, value)`` / ``deserialize(topic, data)`` (kafka-python's ``Serializer`` and
 ``Deserializer``, which schema-registry clients implement), and the ones kafka-python ships.
 
-An object is bound to its topic once per send or per fetched batch (:func:`bound`); a plain
-function is called as it is, so the common case pays nothing for the objects' form.
+An object's method is bound to each topic once (:class:`TopicCodec`); a plain function is
+called as it is.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import abc
 import functools
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigError
 
@@ -68,8 +68,24 @@ def check_codec(name: str, codec: object, method: str) -> None:
         raise ConfigError(f"{name} must be a function or have a {method}(topic, value) method, not {codec!r}")
 
 
-def bound(codec: Any, topic: str, method: str) -> Callable[[Any], Any] | None:
-    """``codec`` as a function of one value for ``topic``: an object's ``method`` with the topic
-    bound, a function as it is, None as None."""
-    fn = getattr(codec, method, None)
-    return functools.partial(fn, topic) if callable(fn) else codec
+class TopicCodec:
+    """A serializer or deserializer as a function of one value for a given topic: an object's
+    ``method`` with the topic bound (one ``partial`` per topic, kept), a plain function as it is,
+    None as None."""
+
+    __slots__ = ("_method", "_per_topic", "_plain", "codec")
+
+    def __init__(self, codec: Codec | None, method: str) -> None:
+        self.codec = codec
+        fn = getattr(codec, method, None)
+        self._method: Callable[..., Any] | None = fn if callable(fn) else None
+        self._plain: Callable[[Any], Any] | None = None if self._method else cast(Callable[[Any], Any] | None, codec)
+        self._per_topic: dict[str, Callable[[Any], Any]] = {}
+
+    def for_topic(self, topic: str) -> Callable[[Any], Any] | None:
+        if self._method is None:
+            return self._plain
+        bound = self._per_topic.get(topic)
+        if bound is None:
+            bound = self._per_topic[topic] = functools.partial(self._method, topic)
+        return bound
