@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -17,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ..client.topics import TopicStore
-from ..errors import OffsetOutOfRangeError
+from ..errors import OffsetOutOfRangeError, RootUnavailableError
 from .errors import data_loss
 from .schema import BatchBuilder
 
@@ -98,7 +100,17 @@ def split(
 
 def read_range(r: OffsetRange, batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES) -> Iterator[pa.RecordBatch]:
     """The records of ``r`` as Arrow batches of ``batch_rows`` rows and about ``batch_bytes``
-    at most (at least one record; a decode of about ``DECODE_BYTES`` past it), in offset order."""
+    at most (at least one record; a decode of about ``DECODE_BYTES`` past it), in offset order.
+
+    Runs where the task runs: a root this machine cannot see (an executor of a cluster, the root
+    on the driver's machine only) is one error saying so and what to do, not a missing topic."""
+    if not os.path.isdir(r.root) or not os.listdir(r.root):  # missing, or an empty mount point
+        raise RootUnavailableError(
+            f"this Spark task ({socket.gethostname()}) cannot see the root {r.root!r} (missing or empty here), from which "
+            f"the driver planned {r.topic}[{r.partition}] offsets {r.start} to {r.end - 1}: the local tail of a topic is read "
+            "where its root is; mount the root on the executors (read-only is enough), or run the query in local mode "
+            "on the root's machine (tier-2's records are read from the storage anywhere)"
+        )
     with TopicStore(r.root).open_partition(r.topic, r.partition, read_only=True) as ch:
         start = r.start
         first = ch.first_offset

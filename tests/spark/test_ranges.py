@@ -1,5 +1,9 @@
 """Reading one offset range into Arrow batches (no Spark session: this is the executor's half)."""
 
+import os
+import subprocess
+import sys
+
 import pyarrow as pa
 import pytest
 
@@ -53,3 +57,32 @@ def test_batches_are_bounded_in_bytes_as_well_as_rows(tmp_path):
     assert pa.Table.from_batches(batches).column("value").to_pylist() == values
     # each decode ends at the record that reaches 1 MiB (the 11th here): two reach 2 MiB
     assert [b.num_rows for b in batches] == [22, 18]
+
+
+_EXECUTOR = """
+import sys
+from filechannel.spark.ranges import OffsetRange, read_range
+try:
+    list(read_range(OffsetRange(sys.argv[1], "t", 0, 0, 10)))
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_an_executor_that_cannot_see_the_root_says_so(tmp_path):
+    """An executor of a cluster whose root is an empty mount point there (a real tmpfs mounted over
+    it, in a mount namespace of its own): one error naming the root and what to do, not a
+    missing topic."""
+    root = tmp_path / "root"
+    Admin(root).create_topic("t", partitions=1)
+    with Admin(root).open_partition("t", 0) as ch, ch.sender() as tx:
+        for i in range(10):
+            tx.send(b"v%d" % i)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    unshare = ["unshare", "--mount"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    script = f'mount -t tmpfs tmpfs {root} && exec {sys.executable} -c "$0" {root}'
+    proc = subprocess.run([*unshare, "sh", "-c", script, _EXECUTOR], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"RootUnavailableError this Spark task ({os.uname().nodename}) cannot see the root")
+    assert "mount the root on the executors" in proc.stdout
+    assert len(list(read_range(OffsetRange(str(root), "t", 0, 0, 10)))) == 1  # where the root is, the same task reads
