@@ -81,6 +81,7 @@ from ..engine.files import unlink_if_exists
 from ..engine.idle_seal import BUSY, SEALED, seal_idle
 from ..engine.lock import FileLock
 from ..engine.log import Log, SegmentRef
+from ..engine.log_start import read_log_start
 from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..engine.segment import MAX_FRAME_PAYLOAD
@@ -576,7 +577,8 @@ class TieringDaemon:
 
     def _total_retention(self, part: TieredChannel, log_: Log, storage: ChunkStorage, report: PassReport) -> None:
         config = part.config
-        if config.retention_bytes is None and config.retention_ms is None:
+        start = read_log_start(part.path)  # below it, records were deleted (delete_records): their copies go too
+        if config.retention_bytes is None and config.retention_ms is None and start == 0:
             return
         # The log across both tiers, oldest first: uploaded (or lost) segments, their tier-2 size
         # from the totals the index keeps, then the local segments past them, their local size.
@@ -595,6 +597,7 @@ class TieringDaemon:
             k = retention.past_retention(
                 [r.size for r in sealed], total, timestamps.__getitem__, config.retention_bytes, config.retention_ms
             )
+            k = max(k, sum(1 for _ in itertools.takewhile(lambda r: r.end_offset <= start, sealed)))
             doomed += sealed[:k]
             if k < len(page):
                 break

@@ -198,6 +198,32 @@ def test_total_retention_removes_tier2_copies(tmp_path: Path, monkeypatch: pytes
         assert metadata.segments("t/0", states=("deleting",)) == []
 
 
+def test_records_deleted_by_delete_records_leave_tier2_at_the_next_pass(tmp_path: Path) -> None:
+    """``delete_records`` moves a tiered partition's start; the next pass deletes the uploaded
+    segments wholly below it (objects and rows) and keeps the one it falls inside."""
+    root = tmp_path / "root"
+    url = f"file://{tmp_path}/tier"
+    make_topic(root, url, local_retention_bytes=0)
+    produce(root, values(300))
+    with TieringDaemon(root) as daemon:
+        assert daemon.run(once=True).failures == []
+    with TierMetadata(root / ROOT_METADATA) as metadata:
+        uploaded = metadata.segments("t/0")
+    assert len(uploaded) >= 4
+    start = uploaded[2].base_offset + 1  # inside the third segment
+    with TopicStore(root).open_partition("t", 0) as ch:
+        assert ch.delete_records(start) == start
+    with TieringDaemon(root) as daemon:
+        report = daemon.run(once=True)
+    assert report.failures == [] and report.deleted_remote == 2
+    with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as storage:
+        kept = metadata.segments("t/0")
+        assert kept == uploaded[2:]
+        assert segment_objects(storage, "t/0/") == {c.name for r in kept for c in r.chunks} | {r.manifest for r in kept}
+    with TopicStore(root).open_partition("t", 0, read_only=True) as ch:
+        assert ch.first_offset == start
+
+
 def test_compression_none_uploads_the_block_form_and_keeps_local_raw(tmp_path: Path) -> None:
     root = tmp_path / "root"
     url = f"file://{tmp_path}/tier"
