@@ -101,7 +101,8 @@ def test_server_stops_when_the_bench_process_is_interrupted_or_killed(how, tmp_p
     """A bench process stopped by Ctrl-C (its finally stops the server) or killed at its
     time cap (the server dies with it: PR_SET_PDEATHSIG) leaves no server running."""
     script = (
-        "import sys, time\n"
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises, even when started from a background job\n"
         "from bench.peers import BACKENDS\n"
         "b = BACKENDS['redis-xadd']()\n"
         "b.open(sys.argv[1])\n"

@@ -15,7 +15,7 @@ import pytest
 import zstandard
 
 from filechannel.client import Admin, Producer
-from filechannel.errors import CorruptRecordError
+from filechannel.errors import CorruptRecordError, RootUnavailableError
 from filechannel.spark.errors import DataLossError
 from filechannel.spark.options import SourceOptions
 from filechannel.spark.ranges import OffsetRange
@@ -123,8 +123,8 @@ def test_executor_code_never_needs_the_root(root, tmp_path):
     shutil.move(root, moved)  # what an executor on another machine sees: no such folder
     tier = [t for t in plan if isinstance(t, TierRange)]
     assert sum(len(offsets(t)) for t in tier) == sum(t.end - t.start for t in tier)
-    with pytest.raises(Exception, match=r"unknown topic|does not exist"):
-        offsets(next(t for t in plan if isinstance(t, OffsetRange)))
+    with pytest.raises(RootUnavailableError, match=r"cannot see the root .*mount the root on the executors"):
+        offsets(next(t for t in plan if isinstance(t, OffsetRange)))  # the local tail: one error saying why
 
 
 def test_a_worker_keeps_one_storage_client_per_storage_across_tasks(root, tmp_path):
