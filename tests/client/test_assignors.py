@@ -19,6 +19,8 @@ from filechannel.client import (
 from filechannel.client.assignors import group_strategy, strategy_names
 from filechannel.errors import ConfigError
 
+from .listeners import Recorder
+
 ALL = [RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor, CooperativeStickyAssignor]
 
 groups = st.dictionaries(
@@ -138,17 +140,6 @@ def test_members_agree_on_their_common_strategy_and_a_member_sharing_none_cannot
     finally:
         a.close()
         b.close()
-
-
-class Recorder:
-    def __init__(self):
-        self.events = []
-
-    def on_partitions_revoked(self, revoked):
-        self.events.append(("revoked", sorted(tp.partition for tp in revoked)))
-
-    def on_partitions_assigned(self, assigned):
-        self.events.append(("assigned", sorted(tp.partition for tp in assigned)))
 
 
 def test_a_cooperative_rebalance_revokes_only_the_partitions_that_move(tmp_path):

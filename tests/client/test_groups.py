@@ -13,20 +13,10 @@ import pytest
 from filechannel.client import Admin, Consumer, Producer
 from filechannel.errors import CommitFailedError
 
+from .listeners import Recorder
 from .waiting import wait_for
 
 MEMBER = Path(__file__).parent / "procs" / "group_member.py"
-
-
-class Recorder:
-    def __init__(self):
-        self.events = []
-
-    def on_partitions_revoked(self, revoked):
-        self.events.append(("revoked", sorted(tp.partition for tp in revoked)))
-
-    def on_partitions_assigned(self, assigned):
-        self.events.append(("assigned", sorted(tp.partition for tp in assigned)))
 
 
 def test_two_members_split_partitions_and_never_overlap(tmp_path):
