@@ -58,6 +58,13 @@ Admin("r").create_topic("t", 3, exist_ok=True, retention_ms=1000, compression="n
 Admin("r").create_topic("t", flush_interval=0.1)
 settings: TopicSettings = {"segment_bytes": 1 << 20, "tier": "file:///tmp/t"}
 Admin("r").create_topic("t", **settings)
+from filechannel.client import Consumer, Producer
+Producer("r", linger_ms=5, acks="all", bootstrap_servers="k:9092", compression_type="gzip", retries=3)
+Producer("r", linger_mss=5)
+Producer("r", max_request_size="1m")
+Consumer("t", root="r", group_id="g", max_poll_interval_ms=60_000, security_protocol="SSL", fetch_min_bytes=1)
+Consumer("t", root="r", max_poll_intervall_ms=60_000)
+Consumer("t", root="r", allow_auto_create_topics="yes")
 """
 
 
@@ -75,9 +82,14 @@ def test_mypy_reports_a_misspelt_or_mistyped_setting_in_user_code(tmp_path):
         assert name == "user.py" and kind in (" error", " note"), proc.stdout
         if kind == " error":
             errors[int(lineno)] = errors.get(int(lineno), "") + message
-    assert sorted(errors) == [5, 6, 7, 9], proc.stdout + proc.stderr
+    assert sorted(errors) == [5, 6, 7, 9, 14, 15, 17, 18], proc.stdout + proc.stderr
     assert 'Unexpected keyword argument "fsyn"' in errors[5]
     assert '"segment_bytes"' in errors[6] and '"str"; expected "int"' in errors[6]
     assert "\"Literal['sometimes']\"" in errors[7]
     assert 'Unexpected keyword argument "flush_interval"' in errors[9] and '"create_topic"' in errors[9]
+    # kafka-python's names, beyond the clients' own arguments, are typed too (kafka_names.ProducerConfigs)
+    assert 'Unexpected keyword argument "linger_mss"' in errors[14] and '"Producer"' in errors[14]
+    assert '"max_request_size"' in errors[15] and '"str"; expected "int"' in errors[15]
+    assert 'Unexpected keyword argument "max_poll_intervall_ms"' in errors[17]
+    assert '"allow_auto_create_topics"' in errors[18] and '"str"; expected "bool"' in errors[18]
     assert proc.returncode == 1

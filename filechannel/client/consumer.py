@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, Literal, overload
+from typing import Any, Literal, Unpack, overload
 
 from ..channel import FileChannel
 from ..engine.wakeup import Wakeup
@@ -20,7 +20,7 @@ from .assignors import DEFAULT_STRATEGIES, strategy_names
 from .coordinator import CommitOffsets, GroupCoordinator
 from .fetcher import FETCH_BYTES, FETCH_MAX_BYTES, Fetcher, check_timeout_ms
 from .group import GroupMember
-from .kafka_names import CONSUMER_IGNORED, check_names
+from .kafka_names import CONSUMER_IGNORED, ConsumerConfigs, check_names
 from .records import MAX_OFFSET, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition, check_offset, to_tp
 from .serializer import Codec, check_codec
 from .subscription import ConsumerRebalanceListener, SubscriptionState, no_offset
@@ -127,7 +127,7 @@ class Consumer:
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 3_000,
         consumer_timeout_ms: float = float("inf"),
-        **configs: Any,
+        **configs: Unpack[ConsumerConfigs],
     ) -> None:
         check_names("Consumer", configs, CONSUMER_IGNORED, _HONOURED)
         if configs.get("isolation_level", "read_uncommitted") not in ("read_uncommitted", "read_committed"):

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..channel import FileChannel
 from ..config import ChannelConfig
@@ -27,7 +27,7 @@ from ..errors import (
 )
 from .durable import GroupSync
 from .futures import RecordFuture, SentFuture
-from .kafka_names import PRODUCER_IGNORED, check_names
+from .kafka_names import PRODUCER_IGNORED, ProducerConfigs, check_names
 from .partitioner import DefaultPartitioner, as_partitioner
 from .records import RecordMetadata, TopicPartition
 from .serializer import Codec, TopicCodec, check_codec
@@ -125,7 +125,7 @@ class Producer:
         key_serializer: Codec | None = None,
         value_serializer: Codec | None = None,
         auto_create_topics: bool = True,
-        **configs: Any,
+        **configs: Unpack[ProducerConfigs],
     ) -> None:
         check_names("Producer", configs, PRODUCER_IGNORED, _HONOURED)
         if isinstance(linger_ms, bool) or not isinstance(linger_ms, (int, float)) or not 0 <= linger_ms < math.inf:
