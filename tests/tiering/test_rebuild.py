@@ -18,7 +18,7 @@ from filechannel.errors import MissingSegmentError
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
 from filechannel.tiering.layout import ChunkRecord, decode_manifest, encode_manifest, manifest_name, merged_name, plan_chunks
-from filechannel.tiering.metadata import TierMetadata
+from filechannel.tiering.metadata import SegmentRecord, TierMetadata
 from filechannel.tiering.rebuild import rebuild_root
 
 from .test_daemon import tier_for
@@ -106,7 +106,9 @@ def test_disaster_rebuild_reads_every_uploaded_record_and_producers_continue_den
     fc("tier", "run", "--root", str(new_root), "--once")  # the new root's daemon works on the rebuilt metadata
 
 
-def test_rebuild_rules_orphans_superseded_attempts_and_holes(tmp_path: Path) -> None:
+def uploaded_then_lost(tmp_path: Path) -> tuple[str, list[bytes], list[SegmentRecord]]:
+    """A root whose 300 records were all uploaded (``tier run --once``), then deleted: the bucket's
+    URL, the values, and the uploaded segments (at least 4)."""
     root, url = tmp_path / "root", f"file://{tmp_path}/tier"
     make_topic(root, url, local_retention_bytes=0)
     values = [os.urandom(100) for _ in range(300)]
@@ -116,6 +118,11 @@ def test_rebuild_rules_orphans_superseded_attempts_and_holes(tmp_path: Path) -> 
         segments = metadata.segments("t/0")
     assert len(segments) >= 4
     shutil.rmtree(root)
+    return url, values, segments
+
+
+def test_rebuild_rules_orphans_superseded_attempts_and_holes(tmp_path: Path) -> None:
+    url, values, segments = uploaded_then_lost(tmp_path)
     with open_storage(url) as storage:
         # an orphan chunk of a newer epoch (an upload that died before its manifest): not data
         storage.write(f"t/0/{segments[-1].end_offset:020d}.E0000000009.{0:020d}.chunk", b"junk")
@@ -176,15 +183,7 @@ def test_a_manifest_naming_a_merged_object_that_is_gone_falls_back_to_the_segmen
     merged object deleted): a manifest naming an object that is gone, while the segment's own
     chunks are still whole. A rebuild reads the records from those chunks, says so, and fsck
     --repair writes the manifest again from the index."""
-    root, url = tmp_path / "root", f"file://{tmp_path}/tier"
-    make_topic(root, url, local_retention_bytes=0)
-    values = [os.urandom(100) for _ in range(300)]
-    produce(root, values)
-    fc("tier", "run", "--root", str(root), "--once")
-    with TierMetadata(root / ROOT_METADATA) as metadata:
-        segments = metadata.segments("t/0")
-    assert len(segments) >= 3
-    shutil.rmtree(root)
+    url, values, segments = uploaded_then_lost(tmp_path)
     target = segments[1]
     gone = merged_name("t/0", target.base_offset, target.epoch + 1, target.end_offset, "0123456789abcdef")
     late = replace(target, chunks=(ChunkRecord(gone, 0, target.size, 4096),))
