@@ -8,12 +8,14 @@ import os
 import select
 import stat
 import sys
+from datetime import datetime
 from typing import Any
 
 import click
 from rich.console import Console
 
 from .. import __version__, native_extensions
+from ..engine.clock import datetime_ms
 from ..engine.files import opened
 from ..errors import ConfigError
 
@@ -182,3 +184,12 @@ class Seconds(click.types.FloatParamType):
 
 
 SECONDS = Seconds()
+
+
+def iso_time_ms(text: str) -> int:
+    """An ISO 8601 time a user typed (``2026-01-31T12:00:00.000``, a zone optional: local if
+    none) as epoch milliseconds; a ValueError saying "not a time like ..." (and why) otherwise."""
+    try:
+        return datetime_ms(datetime.fromisoformat(text))
+    except (ValueError, OverflowError, OSError) as exc:
+        raise ValueError(f"not a time like 2026-01-31T12:00:00.000 ({exc})") from None

@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from ..client import Admin, Consumer, TopicPartition
@@ -25,7 +25,7 @@ from ..client.group import read_group
 from ..client.topic_configs import topic_setting as client_topic_setting
 from ..client.topics import TopicStore
 from ..errors import ConfigError
-from .common import BadValue
+from .common import BadValue, iso_time_ms
 
 
 def topic_setting(key: str, raw: str) -> tuple[str, Any] | None:
@@ -339,12 +339,9 @@ def check_partitions(root: str, tps: Iterable[TopicPartition], what: str) -> Non
 def parse_datetime(text: str) -> int:
     """``--to-datetime`` (Kafka's 'YYYY-MM-DDTHH:mm:SS.sss', a zone optional) as epoch milliseconds."""
     try:
-        when = datetime.fromisoformat(text)
-        if when.tzinfo is None:
-            when = when.astimezone()
-        return int(when.timestamp() * 1000)
-    except (ValueError, OverflowError, OSError) as exc:
-        raise BadValue(f"--to-datetime {text!r} is not a time like 2026-01-31T12:00:00.000 ({exc})") from None
+        return iso_time_ms(text)
+    except ValueError as exc:
+        raise BadValue(f"--to-datetime {text!r} is {exc}") from None
 
 
 def reset_scope(root: str, group: str, topics: Iterable[str], all_topics: bool) -> list[TopicPartition]:

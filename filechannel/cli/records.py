@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from typing import Any
 
 import click
@@ -18,7 +17,17 @@ import click
 from ..client import Admin, Consumer, Producer, TopicPartition
 from ..engine.verify import DamagedRange
 from ..errors import ConfigError, CorruptRecordError, TopicExistsError, UnknownTopicError
-from .common import ROOT_OPTION, BadValue, cli, err, one_name, root_folder, silence_closed_output, stdout_reader_gone
+from .common import (
+    ROOT_OPTION,
+    BadValue,
+    cli,
+    err,
+    iso_time_ms,
+    one_name,
+    root_folder,
+    silence_closed_output,
+    stdout_reader_gone,
+)
 from .kafka import (
     CONSUMER_PROPERTIES,
     PRODUCER_PROPERTIES,
@@ -169,14 +178,9 @@ def _start_offsets(consumer: Consumer, spec: str) -> None:
             consumer.seek(tp, int(spec))
     else:
         try:
-            when = datetime.fromisoformat(spec)
-            if when.tzinfo is None:
-                when = when.astimezone()
-            ts = int(when.timestamp() * 1000)
-        except (ValueError, OverflowError, OSError) as exc:
-            raise click.BadParameter(
-                f"{spec!r} is not earliest, latest, an offset or an ISO time that can be converted ({exc})", param_hint="--from"
-            ) from None
+            ts = iso_time_ms(spec)
+        except ValueError as exc:
+            raise click.BadParameter(f"{spec!r} is not earliest, latest or an offset, and {exc}", param_hint="--from") from None
         found = consumer.offsets_for_times({tp: ts for tp in tps})
         ends = consumer.end_offsets(tps)
         for tp in tps:

@@ -70,13 +70,14 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from ..engine.clock import datetime_ms
 from ..errors import AccessDeniedError, ConfigError, ObjectNotFoundError, StorageFullError, StorageUnavailableError, TierError
 from .local_storage import link_new, temp_name
 from .retry import Backoff
@@ -348,9 +349,7 @@ def modified_ms(info: dict[str, Any]) -> int | None:
             except ValueError:
                 continue
         if isinstance(value, datetime):
-            if value.tzinfo is None:
-                value = value.replace(tzinfo=UTC)
-            return int(value.timestamp() * 1000)
+            return datetime_ms(value, naive_is_utc=True)
         if isinstance(value, int | float) and not isinstance(value, bool):
             return int(value * 1000)
     return None

@@ -43,6 +43,7 @@ import botocore.exceptions as bce
 import urllib3.exceptions
 from botocore.config import Config
 
+from ..engine.clock import datetime_ms
 from ..errors import (
     AccessDeniedError,
     ConfigError,
@@ -164,7 +165,7 @@ def _status(exc: bce.ClientError) -> int:
 
 def _millis(when: object) -> int | None:
     """A ``LastModified`` datetime as milliseconds since the epoch (None if absent)."""
-    return int(when.timestamp() * 1000) if isinstance(when, datetime) else None
+    return datetime_ms(when, naive_is_utc=True) if isinstance(when, datetime) else None
 
 
 def _positive(value: object, what: str, minimum: int = 1) -> int:
