@@ -45,6 +45,7 @@ from .engine.lock import FileLock
 from .engine.names import validate_name
 from .errors import (
     ConfigError,
+    InvalidNameError,
     InvalidPartitionsError,
     TopicExistsError,
     UnknownPartitionError,
@@ -86,6 +87,20 @@ def partition_path(root: str, topic: str, partition: int) -> str:
 def partition_name(topic: str, partition: int) -> str:
     """A partition's name in tier-2 and its metadata store (its channel's ``tier_name``): ``TOPIC/PARTITION``."""
     return f"{topic}/{partition}"
+
+
+def split_partition_name(name: str) -> tuple[str, int]:
+    """``TOPIC/PARTITION`` (:func:`partition_name`'s form, also a group's key of a partition) as
+    ``(topic, partition)``; ValueError naming ``name`` when it is not that form with a valid topic
+    name and a decimal partition."""
+    topic, _, partition = name.rpartition("/")
+    if "/" in topic or not partition.isascii() or not partition.isdigit():
+        raise ValueError(f"{name!r} is not TOPIC/PARTITION")
+    try:
+        validate_name(topic, "topic name")
+    except InvalidNameError as exc:
+        raise ValueError(f"{name!r} is not TOPIC/PARTITION: {exc}") from None
+    return topic, int(partition)
 
 
 def mark_topic_deleted(root: str, topic: str, config: Mapping[str, Any]) -> None:

@@ -344,6 +344,19 @@ def parse_datetime(text: str) -> int:
         raise BadValue(f"--to-datetime {text!r} is {exc}") from None
 
 
+def topic_spec(spec: str) -> tuple[str, list[int] | None]:
+    """``--topic T`` or ``--topic T:0,1`` (kafka-consumer-groups' form) as T and its partitions
+    (None: all of them); BadValue for a partition that is not a number, in Kafka's words."""
+    name, colon, parts = spec.partition(":")
+    if not colon:
+        return name, None
+    numbers = [p.strip() for p in parts.split(",")]
+    for p in numbers:
+        if not re.fullmatch(r"[0-9]+", p):
+            raise BadValue(f"Invalid partition {p!r} specified in topic arg {spec!r}")
+    return name, [int(p) for p in numbers]
+
+
 def reset_scope(root: str, group: str, topics: Iterable[str], all_topics: bool) -> list[TopicPartition]:
     """The partitions ``--topic T`` / ``--topic T:0,1`` or ``--all-topics`` (the group's topics) name."""
     topics = list(topics)
@@ -356,15 +369,15 @@ def reset_scope(root: str, group: str, topics: Iterable[str], all_topics: bool) 
         return [TopicPartition(t, p.partition) for t in names for p in admin.describe_topic(t).partitions]
     out = []
     for spec in topics:
-        name, _, parts = spec.partition(":")
+        name, parts = topic_spec(spec)
         count = len(admin.describe_topic(name).partitions)
-        if not parts:
+        if parts is None:
             out += [TopicPartition(name, p) for p in range(count)]
             continue
-        for p in parts.split(","):
-            if not re.fullmatch(r"[0-9]+", p.strip()) or int(p) >= count:
-                raise BadValue(f"--topic {spec}: {name} has partitions 0 to {count - 1}, not {p!r}")
-            out.append(TopicPartition(name, int(p)))
+        for p in parts:
+            if p >= count:
+                raise BadValue(f"--topic {spec}: {name} has partitions 0 to {count - 1}, not {p}")
+            out.append(TopicPartition(name, p))
     return sorted(set(out))
 
 
@@ -426,12 +439,9 @@ def offsets_scope(root: str, group: str, topics: Iterable[str]) -> list[TopicPar
     store = TopicStore(root)
     out: set[TopicPartition] = set()
     for spec in topics:
-        name, _, parts = spec.partition(":")
-        if parts:
-            for p in parts.split(","):
-                if not re.fullmatch(r"[0-9]+", p.strip()):
-                    raise BadValue(f"Invalid partition {p!r} specified in topic arg {spec!r}")
-                out.add(TopicPartition(name, int(p)))
+        name, parts = topic_spec(spec)
+        if parts is not None:
+            out.update(TopicPartition(name, p) for p in parts)
         elif name in store.list():
             out.update(TopicPartition(name, p) for p in range(store.partitions(name)))
         else:

@@ -91,7 +91,7 @@ from ..errors import (
     StorageError,
     os_errors,
 )
-from ..root import partition_path
+from ..root import partition_name, partition_path, split_partition_name
 from .assignors import ASSIGNORS, DEFAULT_STRATEGIES, group_strategy
 from .heartbeat import Heartbeat
 from .records import TopicPartition
@@ -156,12 +156,11 @@ def _life_lock_held(path: str) -> bool:
 
 
 def tp_key(tp: TopicPartition) -> str:
-    return f"{tp.topic}/{tp.partition}"
+    return partition_name(tp.topic, tp.partition)
 
 
 def tp_from_key(key: str) -> TopicPartition:
-    topic, _, p = key.rpartition("/")
-    return TopicPartition(topic, int(p))
+    return TopicPartition(*split_partition_name(key))
 
 
 @dataclass

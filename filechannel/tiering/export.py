@@ -45,6 +45,7 @@ from ..engine.clock import now_ms
 from ..engine.files import read_if_exists, write_atomically
 from ..engine.names import validate_name
 from ..errors import ExportFormatError, TierError
+from ..root import split_partition_name
 from .layout import (
     MANIFEST_SUFFIX,
     UPLOADED,
@@ -197,10 +198,10 @@ def _from_body(body: dict[str, Any]) -> Export:
     for group, offsets in _need(body["groups"], dict, "groups").items():
         validate_name(group, "group name")  # it becomes a folder name at import
         for key in offsets:
-            topic, _, partition = str(key).rpartition("/")
-            validate_name(topic, "topic name")
-            if not partition.isascii() or not partition.isdigit():
-                raise ValueError(f"group {group}: {key!r} is not TOPIC/PARTITION")
+            try:
+                split_partition_name(str(key))
+            except ValueError as exc:
+                raise ValueError(f"group {group}: {exc}") from None
         groups[group] = {
             _need(k, str, "a partition"): _need(v, int, "an offset") for k, v in _need(offsets, dict, "offsets").items()
         }

@@ -52,7 +52,15 @@ from typing import Any
 
 from ..engine.clock import now_ms
 from ..errors import ConfigError, FileChannelError, TierError, os_errors
-from ..root import ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, RootLayout, partition_name, validate_topic_config
+from ..root import (
+    ROOT_METADATA,
+    TOPIC_FILE,
+    TOPIC_SETTINGS,
+    RootLayout,
+    partition_name,
+    split_partition_name,
+    validate_topic_config,
+)
 from .bindings import open_storage
 from .export import newest_epoch_named, newest_export
 from .layout import SegmentRecord
@@ -173,14 +181,15 @@ def _rebuild(
         report.notes.append(f"topic {topic}: deleted from its root (marked {TIER_DELETED_PREFIX}{topic}), not rebuilt")
     channels: dict[str, list[SegmentRecord]] = {}
     for channel, records in used.items():
-        topic, _, partition = channel.rpartition("/")
-        if not topic or "/" in topic or not partition.isdigit():
+        try:
+            topic, partition = split_partition_name(channel)
+        except ValueError:
             report.notes.append(f"{channel}: not a topic's partition (a standalone channel?), not rebuilt")
             continue
         if topic in deleted:
             continue
         meta = topics.setdefault(topic, {"partitions": 0, "config": {}})
-        meta["partitions"] = max(meta["partitions"], int(partition) + 1)
+        meta["partitions"] = max(meta["partitions"], partition + 1)
         channels[channel] = records
     for topic, meta in sorted(topics.items()):
         config = {k: v for k, v in meta["config"].items() if k in TOPIC_SETTINGS}

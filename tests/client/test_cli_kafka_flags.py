@@ -186,6 +186,7 @@ def test_reset_offsets_of_some_partitions_and_clamping_warnings(tmp_path):
         (["--topic", "t", "--to-earliest", "--to-latest"], "exactly one of"),
         (["--to-earliest"], "--all-topics"),
         (["--topic", "t:7", "--to-earliest"], "t has partitions 0 to 1"),
+        (["--topic", "t:1,x", "--to-earliest"], "Invalid partition 'x' specified in topic arg 't:1,x'"),
         (["--topic", "t", "--to-earliest", "--dry-run", "--execute"], "--dry-run and --execute cannot"),
     ]:
         bad = fc(tmp_path, "groups", "reset-offsets", "--group", "g", *args, check=False)

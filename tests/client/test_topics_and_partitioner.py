@@ -5,11 +5,14 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from filechannel import ConfigError, InvalidNameError
 from filechannel.client import Admin, Producer
 from filechannel.client.partitioner import DefaultPartitioner, murmur2
 from filechannel.errors import TopicExistsError, UnknownTopicError
+from filechannel.root import partition_name, split_partition_name
 
 
 def test_create_list_describe_delete(tmp_path):
@@ -112,3 +115,15 @@ def test_missing_topic_is_created_or_refused(tmp_path):
 def test_producer_arguments_are_validated(tmp_path, kwargs):
     with pytest.raises(ConfigError, match=next(iter(kwargs))):
         Producer(tmp_path, **kwargs)
+
+
+@given(st.from_regex(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,30}", fullmatch=True), st.integers(min_value=0, max_value=10**6))
+def test_a_partition_name_splits_back_into_its_topic_and_partition(topic: str, partition: int) -> None:
+    assume(topic not in (".", ".."))
+    assert split_partition_name(partition_name(topic, partition)) == (topic, partition)
+
+
+@pytest.mark.parametrize("name", ["t", "t/", "/0", "t/x", "t/-1", "a/b/0", "t/²", "../0", "t/0 "])
+def test_a_name_that_is_not_topic_slash_partition_is_refused_naming_it(name: str) -> None:
+    with pytest.raises(ValueError, match="is not TOPIC/PARTITION"):
+        split_partition_name(name)
