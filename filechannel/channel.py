@@ -17,7 +17,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from .config import ChannelConfig, ChannelSettings
 from .engine import compression, recovery, retention, roll, time_search, verify
@@ -375,7 +375,7 @@ class FileChannel:
             if self._tier is not None:
                 self._tier.close()
 
-    def __enter__(self) -> FileChannel:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

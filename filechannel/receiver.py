@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from itertools import islice
 from operator import length_hint
-from typing import TYPE_CHECKING, Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, Self, SupportsIndex
 
 from .engine.cursor import Cursor
 from .engine.names import validate_name
@@ -181,7 +181,7 @@ class Receiver:
         self._closed = True
         self._cursor.close()
 
-    def __enter__(self) -> Receiver:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from .engine.appender import Appender
 from .engine.record import Headers
@@ -99,7 +99,7 @@ class Sender:
                 self._closed = True
                 del self.send  # falls back to the class method, which refuses
 
-    def __enter__(self) -> Sender:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

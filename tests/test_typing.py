@@ -65,6 +65,8 @@ Producer("r", max_request_size="1m")
 Consumer("t", root="r", group_id="g", max_poll_interval_ms=60_000, security_protocol="SSL", fetch_min_bytes=1)
 Consumer("t", root="r", max_poll_intervall_ms=60_000)
 Consumer("t", root="r", allow_auto_create_topics="yes")
+with FileChannel("d") as ch, ch.ack_receiver("g") as rx:  # each context manager is its own class
+    rx.ack(1)
 """
 
 
@@ -92,4 +94,5 @@ def test_mypy_reports_a_misspelt_or_mistyped_setting_in_user_code(tmp_path):
     assert '"max_request_size"' in errors[15] and '"str"; expected "int"' in errors[15]
     assert 'Unexpected keyword argument "max_poll_intervall_ms"' in errors[17]
     assert '"allow_auto_create_topics"' in errors[18] and '"str"; expected "bool"' in errors[18]
+    # lines 19-20: `with` gives each class itself (``__enter__`` returns Self), so an ack receiver can ack
     assert proc.returncode == 1

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, Literal, Unpack, overload
+from typing import Any, Literal, Self, Unpack, overload
 
 from ..channel import FileChannel
 from ..engine.wakeup import Wakeup
@@ -492,7 +492,7 @@ class Consumer:
             self.coordinator.leave()
             self._wakeup.close()
 
-    def __enter__(self) -> Consumer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from ..config import ChannelConfig
 from ..engine.compressed import CompressedInfo
@@ -281,7 +281,7 @@ class TierContext:
             if metadata is not None:
                 metadata.close()
 
-    def __enter__(self) -> TierContext:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -72,6 +72,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from typing import Self
 
 from ..config import ChannelConfig
 from ..engine import compression, retention
@@ -296,7 +297,7 @@ class TieringDaemon:
             self._lock.close()
             self._lock = None
 
-    def __enter__(self) -> TieringDaemon:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

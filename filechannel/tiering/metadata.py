@@ -66,6 +66,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from itertools import groupby
 from operator import itemgetter
+from typing import Self
 
 from ..engine.clock import now_ms
 from ..errors import ConfigError, FencedError, MetadataDamagedError, TierError
@@ -980,7 +981,7 @@ class TierMetadata:
             with self._errors("close"):
                 db.close()
 
-    def __enter__(self) -> TierMetadata:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -43,7 +43,7 @@ import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeGuard, TypeVar
+from typing import Self, TypeGuard, TypeVar
 
 from ..errors import ConfigError, FileChannelError, InvalidNameError, TierError
 
@@ -143,7 +143,7 @@ class ChunkStorage(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
-    def __enter__(self) -> ChunkStorage:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

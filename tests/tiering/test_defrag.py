@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ from .test_rebuild import read_all
 from .test_tier_cli import fc
 from .tier_helpers import segment_objects
 
-SMALL = {"segment_bytes": 8192, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}
+SMALL: dict[str, Any] = {"segment_bytes": 8192, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}
 KILLS = int(os.environ.get("FC_DEFRAG_KILLS", "24"))
 
 

@@ -20,7 +20,7 @@ from filechannel.tiering import ChunkStorage
 from filechannel.tiering.layout import parse_object_name
 from filechannel.tiering.metadata import TierMetadata
 
-SMALL = {"segment_bytes": 4096, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}
+SMALL: dict[str, Any] = {"segment_bytes": 4096, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}
 
 
 def make_topic(root: Path, tier: str, partitions: int = 1, **settings: Any) -> None:
