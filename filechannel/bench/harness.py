@@ -7,7 +7,8 @@ Where a run puts things:
   ``bench/results`` of a checkout unless told to (``--out bench/results``);
 - every work file (each backend's folder, the servers' data, ``dd``'s file) in one temp folder
   made under ``--work`` (default: the system's temp folder), the disk whose ``dd`` and fsync
-  figures are reported; it is removed at the end, however the run ends.
+  figures are reported; it is removed at the end, however the run ends (Ctrl-C included;
+  only a SIGKILL of the bench process leaves it behind).
 
 Only the ``bench`` command of the CLI imports this module, when it runs; nothing else in the
 package imports the bench.
@@ -57,7 +58,7 @@ def _selected(name: str, patterns: str | None) -> bool:
 def work_folder(parent: str | None) -> Iterator[str]:
     """A new folder under ``parent`` (the system's temp folder if None) that is every temp folder
     of the run, in this process (``tempfile.tempdir``) and in the ones it starts (``TMPDIR``);
-    both restored and the folder removed on the way out, however the run ends."""
+    both restored and the folder removed on the way out, however the run ends (but SIGKILL)."""
     folder = tempfile.mkdtemp(prefix="fc-bench-work-", dir=parent)
     saved_tempdir, saved_env = tempfile.tempdir, os.environ.get("TMPDIR")
     tempfile.tempdir = os.environ["TMPDIR"] = folder
@@ -124,7 +125,7 @@ def _command_line(ctx: click.Context) -> str:
     metavar="DIR",
     type=click.Path(exists=True, file_okay=False),
     help="Make the run's work folder there: the disk measured (default: the system's temp folder). "
-    "Removed at the end, however the run ends.",
+    "Removed at the end, also after Ctrl-C.",
 )
 @click.option(
     "--only", metavar="PATTERNS", help="Run only the workloads and backends whose name matches one of these (comma-separated)."

@@ -412,7 +412,8 @@ def chart(rows: list[Row], path: str) -> None:
         ax.set_yscale("log")
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(sizes))], [f"{s} B" for s in sizes])
         ax.set_title(f"{workload} throughput (msgs/s, log scale)")
-    axes[0].legend(fontsize=7, loc="lower left")
+    if axes[0].get_legend_handles_labels()[0]:  # a run without produce rows (--only) has no bars to name
+        axes[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -5,6 +5,7 @@ A smoke test: it asserts the outputs exist and are well formed, never a time or 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from filechannel.bench.peers import BACKENDS
+from filechannel.bench.seaweed import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,3 +123,34 @@ def test_without_out_a_run_writes_to_a_new_temp_folder_and_names_it(tmp_path):
         == f"python -m filechannel.bench --quick --work {work} --only 'python floor (frames in one file)'"
     )
     assert data["machine"]["work_folder"] == str(work)
+
+
+@pytest.mark.bench
+def test_ctrl_c_ends_a_run_with_130_and_removes_its_work_folder(tmp_path):
+    """Interrupted while a backend runs in its child process: exit 130 with one line, and the
+    run's work folder (the child's scratch folder in it) gone."""
+    script = Path(sys.executable).parent / "filechannel"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [str(script), "bench", "--quick", "--only", "python floor,queuelib"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Ctrl-C even from a background job
+    )
+    try:
+
+        def in_a_backend() -> bool:  # a child's folder in its scratch folder in the run's work folder
+            return any(p.is_dir() for p in tmp_path.glob("fc-bench-work-*/fc-bench-*/fc-bench-*"))
+
+        wait_for(in_a_backend, 60, "a backend's scratch folder in the run's work folder")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "aborted", err[-3000:]
+    assert list(tmp_path.iterdir()) == []
