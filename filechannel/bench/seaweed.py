@@ -158,8 +158,8 @@ class SeaweedServer:
             "-admin.ui=false",
             "-master.telemetry=false",
             "-volume.preStopSeconds=0",
-            f"-filer.localSocket={self.dir}/filer.sock",
-            f"-s3.localSocket={self.dir}/s3.sock",
+            "-filer.localSocket=filer.sock",  # relative to its folder (cwd): a socket path has at most 107 bytes
+            "-s3.localSocket=s3.sock",
             f"-s3.config={self.dir}/s3.json",
         ]
         os.makedirs(f"{self.dir}/data", exist_ok=True)
