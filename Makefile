@@ -21,15 +21,15 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/ruff check filechannel tests bench
-	$(BIN)/ruff format --check filechannel tests bench
+	$(BIN)/ruff check filechannel tests
+	$(BIN)/ruff format --check filechannel tests
 
 # One pytest-xdist worker per CPU; Spark's tests share one worker and its one Spark session.
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 bench: $(STAMP)
-	$(BIN)/python -m bench --out bench/results --spark
+	$(BIN)/python -m filechannel.bench --out bench/results --spark
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

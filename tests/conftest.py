@@ -1,20 +1,28 @@
-"""Shared test settings: hypothesis profiles (CI runs more examples)."""
+"""Shared test settings: hypothesis profiles (CI runs more examples); the session's SeaweedFS server."""
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from filechannel.bench.seaweed import running_seaweed
 
 settings.register_profile("dev", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
+@pytest.fixture(scope="session")
+def seaweed():
+    """The session's SeaweedFS server (started on first use): the tier-2 tests' S3 and the README's."""
+    with running_seaweed() as server:
+        yield server
+
+
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (``--dist loadgroup``) every Spark test runs on one worker, which
     starts the one local Spark session (tests/spark/conftest.py) instead of one per worker;
     likewise every HDFS test, for the one HDFS (tests/tiering/conftest.py)."""
-    import pytest
-
     for item in items:
         if item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.xdist_group("spark"))

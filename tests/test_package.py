@@ -2,11 +2,13 @@
 
 import importlib.resources
 import inspect
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
@@ -139,19 +141,25 @@ def test_the_sdist_carries_the_license_the_c_sources_py_typed_and_what_the_readm
         assert f"Classifier: Programming Language :: Python :: {python}" in pkg_info
 
 
-def test_the_wheel_carries_the_license_py_typed_and_only_the_package(tmp_path):
-    src = _tracked_copy(tmp_path / "src")
+@pytest.fixture(scope="module")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel of the checkout's sources, built once for this module's tests."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = _tracked_copy(tmp / "src")
     code = "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "dist")], cwd=src, capture_output=True, text=True, timeout=300
-    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp / "dist")], cwd=src, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    name = proc.stdout.strip().splitlines()[-1]
-    with zipfile.ZipFile(tmp_path / "dist" / name) as wheel:
+    shutil.rmtree(src)
+    return tmp / "dist" / proc.stdout.strip().splitlines()[-1]
+
+
+def test_the_wheel_carries_the_license_py_typed_and_only_the_package(built_wheel):
+    with zipfile.ZipFile(built_wheel) as wheel:
         names = set(wheel.namelist())
         metadata = wheel.read(f"filechannel-{filechannel.__version__}.dist-info/METADATA").decode()
     assert f"filechannel-{filechannel.__version__}.dist-info/licenses/LICENSE" in names
     assert "filechannel/py.typed" in names and "filechannel/cli/__main__.py" in names
+    assert "filechannel/bench/__main__.py" in names and not any(n.startswith("filechannel/bench/results") for n in names)
     assert {n.split("/")[0] for n in names} == {"filechannel", f"filechannel-{filechannel.__version__}.dist-info"}
     assert "License-Expression: Apache-2.0" in metadata and "Classifier: Operating System :: POSIX :: Linux" in metadata
 
@@ -170,3 +178,92 @@ def test_the_examples_import_what_the_package_has(example):
     code = f"import runpy; runpy.run_path({str(ROOT / 'examples' / example)!r}, run_name='not_main')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def installed(built_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel installed, as a user's: its dependencies are this environment's
+    (a path in a .pth file: offline), not the checkout, which is on no path of its processes."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index"]
+    proc = subprocess.run([*pip, str(built_wheel)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    )
+    (Path(site.stdout.strip()) / "deps-of-this-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
+
+
+def _user_env(temp: Path, **extra: str) -> dict[str, str]:
+    """A user's environment: no PYTHONPATH (so no checkout), ``temp`` as the temp folder."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "TMPDIR": str(temp), **extra}
+
+
+@pytest.mark.bench
+@pytest.mark.slow
+def test_the_installed_bench_lists_its_options_and_writes_to_a_temp_folder(installed, tmp_path):
+    """`filechannel bench` from the wheel, in a folder with a `bench` package of its own (never run):
+    --help lists the harness's options; a tiny run writes its results to a new temp folder, named
+    at the end, and leaves nothing else behind."""
+    cwd, temp = tmp_path / "cwd", tmp_path / "temp"
+    (cwd / "bench").mkdir(parents=True)
+    (cwd / "bench" / "__init__.py").write_text("raise SystemExit('the bench of the working directory ran')\n")
+    temp.mkdir()
+    run = {"cwd": cwd, "env": _user_env(temp), "capture_output": True, "text": True, "timeout": 300}
+    where = subprocess.run(
+        [str(installed / "bin" / "python"), "-c", "import filechannel.bench; print(filechannel.bench.__file__)"], **run
+    )
+    assert where.stdout.startswith(str(installed)), where.stdout + where.stderr
+    script = str(installed / "bin" / "filechannel")
+    shown = subprocess.run([script, "bench", "--help"], **run)
+    assert shown.returncode == 0 and shown.stdout.startswith("Usage: filechannel bench [OPTIONS]"), shown.stderr
+    for option in ("--quick", "--out DIR", "--work DIR", "--only PATTERNS", "--spark"):
+        assert option in shown.stdout, option
+    module = subprocess.run([str(installed / "bin" / "python"), "-m", "filechannel.bench", "--help"], **run)
+    assert module.returncode == 0 and module.stdout.startswith("Usage: python -m filechannel.bench [OPTIONS]"), module.stderr
+    proc = subprocess.run([script, "bench", "--quick", "--only", "python floor (frames in one file)"], **run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = Path(proc.stderr.strip().splitlines()[-1].removeprefix("results written to "))
+    assert out.parent == temp and out.name.startswith("fc-bench-results-")
+    assert sorted(os.listdir(temp)) == [out.name] and os.listdir(cwd) == ["bench"]  # the work folder is gone
+    assert sorted(os.listdir(out)) == ["results.json", "results.md", "throughput.png"]
+    data = json.loads((out / "results.json").read_text())
+    assert {r["backend"] for r in data["rows"]} == {"python floor (frames in one file)"}
+    assert data["machine"]["command"] == "filechannel bench --quick --only 'python floor (frames in one file)'"
+    assert "| produce | python floor (frames in one file) |" in proc.stdout
+
+
+@pytest.mark.bench
+@pytest.mark.slow
+def test_the_installed_bench_without_a_peer_or_matplotlib_skips_their_rows_saying_why(installed, tmp_path):
+    """queuelib and matplotlib not importable (in the bench process and the ones it spawns):
+    queuelib's rows are skipped rows naming the extra to install, the chart is left out with the
+    reason in results.md, and no traceback is printed."""
+    (tmp_path / "sitecustomize.py").write_text(_BLOCKER)
+    temp, out = tmp_path / "temp", tmp_path / "out"
+    temp.mkdir()
+    env = _user_env(temp, PYTHONPATH=str(tmp_path), FC_TEST_NOT_INSTALLED="queuelib,matplotlib")
+    only = "queuelib,python floor (frames in one file)"
+    proc = subprocess.run(
+        [str(installed / "bin" / "filechannel"), "bench", "--quick", "--only", only, "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    queuelib = [r for r in rows if r["backend"] == "queuelib FifoDiskQueue"]
+    assert len(queuelib) == 6  # produce and consume at 100 B, 1 KiB and 64 KiB
+    for r in queuelib:
+        assert r["skipped"] and r["error"] == "queuelib is not installed (pip install 'filechannel[bench]')", r
+    assert all(r["error"] is None for r in rows if r["backend"] == "python floor (frames in one file)")
+    md = (out / "results.md").read_text()
+    assert "| skipped: queuelib is not installed (pip install 'filechannel[bench]') |" in md
+    assert "No chart (throughput.png): matplotlib is not installed (pip install 'filechannel[bench]')." in md
+    assert not (out / "throughput.png").exists() and os.listdir(temp) == []

@@ -8,20 +8,31 @@ Not run: the set-up block itself (it clones, builds the venv and runs this suite
 blocks listed in NOT_RUN with the reason each cannot run as written yet.
 The Spark block needs a Spark session: the fast test runs every other block; the test
 marked ``spark`` runs them all.
+
+The S3 block runs against the session's SeaweedFS server: its placeholders (the endpoint
+``http://localhost:8333`` and the bucket ``my-bucket``, S3_PLACEHOLDERS) are replaced by the
+server's endpoint and a bucket name of this run, and its access key reaches every block as a
+user's would, in the environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``), never in a
+file. A line ``#> TEXT`` in a block shows a line the commands above it print (on stdout or
+stderr, ``...`` standing for what varies): each is checked.
 """
 
 import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+
+from filechannel.bench.seaweed import SeaweedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BLOCKS = re.findall(r"```(python|sh)\n(.*?)```", README.read_text(), re.S)
 SETUP = "git clone"  # the block that makes the checkout: what the test stands in for
+S3_ENDPOINT, S3_BUCKET = "http://localhost:8333", "my-bucket"  # the S3 block's placeholders
 # Blocks (by how they start) that cannot run here as written, and why (a server or a cluster this machine has not).
 NOT_RUN = {
     SETUP: "it makes the checkout this test stands in for, and runs this suite",
@@ -41,8 +52,19 @@ def _is_spark(code: str) -> bool:
     return "filechannel.spark" in code
 
 
-def _run_readme(folder: Path, *, spark: bool) -> list[str]:
-    """Run the README's blocks in ``folder``; the first lines of those run, in order."""
+def _shown(code: str) -> list[str]:
+    """The ``#> TEXT`` lines of a block: what it shows its commands print."""
+    return [line.removeprefix("#> ") for line in code.splitlines() if line.startswith("#> ")]
+
+
+def _printed(shown: str, output: str) -> bool:
+    """Whether a line of ``output`` is ``shown``, where ``...`` in it stands for anything."""
+    pattern = ".*".join(re.escape(part) for part in shown.split("..."))
+    return any(re.fullmatch(pattern, line) for line in output.splitlines())
+
+
+def _run_readme(folder: Path, s3: SeaweedServer, *, spark: bool) -> list[str]:
+    """Run the README's blocks in ``folder``, S3 on ``s3``; the first lines of those run, in order."""
     (folder / "examples").symlink_to(ROOT / "examples")
     (folder / ".venv").symlink_to(Path(sys.prefix))  # `.venv/bin/python`, as `make` makes it
     bindir = Path(sys.executable).parent
@@ -52,21 +74,31 @@ def _run_readme(folder: Path, *, spark: bool) -> list[str]:
         # The checkout under test, not an installed copy, for every process (and Spark's workers).
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         **{k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "SPARK_LOCAL_IP", "TMPDIR")},
+        # S3's access key, as a user's shell has it (the S3 block's commands read it from there)
+        "AWS_ACCESS_KEY_ID": s3.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3.secret_key,
     }
+    bucket = f"fc-readme-{uuid.uuid4().hex[:12]}"  # the session's server serves other tests too
     ran = []
     for lang, code in BLOCKS:
         if _not_run(code) or (_is_spark(code) and not spark):
             continue
+        code = code.replace(S3_ENDPOINT, s3.endpoint).replace(S3_BUCKET, bucket)
         argv = [sys.executable, "-c", code] if lang == "python" else ["bash", "-ec", code]
         proc = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=600, env=env)
         first = code.strip().splitlines()[0]
         assert proc.returncode == 0, f"README block {first!r} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        for shown in _shown(code):
+            assert _printed(shown, proc.stdout + proc.stderr), (
+                f"README block {first!r} did not print {shown!r}:\n{proc.stdout}\n{proc.stderr}"
+            )
         ran.append(first)
     return ran
 
 
-def test_the_readme_runs_top_to_bottom_in_one_folder(tmp_path):
-    ran = _run_readme(tmp_path, spark=False)
+@pytest.mark.s3
+def test_the_readme_runs_top_to_bottom_in_one_folder(tmp_path, seaweed):
+    ran = _run_readme(tmp_path, seaweed, spark=False)
     others = [b for _, b in BLOCKS if not _not_run(b) and not _is_spark(b)]
     assert len(ran) == len(others) >= 9
     # What the blocks left behind is what they said: the topics of the Kafka-like examples.
@@ -76,11 +108,22 @@ def test_the_readme_runs_top_to_bottom_in_one_folder(tmp_path):
     # The tiering block's records moved to tier-2 (`tier run --roll`): the root rebuilt from it alone has them.
     rebuilt = Admin(tmp_path / "data-rebuilt").describe_topic("pageviews")
     assert sum(p.end_offset - p.first_offset for p in rebuilt.partitions) == 3
+    # The S3 block's topic keeps the endpoint it was made with, and no credential, in its settings.
+    settings = (tmp_path / "data" / "invoices" / "topic.json").read_text()
+    assert seaweed.endpoint in settings and seaweed.access_key not in settings and seaweed.secret_key not in settings
+
+
+def test_the_s3_block_shows_what_it_prints():
+    """The S3 block is there, uses the placeholders the test replaces, and shows its output."""
+    (s3_block,) = [b for _, b in BLOCKS if "tier=s3://" in b and not _not_run(b)]
+    assert S3_ENDPOINT in s3_block and f"s3://{S3_BUCKET}/" in s3_block and "AWS_SECRET" not in s3_block
+    assert len(_shown(s3_block)) >= 6
 
 
 @pytest.mark.spark
-def test_the_readme_runs_top_to_bottom_with_its_spark_block(tmp_path):
-    ran = _run_readme(tmp_path, spark=True)
+@pytest.mark.s3
+def test_the_readme_runs_top_to_bottom_with_its_spark_block(tmp_path, seaweed):
+    ran = _run_readme(tmp_path, seaweed, spark=True)
     assert len(ran) == len([b for _, b in BLOCKS if not _not_run(b)])
     from filechannel.client import Admin
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import subprocess
-import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -107,18 +105,22 @@ def _damage_line(d: DamagedRange, path: str) -> str:
     )
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@cli.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+    add_help_option=False,
+)
 @click.pass_context
 def bench(ctx: click.Context) -> None:
-    """Run the benchmark harness (same options as `python -m bench`) from a source checkout."""
-    # The harness lives in the source checkout, not in the package, which never imports it:
-    # it runs as `python -m bench` in the current folder, and its exit code is this command's.
-    if not os.path.isfile(os.path.join("bench", "__main__.py")):
-        raise click.ClickException(
-            "no benchmark harness here (./bench/__main__.py): run `filechannel bench` from a source checkout of filechannel"
-        )
-    code = subprocess.run([sys.executable, "-m", "bench", *ctx.args]).returncode
-    ctx.exit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell reports it
+    """Benchmark filechannel against its peers.
+
+    The options are the harness's: see `filechannel bench --help`.
+    """
+    # The harness (filechannel.bench, shipped in the package) is imported only here, when the
+    # command runs: its options, --help included, are its own click command's, run in this process.
+    from ..bench.harness import command
+
+    with command.make_context("bench", list(ctx.args), parent=ctx.parent) as harness:
+        command.invoke(harness)
 
 
 # -- repair ------------------------------------------------------------------------------------

@@ -5,13 +5,15 @@ A smoke test: it asserts the outputs exist and are well formed, never a time or 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from bench.peers import BACKENDS
+from filechannel.bench.peers import BACKENDS
+from filechannel.bench.seaweed import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,27 +22,26 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.s3
 def test_quick_run_writes_table_json_and_chart(tmp_path):
-    """Every workload, the tiering one on its own SeaweedFS server included; every server,
-    temp folder and scratch folder gone afterwards."""
-    scratch_before = set(ROOT.glob("fc-bench-*"))
-    temp = tmp_path / "temp"
+    """Every workload, the tiering one on its own SeaweedFS server included; every server and
+    the run's work folder gone afterwards, nothing written in the working directory."""
+    temp, cwd, out = tmp_path / "temp", tmp_path / "cwd", tmp_path / "out"
     temp.mkdir()
+    cwd.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT,
+        [sys.executable, "-m", "filechannel.bench", "--quick", "--out", str(out)],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=900,
         env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert set(ROOT.glob("fc-bench-*")) <= scratch_before
-    assert os.listdir(temp) == []
-    md = (tmp_path / "results.md").read_text()
+    assert os.listdir(temp) == [] and os.listdir(cwd) == []
+    md = (out / "results.md").read_text()
     assert "| workload | backend | durability | size | N | msgs/s |" in md
     for key, make in BACKENDS.items():
         assert f"| {make().name} |" in md or f"| **{make().name}** |" in md, key
-    data = json.loads((tmp_path / "results.json").read_text())
+    data = json.loads((out / "results.json").read_text())
     assert {"cpus", "python", "versions", "command"} <= set(data["machine"])
     assert data["targets"] and all({"target", "goal", "measured", "met"} <= set(t) for t in data["targets"])
     assert {r["workload"] for r in data["rows"]} >= {"produce", "consume"}
@@ -59,10 +60,10 @@ def test_quick_run_writes_table_json_and_chart(tmp_path):
         "read back sealed segments (uncompressed)",
     ):
         assert sizes[workload] >= {100, 1024, 65536}, workload
-    # the compressed reads come with the most this machine's CPUs allow them (bench/cpu_bound.py)
+    # the compressed reads come with the most this machine's CPUs allow them (filechannel/bench/cpu_bound.py)
     zstd = [r for r in data["rows"] if r["workload"] == "read back sealed segments (zstd)"]
     assert all(r["extra"]["cpu_bound_ratio"] > 0 for r in zstd)
-    assert (tmp_path / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     check_tier_rows(data)
 
 
@@ -77,7 +78,7 @@ TIER_ROWS = {
 
 
 def check_tier_rows(data: dict) -> None:
-    """The tiering rows (bench/tiering.py) are there, without error, each saying its sizes and concurrency,
+    """The tiering rows (filechannel/bench/tiering.py) are there, without error, each saying its sizes and concurrency,
     and their three targets are measured (met or not: no time or ratio is asserted)."""
     rows = {(r["workload"], r["backend"]): r for r in data["rows"] if r["workload"].startswith("tier")}
     assert set(rows) == TIER_ROWS, [r.get("error") for r in data["rows"] if r["workload"].startswith("tier")]
@@ -95,21 +96,61 @@ def check_tier_rows(data: dict) -> None:
 
 @pytest.mark.bench
 def test_without_out_a_run_writes_to_a_new_temp_folder_and_names_it(tmp_path):
-    """A run in a checkout never overwrites the committed bench/results unless told to (--out)."""
-    work = tmp_path / "checkout"
-    (work / "bench" / "results").mkdir(parents=True)
+    """A run in a checkout never overwrites the committed bench/results unless told to (--out),
+    and its work folder (under --work) is gone at the end."""
+    checkout, work = tmp_path / "checkout", tmp_path / "work"
+    (checkout / "bench" / "results").mkdir(parents=True)
+    work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    only = ["--only", "python floor (frames in one file)"]
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", "python floor (frames in one file)"],
-        cwd=work,
+        [sys.executable, "-m", "filechannel.bench", "--quick", "--work", str(work), *only],
+        cwd=checkout,
         capture_output=True,
         text=True,
         timeout=300,
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert list((work / "bench" / "results").iterdir()) == []  # the checkout's results untouched
+    assert list((checkout / "bench" / "results").iterdir()) == []  # the checkout's results untouched
+    assert list(work.iterdir()) == []
     out = Path(proc.stderr.strip().splitlines()[-1].removeprefix("results written to "))
     assert out.parent == tmp_path and out.name.startswith("fc-bench-results-")
-    rows = json.loads((out / "results.json").read_text())["rows"]
-    assert {r["backend"] for r in rows} == {"python floor (frames in one file)"}
+    data = json.loads((out / "results.json").read_text())
+    assert {r["backend"] for r in data["rows"]} == {"python floor (frames in one file)"}
+    assert (
+        data["machine"]["command"]
+        == f"python -m filechannel.bench --quick --work {work} --only 'python floor (frames in one file)'"
+    )
+    assert data["machine"]["work_folder"] == str(work)
+
+
+@pytest.mark.bench
+def test_ctrl_c_ends_a_run_with_130_and_removes_its_work_folder(tmp_path):
+    """Interrupted while a backend runs in its child process: exit 130 with one line, and the
+    run's work folder (the child's scratch folder in it) gone."""
+    script = Path(sys.executable).parent / "filechannel"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [str(script), "bench", "--quick", "--only", "python floor,queuelib"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Ctrl-C even from a background job
+    )
+    try:
+
+        def in_a_backend() -> bool:  # a child's folder in its scratch folder in the run's work folder
+            return any(p.is_dir() for p in tmp_path.glob("fc-bench-work-*/fc-bench-*/fc-bench-*"))
+
+        wait_for(in_a_backend, 60, "a backend's scratch folder in the run's work folder")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "aborted", err[-3000:]
+    assert list(tmp_path.iterdir()) == []

@@ -4,10 +4,10 @@ row's target names the gather of no-op coroutines measured beside it. No time or
 
 import pytest
 
-from bench.measure import Row, throughput
-from bench.peers import BACKENDS
-from bench.report import client_targets
-from bench.workloads import _gather_ceiling, _threads
+from filechannel.bench.measure import Row, throughput
+from filechannel.bench.peers import BACKENDS
+from filechannel.bench.report import client_targets
+from filechannel.bench.workloads import _gather_ceiling, _threads
 
 
 @pytest.mark.bench

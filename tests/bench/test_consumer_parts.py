@@ -1,6 +1,6 @@
-"""The consumer's time split (bench/consumer_parts.py), on a real topic: every part measured, and it says so."""
+"""The consumer's time split (filechannel/bench/consumer_parts.py), on a real topic: every part measured, and it says so."""
 
-from bench.consumer_parts import main, measure
+from filechannel.bench.consumer_parts import main, measure
 
 
 def test_every_part_is_measured_on_real_records(capsys):

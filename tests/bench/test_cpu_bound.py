@@ -3,8 +3,8 @@
 import glob
 import os
 
-from bench.cpu_bound import compressed_read_floor_s
 from filechannel import FileChannel
+from filechannel.bench.cpu_bound import compressed_read_floor_s
 from filechannel.engine.compressed import CompressedSegment
 
 

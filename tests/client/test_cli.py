@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -88,18 +89,23 @@ def test_missing_root_is_explained(tmp_path):
     assert proc.returncode != 0 and "FILECHANNEL_ROOT" in proc.stderr.decode()
 
 
-def test_bench_runs_the_harness_of_the_checkout_it_is_started_in_as_a_subprocess(tmp_path):
-    # A stand-in harness in a "checkout": its arguments are the command's extra ones, its exit code the command's.
-    harness = tmp_path / "checkout" / "bench"
-    harness.mkdir(parents=True)
-    (harness / "__init__.py").write_text("")
-    (harness / "__main__.py").write_text("import sys\nprint(sys.argv[1:])\nsys.exit(3)\n")
+def test_bench_help_lists_the_harness_options_and_a_bad_one_is_one_line(tmp_path):
+    """The package's harness (filechannel.bench), never a `bench` of the working directory:
+    a decoy one there would fail the command if it ran."""
+    decoy = tmp_path / "bench"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise SystemExit('the decoy bench of the working directory ran')\n")
+    (decoy / "__main__.py").write_text("raise SystemExit('the decoy bench of the working directory ran')\n")
     env = {**os.environ, "FILECHANNEL_ROOT": str(tmp_path / "root")}
-    run = {"capture_output": True, "env": env, "timeout": 60}
-    proc = subprocess.run([str(SCRIPT), "bench", "--quick", "--only", "x"], cwd=harness.parent, **run)
-    assert (proc.returncode, proc.stdout) == (3, b"['--quick', '--only', 'x']\n"), proc.stderr
-    # Anywhere else: one line saying where to run it, exit 1.
-    elsewhere = subprocess.run([str(SCRIPT), "bench", "--quick"], cwd=tmp_path, **run)
-    assert (elsewhere.returncode, elsewhere.stdout) == (1, b"")
-    [line] = elsewhere.stderr.decode().splitlines()
-    assert line.startswith("error: ") and "source checkout" in line
+    run = {"capture_output": True, "text": True, "env": env, "timeout": 60, "cwd": tmp_path}
+    shown = subprocess.run([str(SCRIPT), "bench", "--help"], **run)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("Usage: filechannel bench [OPTIONS]")
+    for option in ("--quick", "--out DIR", "--work DIR", "--only PATTERNS", "--spark", "--help"):
+        assert option in shown.stdout, option
+    bad = subprocess.run([str(SCRIPT), "bench", "--quik"], **run)
+    assert (bad.returncode, bad.stdout) == (2, "")
+    [line] = bad.stderr.splitlines()
+    assert line == "error: No such option '--quik'. Did you mean '--quick'? (see: filechannel bench --help)"
+    listed = subprocess.run([str(SCRIPT), "--help"], **run).stdout
+    assert re.search(r"^  bench +Benchmark filechannel against its peers\.$", listed, re.M), listed

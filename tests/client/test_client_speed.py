@@ -1,7 +1,7 @@
 """Producer.send's short path (one-partition topic, plain bytes, no key/headers/partition/timestamp)
 means exactly what the whole path means: the futures, the metadata, the errors, the order.
 
-No speed is asserted here (bench/ measures it); these pin the guarantees the short path must keep.
+No speed is asserted here (filechannel/bench/ measures it); these pin the guarantees the short path must keep.
 """
 
 import asyncio

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 import filechannel.spark
-from bench.seaweed import SeaweedServer, running_seaweed
+from filechannel.bench.seaweed import SeaweedServer, running_seaweed
 from filechannel.client import Admin, Producer
 from filechannel.spark.options import SourceOptions
 from filechannel.spark.ranges import OffsetRange

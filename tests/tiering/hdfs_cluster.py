@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterator
 from xml.sax.saxutils import escape
 
-from bench.seaweed import die_with_parent, free_ports
+from filechannel.bench.seaweed import die_with_parent, free_ports
 
 HADOOP_VERSION = "2.7.3"
 _PYSPARK_SDIST = "pyspark==2.4.8"  # its deps/jars are Hadoop 2.7.3's, servers included

