@@ -194,8 +194,9 @@ class BucketTopics:
         with os_errors("create state folder", path):
             os.makedirs(path, exist_ok=True)
         url = origin_url(self.url, entry.origin)
+        storage = self._storages.get(url, self._options)
         name = partition_name(entry.topic, partition)
-        context = FollowingTierContext(url, self._options, os.path.join(folder, "metadata.db"), name, follow_s=self.follow_s)
+        context = FollowingTierContext(storage, url, os.path.join(folder, "metadata.db"), name, follow_s=self.follow_s)
         return FileChannel(path, read_only=True, wakeup=wakeup, tier=url, tier_context=context)
 
     def origin_header(self, topic: str) -> tuple[str, bytes]:

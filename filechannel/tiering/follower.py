@@ -80,11 +80,20 @@ def follow_head(storage: ChunkStorage, metadata: TierMetadata, channel: str) -> 
 
 class FollowingTierContext(TierContext):
     """A :class:`TierContext` of a bucket reader: no root, an index that follows the channel's head
-    (:func:`follow_head`) at most once per ``follow_s`` seconds, checked before answering."""
+    (:func:`follow_head`) at most once per ``follow_s`` seconds, checked before answering.
 
-    def __init__(self, url: str, options: dict[str, object], metadata_path: str, name: str, *, follow_s: float) -> None:
-        super().__init__(url, dict(options), metadata_path, name)
+    ``storage`` is the origin's, opened by the reader and shared by all its partitions (a
+    boto3 client costs about a quarter of a second to make): this context never closes it."""
+
+    def __init__(self, storage: ChunkStorage, url: str, metadata_path: str, name: str, *, follow_s: float) -> None:
+        super().__init__(url, {}, metadata_path, name)
+        self._storage = storage
         self.follow_s = follow_s
+
+    def close(self) -> None:
+        with self._lock:
+            self._storage = None  # the reader's, closed by it
+        super().close()
 
     def _root_id(self) -> str | None:
         return None  # no root: nothing in the bucket is this reader's own
