@@ -21,9 +21,11 @@ from filechannel.client import Admin, AsyncConsumer, Consumer, Producer, TopicPa
 from filechannel.client.bucket import ORIGIN_HEADER
 from filechannel.errors import ConfigError, CorruptRecordError, InvalidNameError, StorageUnavailableError, UnknownTopicError
 from filechannel.root import RootLayout
+from filechannel.spark.tier import TierPlanner
 from filechannel.tiering import open_storage
 from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.heads import head_name
+from filechannel.tiering.rebuild import rebuild_root
 
 from ..client.cli_helpers import SCRIPT, fc
 from .conftest import wait_for
@@ -350,3 +352,22 @@ def test_two_roots_of_one_origin_are_two_roots_on_one_prefix_and_the_second_refu
         assert [r.value for r in drain(consumer, 10)[TopicPartition("edge-1.clicks", 0)]] == [
             value("edge-1", i) for i in range(10)
         ]
+
+
+def test_an_edge_root_reads_its_own_history_under_its_origin_and_is_rebuilt_from_there(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/bucket"
+    root = edge_root(tmp_path, "edge-1", url, {}, partitions=1)
+    produce(root, "edge-1", 60, partitions=1)
+    upload_all(root)
+    assert TierPlanner(str(root)).tier_config("clicks")["tier"] == f"{url}/edge-1"  # Spark's driver: the same place
+    with Consumer("clicks", root=root, auto_offset_reset="earliest") as own:  # local_retention_bytes=0: all in tier-2
+        assert [r.value for r in drain(own, 60)[TopicPartition("clicks", 0)]] == [value("edge-1", i) for i in range(60)]
+
+    rebuilt = tmp_path / "rebuilt"
+    report = rebuild_root(rebuilt, f"{url}/edge-1")  # a lost edge root: its origin's prefix is a root's prefix
+    assert report.topics == {"clicks": 1} and not report.problems
+    produce(rebuilt, "again", 10, partitions=1)
+    upload_all(rebuilt)  # it took the origin's claim over, and tiers there
+    with Consumer("edge-1.clicks", tier=url, state_dir=tmp_path / "reader", auto_offset_reset="earliest") as reader:
+        got = [r.value for r in drain(reader, 70)[TopicPartition("edge-1.clicks", 0)]]
+    assert got == [value("edge-1", i) for i in range(60)] + [value("again", i) for i in range(10)]
