@@ -19,7 +19,14 @@ import pytest
 
 from filechannel.client import Admin, AsyncConsumer, Consumer, Producer, TopicPartition
 from filechannel.client.bucket import ORIGIN_HEADER
-from filechannel.errors import ConfigError, CorruptRecordError, InvalidNameError, StorageUnavailableError, UnknownTopicError
+from filechannel.errors import (
+    ConfigError,
+    CorruptRecordError,
+    InvalidNameError,
+    OriginLayoutError,
+    StorageUnavailableError,
+    UnknownTopicError,
+)
 from filechannel.root import RootLayout
 from filechannel.spark.tier import TierPlanner
 from filechannel.tiering import open_storage
@@ -371,3 +378,14 @@ def test_an_edge_root_reads_its_own_history_under_its_origin_and_is_rebuilt_from
     with Consumer("edge-1.clicks", tier=url, state_dir=tmp_path / "reader", auto_offset_reset="earliest") as reader:
         got = [r.value for r in drain(reader, 70)[TopicPartition("edge-1.clicks", 0)]]
     assert got == [value("edge-1", i) for i in range(60)] + [value("again", i) for i in range(10)]
+
+
+def test_a_reader_refuses_a_url_that_holds_both_layouts(tmp_path: Path) -> None:
+    """Mixed by hand (the daemons refuse to mix them): a reader names both, never guesses."""
+    url = f"file://{tmp_path}/bucket"
+    root = edge_root(tmp_path, "edge-1", url, {}, partitions=1)
+    produce(root, "edge-1", 5, partitions=1)
+    upload_all(root)
+    (tmp_path / "bucket" / ".claim.json").write_bytes((tmp_path / "bucket" / "edge-1" / ".claim.json").read_bytes())
+    with pytest.raises(OriginLayoutError, match=r"holds roots with origins \(edge-1"):
+        Consumer(tier=url, state_dir=tmp_path / "reader")
