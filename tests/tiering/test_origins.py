@@ -389,3 +389,27 @@ def test_a_reader_refuses_a_url_that_holds_both_layouts(tmp_path: Path) -> None:
     (tmp_path / "bucket" / ".claim.json").write_bytes((tmp_path / "bucket" / "edge-1" / ".claim.json").read_bytes())
     with pytest.raises(OriginLayoutError, match=r"holds roots with origins \(edge-1"):
         Consumer(tier=url, state_dir=tmp_path / "reader")
+
+
+def test_a_damaged_manifest_of_a_new_upload_is_reported_naming_it(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/bucket"
+    root = edge_root(tmp_path, "edge-1", url, {}, partitions=1)
+    produce(root, "edge-1", 20, partitions=1)
+    upload_all(root)
+    with Consumer("edge-1.clicks", tier=url, state_dir=tmp_path / "reader", auto_offset_reset="earliest", tier_poll_ms=50) as c:
+        assert len(drain(c, 20)[TopicPartition("edge-1.clicks", 0)]) == 20
+        old = set((tmp_path / "bucket" / "edge-1" / "clicks" / "0").glob("*.manifest"))
+        produce(root, "edge-1", 20, start=20, partitions=1)
+        upload_all(root)
+        [new] = set((tmp_path / "bucket" / "edge-1" / "clicks" / "0").glob("*.manifest")) - old
+        new.write_bytes(new.read_bytes().replace(b'"size"', b'"SIZE"'))
+
+        def reported() -> bool:
+            try:
+                c.poll(100)
+            except CorruptRecordError as exc:
+                assert new.name in str(exc) and "unusable manifest" in str(exc) and "tier fsck" in str(exc)
+                return True
+            return False
+
+        wait_for(reported, 30, "the damaged manifest to be reported")
