@@ -87,12 +87,15 @@ class FileChannel:
         read_only: bool = False,
         tier_metadata: str | None = None,
         tier_name: str | None = None,
+        tier_context: TierContext | None = None,
         settings_source: Callable[[], Mapping[str, Any]] | None = None,
         **config: Unpack[ChannelSettings],
     ) -> None:
         """``settings_source``: where the channel's stored settings can be read again (a topic's
         ``topic.json``); the maintenance thread asks it at each pass and applies what changed
-        (:meth:`apply_settings`). None: the settings stay those given here."""
+        (:meth:`apply_settings`). None: the settings stay those given here. ``tier_context``:
+        the channel's tier-2 made by the caller (a bucket reader's, which follows the bucket
+        with no root), instead of the one ``tier`` and ``tier_metadata`` make; the channel closes it."""
         raw = os.fspath(path).rstrip(os.sep)
         validate_name(os.path.basename(raw), "channel name (the folder's last component)")
         self.path = os.path.abspath(raw)
@@ -106,8 +109,8 @@ class FileChannel:
         else:
             with os_errors("create channel folder", self.path):
                 os.makedirs(self.path, exist_ok=True)
-        self._tier: TierContext | None = None
-        if self.config.tier is not None:
+        self._tier: TierContext | None = tier_context
+        if tier_context is None and self.config.tier is not None:
             # FileChannel composes the layers: the engine below it never imports tiering.
             from .tiering.context import tier_context_for
 

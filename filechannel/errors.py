@@ -158,6 +158,11 @@ class NotOwnerError(TierError):
     """Another root owns this tier-2 prefix (its claim is in the bucket): this root uploads, sweeps and deletes nothing there."""
 
 
+class OriginLayoutError(NotOwnerError):
+    """A tier URL holds the other origin layout: a root without an origin at a URL that has roots with
+    origins, or the reverse (their topics would mix); this root tiers nothing there."""
+
+
 class MetadataDamagedError(TierError):
     """The local tier-2 index (``metadata.db``) is damaged or not a database; it is rebuilt from the bucket."""
 

@@ -12,7 +12,9 @@ import it; it imports none of them: opening a partition as a channel is the clie
                                  `filechannel config` or Admin.set_root_setting; absent: defaults
     ROOT/.tier/                  tier-2's local side: metadata.db (the index), identity.json,
                                  daemon.lock, status.json, staging/, deleted/TOPIC (a deleted
-                                 tiered topic whose tier-2 copies are not purged yet)
+                                 tiered topic whose tier-2 copies are not purged yet), and
+                                 origin.json, {"origin": NAME}, when the root has an origin
+                                 (see :meth:`RootLayout.set_origin`)
 
 The root folder is made by the first topic created in it, never by a reader: a reader of a
 root that does not exist (a typo in ``--root``) learns that instead of an empty new root.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -72,6 +75,27 @@ TOPIC_SETTINGS: tuple[str, ...] = tuple(TopicSettings.__annotations__)
 ROOT_TIER_DIR = ".tier"
 ROOT_METADATA = os.path.join(ROOT_TIER_DIR, "metadata.db")
 DELETED_DIR = "deleted"  # ROOT/.tier/deleted/TOPIC: a deleted tiered topic whose tier-2 copies are not purged yet
+ORIGIN_FILE = os.path.join(ROOT_TIER_DIR, "origin.json")
+ORIGIN_SETTING = "tier.origin"  # its name for `filechannel config`
+_ORIGIN = re.compile(r"[A-Za-z0-9_-]{1,100}")
+
+
+def validate_origin(origin: object) -> str:
+    """Return ``origin`` if it can name an origin, else :class:`InvalidNameError`.
+
+    An origin is one object-key component under a tier URL (``<url>/<origin>/``), and a bucket
+    reader names its topics ``<origin>.<topic>``: so 1 to 100 characters of ``[A-Za-z0-9_-]``,
+    no dot (the first dot of a reader's topic name ends the origin), no leading dot (the
+    top level's own objects, ``.claim.json`` and ``.origins/``, start with one)."""
+    if not isinstance(origin, str) or not _ORIGIN.fullmatch(origin):
+        raise InvalidNameError(f"origin name {origin!r} is not allowed: use 1 to 100 characters of [A-Za-z0-9_-] (no dot)")
+    return origin
+
+
+def origin_url(url: str, origin: str | None) -> str:
+    """Where a root of origin ``origin`` keeps its tier-2 objects under the tier URL ``url``:
+    ``<url>/<origin>``, or ``url`` itself for the default origin (None)."""
+    return url if origin is None else f"{url.rstrip('/')}/{validate_origin(origin)}"
 
 
 def topic_path(root: str, topic: str) -> str:
@@ -441,7 +465,7 @@ class RootLayout:
                 existing = self._read_file(topic)
                 if existing is None and not self._partition_folders(topic):
                     raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root!r}")
-                config = (existing or {}).get("config", {})
+                config = self.tier_config((existing or {}).get("config", {}))
                 if config.get("tier") is not None:  # its tier-2 copies go too, by the tiering daemon
                     mark_topic_deleted(self.root, topic, config)
                 path = self.topic_path(topic)
@@ -525,7 +549,7 @@ class RootLayout:
         n = self.partitions(topic)
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
             raise UnknownPartitionError(f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {n - 1}")
-        config = {**self.meta(topic).get("config", {}), **overrides}
+        config = self.tier_config({**self.meta(topic).get("config", {}), **overrides})
         if config.get("tier") is not None:  # one metadata store per root; the partition is TOPIC/PARTITION in it
             return {
                 "tier_metadata": os.path.join(self.root, ROOT_METADATA),
@@ -533,3 +557,51 @@ class RootLayout:
                 **config,
             }
         return config
+
+    # -- the root's origin in tier-2 ------------------------------------------------------------
+
+    def origin(self) -> str | None:
+        """The root's origin (``ROOT/.tier/origin.json``), or None: the default origin, whose
+        tier-2 objects are at each topic's tier URL itself."""
+        path = os.path.join(self.root, ORIGIN_FILE)
+        data = read_if_exists(path, "root origin")
+        if data is None:
+            return None
+        try:
+            return validate_origin(json.loads(data)["origin"])
+        except (ValueError, KeyError, TypeError, InvalidNameError) as exc:
+            raise ConfigError(
+                f'{path} is damaged ({exc}): it must be {{"origin": NAME}}; restore it (the root\'s tier-2 objects are '
+                "under <tier-url>/NAME), or delete it if no tiered topic was ever used under this root"
+            ) from None
+
+    def set_origin(self, origin: str) -> None:
+        """Give the root the origin ``origin``: from now on its tiered topics keep their tier-2
+        objects under ``<tier-url>/<origin>/`` (claim, epochs, channels, settings, exports), so
+        several roots, each with its own origin, can tier into one bucket URL.
+
+        Only before the root's tier-2 is first used (no tiered topic, no ``ROOT/.tier/metadata.db``):
+        the uploaded segments of a root are where its origin says, and a root that moved
+        would no longer find them. Setting the origin it has already is allowed."""
+        origin = validate_origin(origin)
+        if self.origin() == origin:
+            return
+        tiered = [t for t in self.list() if (self.read(t) or {}).get("config", {}).get("tier") is not None]
+        if tiered or os.path.exists(os.path.join(self.root, ROOT_METADATA)):
+            raise ConfigError(
+                f"the origin of {self.root!r} cannot be set now: its tier-2 is in use "
+                f"({'tiered topic(s) ' + ', '.join(tiered) if tiered else 'it has a tier-2 index'}), and its uploaded "
+                "segments are where the current origin says; set the origin of a new root before its first tiered "
+                "topic (or rebuild this one into a new root with `filechannel tier rebuild`)"
+            )
+        folder = os.path.join(self.root, ROOT_TIER_DIR)
+        with os_errors("create tier folder", folder):
+            os.makedirs(folder, exist_ok=True)
+        write_atomically(os.path.join(self.root, ORIGIN_FILE), json.dumps({"origin": origin}).encode())
+
+    def tier_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A topic's settings as its channels use them: ``tier`` moved under the root's origin
+        (:func:`origin_url`); unchanged without a tier or an origin."""
+        if config.get("tier") is None:
+            return dict(config)
+        return {**config, "tier": origin_url(config["tier"], self.origin())}

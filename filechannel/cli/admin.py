@@ -11,6 +11,8 @@ import click
 from ..client import Admin
 from ..client.topics import ROOT_SETTINGS
 from ..engine.verify import DamagedRange
+from ..errors import InvalidNameError
+from ..root import ORIGIN_SETTING, validate_origin
 from .common import ROOT_OPTION, BadValue, cli, err, out, root_folder
 
 if TYPE_CHECKING:
@@ -21,29 +23,46 @@ if TYPE_CHECKING:
 
 @cli.command("config")
 @ROOT_OPTION
-@click.argument("settings", nargs=-1, metavar="[NAME=true|false]...")
+@click.argument("settings", nargs=-1, metavar="[NAME=VALUE]...")
 @click.pass_context
 def root_config(ctx: click.Context, settings: tuple[str, ...]) -> None:
-    """Show the root's settings, or set them (stored in ROOT/.settings.json).
+    """Show the root's settings, or set them (stored in ROOT/.settings.json; the origin in ROOT/.tier/origin.json).
 
     auto.create.topics.enable (default true, as Kafka's broker setting): whether a send to a
     missing topic (`filechannel produce`, a Producer) creates it with one partition.
+
+    tier.origin (default none): the root's origin in tier-2; its tiered topics keep their objects
+    under <tier-url>/<origin>/, so many roots can tier into one bucket URL. Set it before the
+    root's first tiered topic; shown only once set.
     """
     admin = Admin(root_folder(ctx, must_exist=bool(not settings)))
     for name, value in [_root_setting(item) for item in settings]:  # all checked before any is stored
-        admin.set_root_setting(name, value)
+        if isinstance(value, str):
+            admin.set_origin(value)
+        else:
+            admin.set_root_setting(name, value)
     for name, value in admin.root_settings().items():
         click.echo(f"{name}={str(value).lower()}")
+    origin = admin.origin()
+    if origin is not None:
+        click.echo(f"{ORIGIN_SETTING}={origin}")
 
 
-def _root_setting(item: str) -> tuple[str, bool]:
-    """``NAME=true|false`` as (name, value); an unknown name or a value other than true or false
-    is a usage error (exit 2) naming the closest known setting and every known one."""
+def _root_setting(item: str) -> tuple[str, bool | str]:
+    """``NAME=true|false`` as (name, value), or ``tier.origin=NAME`` as (name, the name checked); an
+    unknown name or a value the setting does not take is a usage error (exit 2) naming the
+    closest known setting and every known one."""
     name, sep, raw = (part.strip() for part in item.partition("="))
-    if name not in ROOT_SETTINGS:
-        closest = difflib.get_close_matches(name, ROOT_SETTINGS, n=1)
+    known = [*ROOT_SETTINGS, ORIGIN_SETTING]
+    if name not in known:
+        closest = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean {closest[0]}? " if closest else ""
-        raise BadValue(f"unknown root setting {name!r} in {item!r}: {hint}known: {', '.join(ROOT_SETTINGS)}")
+        raise BadValue(f"unknown root setting {name!r} in {item!r}: {hint}known: {', '.join(known)}")
+    if name == ORIGIN_SETTING:
+        try:
+            return name, validate_origin(raw)
+        except InvalidNameError as exc:
+            raise BadValue(f"{item!r}: {exc}") from None
     if not sep or raw.lower() not in ("true", "false"):
         raise BadValue(f"{item!r}: {name} takes true or false, as {name}=true")
     return name, raw.lower() == "true"

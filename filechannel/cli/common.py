@@ -84,6 +84,14 @@ def root_folder(ctx: click.Context, must_exist: bool = True) -> str:
     return root
 
 
+def key_value(item: str, option: str) -> tuple[str, str]:
+    """``KEY=VALUE`` given to ``option`` as (key, value), stripped; a usage error if it is not that."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=option)
+    return key.strip(), value.strip()
+
+
 def one_name(what: str, argument: str | None, option: str | None) -> str:
     """A topic or group given as an argument or as Kafka's ``--topic``/``--group`` (the same one if both)."""
     if argument and option and argument != option:

@@ -25,7 +25,7 @@ from ..client.group import read_group
 from ..client.topic_configs import topic_setting as client_topic_setting
 from ..client.topics import TopicStore
 from ..errors import ConfigError
-from .common import BadValue, iso_time_ms
+from .common import BadValue, iso_time_ms, key_value
 
 
 def topic_setting(key: str, raw: str) -> tuple[str, Any] | None:
@@ -36,6 +36,11 @@ def topic_setting(key: str, raw: str) -> tuple[str, Any] | None:
         return client_topic_setting(key, raw if "." in key else plain_value(raw))
     except ConfigError as exc:
         raise BadValue(str(exc)) from None
+
+
+def tier_options(items: Iterable[str]) -> dict[str, Any]:
+    """``--tier-option KEY=VALUE`` items as a storage's options (each value read by :func:`plain_value`)."""
+    return {key: plain_value(value) for key, value in (key_value(item, "--tier-option") for item in items)}
 
 
 def plain_value(text: str) -> Any:

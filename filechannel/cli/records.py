@@ -17,6 +17,7 @@ import click
 from ..client import Admin, Consumer, Producer, TopicPartition
 from ..engine.verify import DamagedRange
 from ..errors import ConfigError, CorruptRecordError, TopicExistsError, UnknownTopicError
+from ..tiering.storage import redact_url
 from .common import (
     ROOT_OPTION,
     BadValue,
@@ -36,6 +37,7 @@ from .kafka import (
     LineReader,
     client_properties,
     parse_properties,
+    tier_options,
 )
 
 
@@ -299,6 +301,22 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
     default=None,
     help="Accepted: both read every record written (there are no transactions).",
 )
+@click.option(
+    "--tier",
+    "tier_url",
+    default=None,
+    metavar="URL",
+    help="Instead of --root: read what roots uploaded to this tier URL, with no root (topics <origin>.<topic>).",
+)
+@click.option("--origin", "origins", multiple=True, help="With --tier: read only this origin (repeatable; default all).")
+@click.option("--state-dir", default=None, help="With --tier: a local folder for the reader's indexes and groups (required).")
+@click.option(
+    "--tier-option",
+    "tier_opts",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="With --tier: a storage option, e.g. endpoint_url=http://s3:8333 (repeatable; credentials from the environment).",
+)
 @click.option("--bootstrap-server", hidden=True, help="Accepted and ignored (no broker).")
 @click.pass_context
 def consume(
@@ -318,13 +336,28 @@ def consume(
     fmt: str,
     consumer_properties: tuple[str, ...],
     isolation_level: str | None,
+    tier_url: str | None,
+    origins: tuple[str, ...],
+    state_dir: str | None,
+    tier_opts: tuple[str, ...],
     bootstrap_server: str | None,
 ) -> None:
     """Print TOPIC's records, one per line, as Kafka's console consumer does.
 
     By default from the end (or the group's committed offsets), waiting for new records until
-    interrupted, --max-messages or --timeout-ms.
+    interrupted, --max-messages or --timeout-ms. With --tier URL --state-dir D instead of a
+    root: the records the roots tiering into URL uploaded (TOPIC is <origin>.<topic>, or
+    <topic> for a root without an origin), following new uploads.
     """
+    if tier_url is None and (origins or state_dir is not None or tier_opts):
+        raise click.UsageError("--origin, --state-dir and --tier-option go with --tier")
+    if tier_url is not None and state_dir is None:
+        raise click.UsageError("--tier needs --state-dir, a local folder for the reader's indexes and groups")
+    source: dict[str, Any] = (
+        {"root": root_folder(ctx)}
+        if tier_url is None
+        else {"tier": tier_url, "tier_options": tier_options(tier_opts), "origins": list(origins) or None, "state_dir": state_dir}
+    )
     if include is not None:
         if topic or topic_opt:
             raise click.UsageError("give either a topic or --include, not both")
@@ -349,12 +382,12 @@ def consume(
     settings = client_properties(consumer_properties, "--consumer-property")
     if isolation_level is not None:
         settings["isolation_level"] = isolation_level
-    if topic is not None:
+    if topic is not None and tier_url is None:
         Admin(root_folder(ctx)).describe_topic(topic)  # a missing topic is an error (a Consumer would wait for it to appear)
     try:
         consumer = Consumer(
             *((topic,) if topic is not None and partition is None else ()),
-            root=root_folder(ctx),
+            **source,
             group_id=group,
             auto_offset_reset="earliest" if from_beginning else "latest",
             enable_auto_commit=False,
@@ -364,6 +397,9 @@ def consume(
         raise BadValue(str(exc)) from None
     count = 0
     try:
+        if topic is not None and tier_url is not None and consumer.partitions_for_topic(topic) is None:
+            found = ", ".join(sorted(consumer.topics())) or "none"
+            raise UnknownTopicError(f"topic {topic!r} is not in {redact_url(tier_url)} (topics: {found})")
         if include is not None:
             consumer.subscribe(pattern=f"(?:{include})\\Z")  # Kafka matches the whole name
         if partition is not None:
@@ -429,6 +465,8 @@ def consume(
         if group is not None and printed:
             consumer.commit(printed)
         if damage is not None:
+            if tier_url is not None:  # the damage is in the bucket: the writing root's fsck is what mends it
+                raise click.ClickException(str(damage))
             raise click.ClickException(f"{damage}; {_where_to_seek(root_folder(ctx), consumer, group)}")
         if reader_gone:
             silence_closed_output()

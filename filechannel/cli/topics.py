@@ -12,8 +12,8 @@ from ..client import Admin
 from ..client.topics import TopicStore, validate_topic_config
 from ..errors import TopicExistsError
 from ..tiering.bindings import probe_storage
-from .common import FORMAT_OPTION, ROOT_OPTION, cli, one_name, out, print_json, root_folder
-from .kafka import plain_value, topic_setting
+from .common import FORMAT_OPTION, ROOT_OPTION, cli, key_value, one_name, out, print_json, root_folder
+from .kafka import tier_options, topic_setting
 
 
 @cli.group()
@@ -69,18 +69,14 @@ def topics_create(
     name = one_name("topic", name, topic_opt)
     config: dict[str, Any] = {}
     for item in settings:
-        key, value = _key_value(item, "--config")
+        key, value = key_value(item, "--config")
         setting = topic_setting(key, value)
         if setting is None:
             click.echo(f"note: topic config {key} means nothing on one machine; ignored", err=True)
         else:
             config[setting[0]] = setting[1]
     if tier_opts:
-        options = dict(config.get("tier_options") or {})
-        for item in tier_opts:
-            key, value = _key_value(item, "--tier-option")
-            options[key] = plain_value(value)
-        config["tier_options"] = options
+        config["tier_options"] = {**(config.get("tier_options") or {}), **tier_options(tier_opts)}
     config = validate_topic_config(config)  # before the probe: credentials in tier_options are refused unsent
     if config.get("tier") is not None and not skip_tier_check:
         probe_storage(config["tier"], config.get("tier_options"))
@@ -94,13 +90,6 @@ def topics_create(
         out.print(f"topic {name} already exists with {len(existing.partitions)} partition(s); left as it is")
         return
     out.print(f"created topic {name} with {partitions} partition(s)")
-
-
-def _key_value(item: str, option: str) -> tuple[str, str]:
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=option)
-    return key.strip(), value.strip()
 
 
 @topics.command("list")

@@ -8,7 +8,7 @@ records (``fetcher.py``) and its side of the group (``coordinator.py``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from functools import partial
 from typing import Any, Literal, Self, Unpack, overload
@@ -17,13 +17,14 @@ from ..channel import FileChannel
 from ..engine.wakeup import Wakeup
 from ..errors import ChannelClosedError, ConfigError, FileChannelError, UnknownTopicError
 from .assignors import DEFAULT_STRATEGIES, strategy_names
+from .bucket import BucketTopics
 from .coordinator import CommitOffsets, GroupCoordinator
 from .fetcher import FETCH_BYTES, FETCH_MAX_BYTES, Fetcher, check_timeout_ms
 from .group import GroupMember
 from .kafka_names import CONSUMER_IGNORED, ConsumerConfigs, check_names
 from .records import MAX_OFFSET, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition, check_offset, to_tp
 from .serializer import Codec, check_codec
-from .subscription import ConsumerRebalanceListener, SubscriptionState, no_offset
+from .subscription import ConsumerRebalanceListener, SubscriptionState, TopicSource, no_offset
 from .topics import TopicStore
 
 _RESETS = ("earliest", "latest", "none")
@@ -57,10 +58,18 @@ def _no_wait(timeout_ms: Any) -> None:
 
 
 class Consumer:
-    """Reads records from topics under ``root``.
+    """Reads records from topics under ``root``, or from a tier URL alone (``tier``).
 
     topics: topics to subscribe to at once (or call :meth:`subscribe` / :meth:`assign`).
     root: the folder holding the topics.
+    tier, tier_options, origins, state_dir, tier_poll_ms: instead of ``root``, read what roots
+        uploaded to the tier URL ``tier`` (opened with ``tier_options``: ``endpoint_url``...),
+        with no root, writing nothing there (see :mod:`.bucket`): the topics of every origin
+        found (or of ``origins``, a list of names), named ``<origin>.<topic>`` (plain
+        ``<topic>`` for a root without an origin), each record with the header
+        ``filechannel.origin``; uploaded segments only, followed by one GET of each read
+        partition's head every ``tier_poll_ms`` (default 1000). ``state_dir`` (required with
+        ``tier``) is a local folder of the reader's: the derived indexes and the groups' offsets.
     group_id: the consumer group; members of one group, in any processes, share the
         partitions and commit offsets. None: this consumer reads every partition of its
         subscription and cannot commit.
@@ -116,7 +125,12 @@ class Consumer:
     def __init__(
         self,
         *topics: str,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | None = None,
+        tier: str | None = None,
+        tier_options: dict[str, Any] | None = None,
+        origins: Sequence[str] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        tier_poll_ms: int = 1000,
         group_id: str | None = None,
         auto_offset_reset: str = "latest",
         enable_auto_commit: bool = True,
@@ -161,7 +175,29 @@ class Consumer:
             raise ConfigError("heartbeat_interval_ms must be smaller than session_timeout_ms")
         check_codec("key_deserializer", key_deserializer, "deserialize")
         check_codec("value_deserializer", value_deserializer, "deserialize")
-        self._topics = TopicStore(root)
+        if isinstance(tier_poll_ms, bool) or not isinstance(tier_poll_ms, int) or tier_poll_ms < 1:
+            raise ConfigError(f"tier_poll_ms must be an int >= 1, not {tier_poll_ms!r}")
+        self._bucket: BucketTopics | None = None
+        self._topics: TopicSource
+        if tier is None:
+            if root is None:
+                raise ConfigError("Consumer needs root= (a folder of topics) or tier= (a tier URL read alone, with state_dir=)")
+            if tier_options is not None or origins is not None or state_dir is not None:
+                raise ConfigError("tier_options, origins and state_dir go with tier= (a tier URL read alone), not root=")
+            self._topics = TopicStore(root)
+        else:
+            if root is not None:
+                raise ConfigError("give the Consumer root= or tier=, not both")
+            if state_dir is None:
+                raise ConfigError("a Consumer of a tier URL needs state_dir=, a local folder for its indexes and groups")
+            self._topics = self._bucket = BucketTopics(
+                tier,
+                tier_options,
+                origins,
+                state_dir,
+                max_age_s=metadata_max_age_ms / 1000,
+                follow_s=tier_poll_ms / 1000,
+            )
         self._consumer_timeout = consumer_timeout_ms / 1000
         self._commit_callback = commit_callback
         self.client_id = str(configs.get("client_id") or f"filechannel-consumer-{os.getpid()}-{id(self):x}")
@@ -191,13 +227,14 @@ class Consumer:
         self.fetcher = Fetcher(
             self._subscription,
             self._wakeup,
-            self.coordinator.upkeep,
+            self.coordinator.upkeep if self._bucket is None else self._bucket_upkeep,
             auto_offset_reset=auto_offset_reset,
             max_poll_records=max_poll_records,
             fetch_bytes=fetch_bytes,
             fetch_max_bytes=fetch_max_bytes,
             key_deserializer=key_deserializer,
             value_deserializer=value_deserializer,
+            header_of=None if self._bucket is None else self._bucket.origin_header,
         )
         if topics:
             try:
@@ -205,6 +242,12 @@ class Consumer:
             except BaseException:
                 self.close(autocommit=False)  # leave the group: a failed constructor leaves no member behind
                 raise
+
+    def _bucket_upkeep(self) -> float:
+        """The group's upkeep; a wait for records then lasts at most ``tier_poll_ms`` (no upload
+        wakes a bucket reader: its next fetch asks the heads)."""
+        assert self._bucket is not None
+        return min(self.coordinator.upkeep(), self._bucket.follow_s)
 
     def _set_assignment(self, tps: set[TopicPartition]) -> None:
         """Read ``tps``: the other partitions closed, the new ones opened at their committed
@@ -347,7 +390,7 @@ class Consumer:
         return self._subscription.part(tp).polled_ms
 
     def topics(self) -> set[str]:
-        """The names of every topic under the root."""
+        """The names of every topic under the root (of a tier URL: ``<origin>.<topic>``, see ``tier``)."""
         return set(self._topics.list())
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
@@ -491,6 +534,8 @@ class Consumer:
             self._set_assignment(set())
             self.coordinator.leave()
             self._wakeup.close()
+            if self._bucket is not None:
+                self._bucket.close()
 
     def __enter__(self) -> Self:
         return self

@@ -25,7 +25,7 @@ from ..engine.wakeup import Wakeup
 from ..errors import ChannelClosedError, ConfigError, OffsetOutOfRangeError
 from .records import KAFKA_PYTHON_RECORDS, ConsumerRecord, RecordShape, TopicPartition
 from .serializer import Codec, TopicCodec
-from .subscription import UNSIZED, PartitionState, SubscriptionState, no_offset
+from .subscription import UNSIZED, PartitionState, SubscriptionState, no_offset, open_receiver
 
 # About the most one fetch reads from a partition by default (max_partition_fetch_bytes, as
 # Kafka's; at least one record; the cursor's bound, Cursor.read): a 4 MiB poll of 64 KiB
@@ -76,7 +76,9 @@ class Fetcher:
     """Reads records from the partitions of ``subscription`` (see the module docstring).
 
     ``upkeep()`` is called before each fetch of :meth:`poll` and returns the longest a wait
-    for records may then last (a group member's heartbeat interval). ``record_shape`` is the
+    for records may then last (a group member's heartbeat interval; a bucket reader's
+    ``tier_poll_ms``: nothing wakes it when a root uploads). ``header_of(topic)``: a header
+    added to every record of the topic (a bucket reader's origin), or None. ``record_shape`` is the
     type records are made as (kafka-python's; the async consumer sets aiokafka's before its
     first fetch). ``closed``: the consumer is closed, nothing is fetched or taken any more.
     Reads and changes partitions' state without a lock: one thread at a time (the async
@@ -95,8 +97,11 @@ class Fetcher:
         fetch_max_bytes: int,
         key_deserializer: Codec | None,
         value_deserializer: Codec | None,
+        header_of: Callable[[str], tuple[str, bytes]] | None = None,
     ) -> None:
         self.record_shape: RecordShape = KAFKA_PYTHON_RECORDS
+        self._header_of = header_of  # a header every record of a topic gets (a bucket reader's origin), asked once per partition
+        self._headers: dict[TopicPartition, tuple[str, bytes]] = {}
         self.max_poll_records = max_poll_records
         self._key_codec = TopicCodec(key_deserializer, "deserialize")
         self._value_codec = TopicCodec(value_deserializer, "deserialize")
@@ -127,11 +132,11 @@ class Fetcher:
                 start: int | None = committed
             else:
                 start = None if self._reset == "none" else self._reset_offset(tp, ch)
-            rx = None if start is None else ch.receiver(start)
+            rx = None if start is None else open_receiver(ch, start)
         except BaseException:
             ch.close()
             raise
-        self._parts[tp] = PartitionState(ch, rx)
+        self._parts[tp] = PartitionState(ch, rx, start)
 
     def _reset_offset(self, tp: TopicPartition, ch: FileChannel) -> int:
         if self._reset == "earliest":
@@ -213,7 +218,11 @@ class Fetcher:
                     if rx is None:
                         if nowait:
                             raise WouldBlock
-                        raise no_offset(tp)
+                        if part.waiting is None:
+                            raise no_offset(tp)
+                        rx = part.start_waiting()
+                        if rx is None:
+                            continue  # no segment yet (a bucket reader's partition before its first upload)
                     layout = self._layouts.get(tp) or self._new_layout(tp)
                     try:
                         raw = rx.read_now(budget, layout, min(self._fetch_bytes, room), nowait)
@@ -232,6 +241,9 @@ class Fetcher:
                             # lost its tail): as Kafka, reset by auto_offset_reset, never wait forever.
                             rx.seek(self._reset_offset(tp, part.channel))
                         continue
+                    if self._header_of is not None:
+                        header = self._headers.get(tp) or self._headers.setdefault(tp, self._header_of(tp.topic))
+                        raw = self.record_shape.with_header(raw, header)
                     try:
                         recs = self.record_shape.deserialized(
                             raw,

@@ -132,6 +132,17 @@ class RecordShape(NamedTuple):
             partial(self.build, topic, partition),
         )
 
+    def with_header(self, records: list[Any], header: tuple[str, bytes]) -> list[Any]:
+        """``records`` (of this shape) with ``header`` after their own headers (not counted in
+        their serialized header size: it is not stored with them)."""
+        h = self.slots[4]
+        if self.headers_type is list:  # a new list per record: extended where it is
+            for rec in records:
+                rec[h].append(header)
+            return records
+        new = tuple.__new__
+        return [new(self.record_type, (*rec[:h], (*rec[h], header), *rec[h + 1 :])) for rec in records]
+
     def deserialized(
         self, records: list[Any], key_de: Callable[[bytes], Any] | None, value_de: Callable[[bytes], Any] | None
     ) -> list[Any]:

@@ -15,13 +15,20 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..channel import FileChannel
-from ..errors import ConfigError, IllegalStateError, NoOffsetForPartitionError, UnknownPartitionError, UnknownTopicError
+from ..engine.wakeup import Wakeup
+from ..errors import (
+    ConfigError,
+    IllegalStateError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from ..receiver import Receiver
 from .records import ConsumerRecord, TopicPartition, to_tp
-from .topics import TopicStore
 
 T = TypeVar("T")
 
@@ -32,6 +39,32 @@ class ConsumerRebalanceListener(Protocol):
     def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+
+class TopicSource(Protocol):
+    """Where a consumer's topics are: a root (``topics.TopicStore``) or a tier URL read alone
+    (``bucket.BucketTopics``). ``root`` is the folder its groups keep their state in."""
+
+    @property
+    def root(self) -> str: ...
+
+    def list(self) -> list[str]: ...
+
+    def partitions(self, topic: str) -> int: ...
+
+    def open_partition(self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any) -> FileChannel: ...
+
+
+def open_receiver(channel: FileChannel, offset: int) -> Receiver | None:
+    """A receiver of ``channel`` at ``offset``; None while the channel holds no segment at all and
+    ``offset`` is not below its first offset (a bucket reader's partition before its first
+    upload, or with every upload deleted): it starts there once a segment appears."""
+    try:
+        return channel.receiver(offset)
+    except OffsetOutOfRangeError:
+        if channel.first_offset < channel.end_offset or offset < channel.first_offset:
+            raise
+        return None
 
 
 def no_offset(tp: TopicPartition) -> NoOffsetForPartitionError:
@@ -49,14 +82,17 @@ class PartitionState:
     rest of an iterator's batch, or what a filtered async fetch left); they come first. So
     the partition's position is the first pending record's offset, else the receiver's: it
     never runs ahead of what was handed out. ``receiver`` is None while the partition has no
-    position (no committed offset and ``auto_offset_reset="none"``) until the user seeks.
+    position (no committed offset and ``auto_offset_reset="none"``) until the user seeks, or
+    while its channel holds no segment yet (:func:`open_receiver`): then ``waiting`` is the
+    position, where the receiver starts once one appears (:meth:`start_waiting`).
     """
 
-    __slots__ = ("channel", "fetch_records", "paused", "pending", "polled_ms", "receiver")
+    __slots__ = ("channel", "fetch_records", "paused", "pending", "polled_ms", "receiver", "waiting")
 
-    def __init__(self, channel: FileChannel, receiver: Receiver | None) -> None:
+    def __init__(self, channel: FileChannel, receiver: Receiver | None, waiting: int | None = None) -> None:
         self.channel = channel
         self.receiver = receiver
+        self.waiting = waiting if receiver is None else None
         self.paused = False
         self.pending: deque[ConsumerRecord] = deque()
         self.fetch_records = UNSIZED  # records per fetch (max_partition_fetch_bytes of them), once sizes are seen
@@ -65,15 +101,22 @@ class PartitionState:
     def position(self) -> int | None:
         if self.pending:
             return self.pending[0].offset
-        return None if self.receiver is None else self.receiver.position
+        return self.waiting if self.receiver is None else self.receiver.position
 
     def seek(self, offset: int) -> None:
         """Deliver ``offset`` next; the pending records go only once the seek succeeded."""
         if self.receiver is None:
-            self.receiver = self.channel.receiver(offset)
+            self.receiver = open_receiver(self.channel, offset)
+            self.waiting = offset if self.receiver is None else None
         else:
             self.receiver.seek(offset)
         self.pending.clear()
+
+    def start_waiting(self) -> Receiver | None:
+        """The receiver of a partition that was ``waiting`` for its first segment, if it has one now."""
+        if self.waiting is not None and (receiver := open_receiver(self.channel, self.waiting)) is not None:
+            self.receiver, self.waiting = receiver, None
+        return self.receiver
 
     def close(self) -> None:
         if self.receiver is not None:
@@ -90,7 +133,7 @@ class SubscriptionState:
     dict for the consumer's life (the fetcher reads it on every fetch).
     """
 
-    def __init__(self, store: TopicStore, metadata_max_age_ms: int) -> None:
+    def __init__(self, store: TopicSource, metadata_max_age_ms: int) -> None:
         self.store = store
         self.parts: dict[TopicPartition, PartitionState] = {}
         self.topics: list[str] = []

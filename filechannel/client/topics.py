@@ -67,7 +67,7 @@ class TopicStore(RootLayout):
         once when that can be reached (:func:`~filechannel.tiering.marks.mark_deleted_now`), so a
         rebuild of a lost root never brings the topic back; if it cannot, the daemon's purge
         writes the mark once the storage is back."""
-        config = (self._read_file(topic) or {}).get("config", {})
+        config = self.tier_config((self._read_file(topic) or {}).get("config", {}))
         super().delete(topic)
         if config.get("tier") is not None:
             try:
@@ -142,6 +142,16 @@ class Admin:
     def set_root_setting(self, name: str, value: bool) -> None:
         """Store a root setting, e.g. ``set_root_setting("auto.create.topics.enable", False)``."""
         self._store.set_root_setting(name, value)
+
+    def origin(self) -> str | None:
+        """The root's origin in tier-2 (None: the default origin, objects at each tier URL itself)."""
+        return self._store.origin()
+
+    def set_origin(self, origin: str) -> None:
+        """Give the root an origin: its tiered topics keep their tier-2 objects under
+        ``<tier-url>/<origin>/``, so many roots can tier into one bucket URL (DESIGN.md, "Origins").
+        Only before the root's first tiered topic (:class:`ConfigError` after)."""
+        self._store.set_origin(origin)
 
     def describe_topic(self, name: str) -> TopicDescription:
         """Partitions with their first and end offsets and bytes on disk, and the settings."""

@@ -136,7 +136,7 @@ class TierPlanner:
 
     def tier_config(self, topic: str) -> dict[str, Any] | None:
         """The topic's settings if it has a tier, else None."""
-        config = self.store.meta(topic).get("config", {})
+        config = self.store.tier_config(self.store.meta(topic).get("config", {}))
         return config if config.get("tier") is not None else None
 
     def uploaded(self, topic: str, partition: int) -> list[SegmentRecord]:

@@ -87,7 +87,7 @@ from ..engine.recovery_point import FILE_NAME as RECOVERY_POINT_FILE
 from ..engine.recovery_point import read_recovery_point
 from ..engine.segment import MAX_FRAME_PAYLOAD
 from ..errors import ConfigError, FencedError, FileChannelError, TierError, os_errors
-from ..root import DELETED_DIR, ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS
+from ..root import DELETED_DIR, ROOT_METADATA, TOPIC_FILE, TOPIC_SETTINGS, RootLayout
 from .bindings import StorageClients
 from .context import STANDALONE_METADATA
 from .daemon_lock import LOCK_FILE
@@ -96,6 +96,7 @@ from .heads import ChannelHead, write_head
 from .layout import DELETING, LISTED, STATES, UPLOADED, UPLOADING, SegmentRecord, manifest_name, parse_object_name
 from .marks import deleted_topics, purge_topic, read_mark
 from .metadata import TierMetadata
+from .origins import enter_origin, top_url
 from .ownership import PrefixGuard, newest_epoch, root_identity
 from .partitions import TieredChannel, storage_key, tier_of, tiered_partitions
 from .reindex import bring_up, open_index, referenced_by_manifests
@@ -180,6 +181,7 @@ class TieringDaemon:
         self._swept: set[str] = set()  # partitions whose orphans this epoch deleted
         self._guards: dict[tuple[str, str], PrefixGuard] = {}  # storages entered: claimed, this epoch marked
         self.root_id = ""
+        self.origin: str | None = None if channel is not None else RootLayout(self.root).origin()  # objects under <url>/<origin>
         self.epoch = 0
         self.orphan_grace_ms = orphan_grace_ms
         self._fresh_index = False  # the index was made anew at start: its partitions' manifests are read
@@ -228,13 +230,16 @@ class TieringDaemon:
         return newest
 
     def _enter(self, config: ChannelConfig) -> PrefixGuard:
-        """This daemon's standing on the storage of ``config``: claimed and its epoch marked, once."""
+        """This daemon's standing on the storage of ``config``: claimed and its epoch marked, once;
+        the URL's layout of origins checked around the claim (:func:`.origins.enter_origin`)."""
         storage = self._storage(config)
         key = storage_key(config)
         guard = self._guards.get(key)
         if guard is None:
+            url, options = tier_of(config)
+            top = self._storages.get(top_url(url, self.origin), options)
             guard = PrefixGuard(storage, self.root_id, self.owner, self.epoch)
-            guard.enter()
+            enter_origin(top, self.origin, self.root_id, guard.enter)
             self._guards[key] = guard
             self._progress(f"{redact_url(storage.url)}: owned by this root, epoch {self.epoch} recorded there")
         return guard

@@ -19,8 +19,8 @@ from . import bindings
 @dataclass(frozen=True)
 class TieredChannel:
     """One channel the daemon tiers (a partition of one of the root's topics, or the one channel of a
-    daemon run on a channel folder): its folder, its name in tier-2, its settings, and its topic's
-    partition count."""
+    daemon run on a channel folder): its folder, its name in tier-2, its settings (``tier`` already
+    under the root's origin, :meth:`RootLayout.tier_config`), and its topic's partition count."""
 
     path: str
     name: str
@@ -30,8 +30,8 @@ class TieredChannel:
 
 def tiered_partitions(root: str) -> list[TieredChannel]:
     """Every partition of every topic under ``root`` whose settings have ``tier`` set (read
-    through the root's layout, RootLayout: one reader of ``topic.json``). A damaged topic.json
-    raises ConfigError, naming it."""
+    through the root's layout, RootLayout: one reader of ``topic.json``), its ``tier`` under the
+    root's origin. A damaged topic.json raises ConfigError, naming it."""
     store = RootLayout(root)
     found = []
     for topic in store.list():
@@ -39,7 +39,7 @@ def tiered_partitions(root: str) -> list[TieredChannel]:
         settings = dict((meta or {}).get("config", {}))
         if meta is None or settings.get("tier") is None:
             continue
-        config = ChannelConfig.from_kwargs(**{**settings, "maintenance_interval": 0})
+        config = ChannelConfig.from_kwargs(**{**store.tier_config(settings), "maintenance_interval": 0})
         for p in range(int(meta["partitions"])):
             path = store.partition_path(topic, p)
             if os.path.isdir(path):
