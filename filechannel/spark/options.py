@@ -22,6 +22,8 @@ from ..engine.names import validate_name
 from ..errors import ConfigError, UnknownTopicError
 
 EARLIEST, LATEST = -2, -1  # Kafka's sentinels in JSON offsets
+UPLOADED = -3  # endingOffsets "uploaded": each partition's uploaded end (never accepted in JSON offsets)
+_SENTINELS = {"earliest": EARLIEST, "latest": LATEST, "uploaded": UPLOADED}
 
 # {"topic": {"partition": offset}}: Spark checkpoints these as JSON, so partitions are strings.
 Offsets = dict[str, dict[str, int]]
@@ -37,6 +39,7 @@ SOURCE_OPTIONS = {
     "endingoffsets",
     "endingoffsetsbytimestamp",
     "endingtimestamp",
+    "latestoffset",
     "maxoffsetspertrigger",
     "minoffsetspertrigger",
     "maxtriggerdelay",
@@ -175,6 +178,9 @@ class SourceOptions:
     include_headers: bool
     group_id: str | None
     tier_direct_reads: bool = True  # offloaded ranges read by executors from tier-2 (spark/tier.py)
+    # endingOffsets=uploaded (a batch) or latestOffset=uploaded (a stream): "latest" is each
+    # partition's uploaded end, so every task reads tier-2 and none needs the root (spark/tier.py)
+    uploaded_only: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool | None) -> SourceOptions:
@@ -241,14 +247,28 @@ class SourceOptions:
         if batch is False:
             for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
                 if name.lower() in opts:
-                    raise ConfigError(f'option "{name}" is not valid in streaming queries (a stream has no end)')
+                    raise ConfigError(
+                        f'option "{name}" is not valid in streaming queries (a stream has no end); '
+                        'option("latestOffset", "uploaded") makes each micro-batch end at the offsets uploaded to tier-2'
+                    )
+        latest = opts.get("latestoffset", "latest").strip().lower()
+        if latest not in ("latest", "uploaded"):
+            raise ConfigError(f'option "latestOffset" must be latest or uploaded, not {opts["latestoffset"]!r}')
+        if batch and "latestoffset" in opts:
+            raise ConfigError(
+                'option "latestOffset" is for streams; a batch ends at the uploaded offsets with '
+                'option("endingOffsets", "uploaded")'
+            )
+        ending = _bound(opts, "ending", "latest")
+        if opts.get("startingoffsets", "").strip().lower() == "uploaded":
+            raise ConfigError('startingOffsets cannot be "uploaded": it is an end (endingOffsets, or latestOffset for a stream)')
         parsed = cls(
             root=root,
             strategy=strategy,
             topics=topics,
             assigned=assigned,
             starting=_bound(opts, "starting", "latest" if batch is False else "earliest"),
-            ending=_bound(opts, "ending", "latest"),
+            ending=ending,
             no_match_latest=strategy_name == "latest",
             max_offsets_per_trigger=max_rows,
             min_offsets_per_trigger=min_rows,
@@ -259,6 +279,7 @@ class SourceOptions:
             include_headers=parse_bool(opts, "includeHeaders", False),
             group_id=group_id,
             tier_direct_reads=parse_bool(opts, "tierDirectReads", True),
+            uploaded_only=latest == "uploaded" or (ending.kind == "offsets" and ending.raw.lower() == "uploaded"),
         )
         parsed.check_bounds(batch)
         return parsed
@@ -308,14 +329,14 @@ class SourceOptions:
         if bound.kind == "timestamp":
             ts = parse_timestamp(name, bound.raw)
             return {t: {str(p): ts for p in ps} for t, ps in parts.items()}
-        if bound.kind == "offsets" and bound.raw.lower() in ("earliest", "latest"):
-            sentinel = EARLIEST if bound.raw.lower() == "earliest" else LATEST
+        if bound.kind == "offsets" and bound.raw.lower() in _SENTINELS:
+            sentinel = _SENTINELS[bound.raw.lower()]
             return {t: {str(p): sentinel for p in ps} for t, ps in parts.items()}
         example = '{"topic":{"0":23}}' if bound.kind == "offsets" else '{"topic":{"0":1700000000000}}'
         try:
             given = json.loads(bound.raw)
         except ValueError as exc:
-            lead = "neither earliest, latest nor JSON" if bound.kind == "offsets" else "not JSON"
+            lead = "neither earliest, latest, uploaded nor JSON" if bound.kind == "offsets" else "not JSON"
             raise ConfigError(f'option "{name}" is {lead} like {example}: {bound.raw!r} ({exc})') from None
         if not isinstance(given, dict) or not all(isinstance(v, dict) for v in given.values()):
             raise ConfigError(f'option "{name}" must be a JSON object of objects like {example}, not {bound.raw!r}')

@@ -26,9 +26,9 @@ from ..client import Consumer, TopicPartition
 from ..client.topics import TopicStore
 from ..errors import ConfigError
 from .errors import data_loss
-from .options import EARLIEST, LATEST, Bound, Offsets, SourceOptions
+from .options import EARLIEST, LATEST, UPLOADED, Bound, Offsets, SourceOptions
 from .ranges import OffsetRange, read_range, split
-from .tier import TierPlanner, TierRange, read_tier_range
+from .tier import TierPlanner, TierRange, read_tier_range, uploaded_ends
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +52,23 @@ def resolve(opts: SourceOptions, bound: Bound, *, starting: bool) -> Offsets:
     ``offsetsForTimes``). Where no record is that recent, an ending bound is the partition's
     end (as in Kafka); a starting one fails, or is the end with
     ``startingOffsetsByTimestampStrategy=latest``.
+
+    With ``opts.uploaded_only`` (endingOffsets or latestOffset ``uploaded``), "latest" and the
+    end are each partition's uploaded end, and an ending timestamp found past it is that end.
     """
     spec = opts.spec(bound)
     store = TopicStore(opts.root)
+    uploaded = uploaded_ends(opts.root, opts.partitions()) if opts.uploaded_only else None
     out: Offsets = {}
     for topic, offsets in spec.items():
         out[topic] = {}
         for p, value in offsets.items():
             with store.open_partition(topic, int(p), read_only=True) as ch:
                 first, end = ch.first_offset, ch.end_offset
+                if uploaded is not None:
+                    end = uploaded.get(topic, {}).get(p, first)
                 if bound.kind == "offsets":
-                    off = first if value == EARLIEST else end if value == LATEST else value
+                    off = first if value == EARLIEST else end if value in (LATEST, UPLOADED) else value
                 else:
                     found = ch.offset_for_time(value)
                     if found is None and starting and not opts.no_match_latest:
@@ -72,11 +78,16 @@ def resolve(opts: SourceOptions, bound: Bound, *, starting: bool) -> Offsets:
                             "at its end instead"
                         )
                     off = end if found is None else max(found, first)
+                    if not starting:
+                        off = min(off, end)
             out[topic][p] = off
     return out
 
 
 def end_offsets(opts: SourceOptions) -> Offsets:
+    """Where each partition ends now: its end offset, or its uploaded end with ``opts.uploaded_only``."""
+    if opts.uploaded_only:
+        return uploaded_ends(opts.root, opts.partitions())
     return {t: {p: end for p, (_, end) in ps.items()} for t, ps in partition_bounds(opts).items()}
 
 
@@ -196,6 +207,8 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         latest = self._target if self._target is not None else end_offsets(self.opts)
+        if self.opts.uploaded_only:  # a start past the uploaded end (a timestamp found in the local tail) waits there
+            latest = {t: {p: max(off, start.get(t, {}).get(p, off)) for p, off in ps.items()} for t, ps in latest.items()}
         if isinstance(limit, ReadAllAvailable):  # the highest priority, as in Kafka's source
             return latest
         if self.opts.min_offsets_per_trigger is not None and self._target is None and self._delay(start, latest):

@@ -38,7 +38,7 @@ import functools
 import itertools
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -214,13 +214,21 @@ class TierPlanner:
 def uploaded_end_offsets(root: str, topics: Sequence[str]) -> dict[str, dict[str, int]]:
     """``{"topic": {"partition": offset}}``: where each partition's records in tier-2, from its
     first offset on, end (its first offset if none are uploaded). As ``endingOffsets`` of a batch
-    from ``earliest``, a read that executors do from tier-2 alone, with no task on the channel."""
+    from ``earliest``, a read that executors do from tier-2 alone, with no task on the channel
+    (what ``option("endingOffsets", "uploaded")`` does)."""
+    store = TopicStore(root)
+    return uploaded_ends(root, {topic: list(range(store.partitions(topic))) for topic in topics})
+
+
+def uploaded_ends(root: str, partitions: Mapping[str, Sequence[int]]) -> dict[str, dict[str, int]]:
+    """:func:`uploaded_end_offsets` of the given partitions of each topic (on the driver: it
+    reads the root's index and opens each partition read-only for its first offset)."""
     planner = TierPlanner(root)
     try:
         out: dict[str, dict[str, int]] = {}
-        for topic in topics:
+        for topic, parts in partitions.items():
             out[topic] = {}
-            for p in range(planner.store.partitions(topic)):
+            for p in parts:
                 with planner.store.open_partition(topic, p, read_only=True) as ch:
                     first = ch.first_offset
                 run = _run_from(planner.uploaded(topic, p), first) if planner.tier_config(topic) else []
