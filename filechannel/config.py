@@ -43,7 +43,7 @@ class TopicSettings(TypedDict, total=False):
     tier_options: dict[str, Any] | None  # non-secret storage options (endpoint_url, region_name, ...)
     local_retention_bytes: int | None  # uploaded data kept on local disk, by size (None: all)
     local_retention_ms: int | None  # ...by age in ms (None: all)
-    tier_after_ms: int | None  # upload a sealed segment once its newest record is this old (None: at once)
+    tier_after_ms: int | None  # upload records once this old, sealing the active segment for it (None: once sealed)
     tier_chunk_bytes: int  # largest chunk object of an uploaded segment
     tier_cache_bytes: int  # bound of the cache of remote blocks
     tier_cache_dir: str | None  # folder for that cache (None: in memory)
@@ -102,8 +102,10 @@ class ChannelConfig:
         credentials come from the environment or boto3's chain, never from this file.
     local_retention_bytes / local_retention_ms: how much of the uploaded data stays on local
         disk (None: keep everything local). A segment is never deleted locally before it is uploaded.
-    tier_after_ms: upload a sealed segment only once its newest record is this old (None:
-        as soon as it is sealed and compressed).
+    tier_after_ms: the freshness of tier-2: the daemon uploads a segment once its first record
+        is this old, and seals the active segment for it then (idle or slow writers), so a
+        reader of tier-2 is behind the writer by at most this, a daemon pass and an upload
+        (None: a segment moves once its writer seals it, at ``segment_bytes``/``segment_ms``).
     tier_chunk_bytes: largest chunk object of an uploaded segment. tier_cache_bytes: the
         bound of the cache of remote blocks, in memory, or in files of ``tier_cache_dir``
         when set (a private subfolder per process, removed on close). tier_upload_bytes_per_s: upload rate

@@ -15,13 +15,18 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from ..errors import os_errors
 from . import names
 from .clock import now_ms
+from .compressed import CompressedSegment
 from .files import fsync_dir, opened, unlink_if_exists
 from .log_start import read_log_start
+from .record import FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE
 from .segment import (
     MAX_FRAME_PAYLOAD,
+    SEGMENT_HEADER_SIZE,
     FrameScanner,
+    valid_frame_at,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +53,30 @@ def segment_max_timestamp(log: Log, ref: SegmentRef, end_offset: int) -> int:
     with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
         _marks, _since, max_ts = FrameScanner(fd, ref.path, position, offset, MAX_FRAME_PAYLOAD).scan(max_ts=max_ts)
     return max_ts
+
+
+def segment_first_timestamp(ref: SegmentRef) -> int | None:
+    """The timestamp of a segment's first record: the first frame of a raw segment (None while
+    it holds no whole, valid frame: empty, or its writer is writing it), or of the first block
+    of a ``.seg.z``. How old a segment's oldest record is (records carry their producer's
+    timestamps, so it is the first record's, not the smallest); ``tier_after_ms`` goes by it."""
+    if ref.compressed:
+        segment = CompressedSegment.open(ref.path)
+        try:
+            if not segment.info.blocks:
+                return None
+            data = segment.read_block(0)
+        finally:
+            segment.close()
+        if len(data) < FRAME_HEADER_SIZE + RECORD_PREFIX_SIZE:
+            return None
+        return int(RECORD_PREFIX.unpack_from(data, FRAME_HEADER_SIZE)[1])
+    with opened(ref.path, os.O_RDONLY, action="open segment") as fd, os_errors("read", ref.path):
+        size = os.fstat(fd).st_size
+        if not valid_frame_at(fd, ref.path, SEGMENT_HEADER_SIZE, size):
+            return None
+        prefix = os.pread(fd, RECORD_PREFIX_SIZE, SEGMENT_HEADER_SIZE + FRAME_HEADER_SIZE)
+    return int(RECORD_PREFIX.unpack_from(prefix, 0)[1])
 
 
 def collect_garbage(log: Log, hold: int | None) -> list[int]:

@@ -13,6 +13,9 @@ whose settings have ``tier``:
 0. with ``roll_idle_ms`` (``tier run --roll``), seal the active segment if it holds records,
    no writer holds its ``writer.lock`` and it was not written to for that long
    (:mod:`filechannel.engine.idle_seal`), so a quiet partition's records become eligible;
+   with the topic's ``tier_after_ms``, also once its first record is that old (a slow
+   writer's segment: tier-2 is then behind the writer by at most ``tier_after_ms``, a pass
+   and an upload);
    then clean up: finish "deleting" rows (objects, then row), abandon "uploading" rows (of a
    dead epoch, or this epoch's failed attempt: objects, then row), and, on the
    partition's first pass of this epoch, bring the index up to the bucket if it is behind
@@ -26,7 +29,8 @@ whose settings have ``tier``:
 2. upload the eligible ones, oldest first (see :mod:`.uploader`): sealed, in ``.seg.z``
    form (or raw below the recovery point when ``compression="none"``, staged as ``.seg.z``
    at zstd level 1 in ``ROOT/.tier/staging``: the local copy stays raw, tier-2 always has
-   the one block form every remote reader reads), older than ``tier_after_ms`` if set;
+   the one block form every remote reader reads), once its first record is ``tier_after_ms``
+   old if that is set;
 3. local retention: delete local copies of a prefix of sealed segments past
    ``local_retention_bytes`` / ``local_retention_ms``, under ``maintenance.lock`` (also
    when an upload failed: what is uploaded may still leave the local disk);
@@ -79,7 +83,7 @@ from ..engine import compression, retention
 from ..engine.clock import now_ms
 from ..engine.compressed import compress_segment
 from ..engine.files import unlink_if_exists
-from ..engine.idle_seal import BUSY, SEALED, seal_idle
+from ..engine.idle_seal import AGED, BUSY, SEALED, seal_idle
 from ..engine.lock import FileLock
 from ..engine.log import Log, SegmentRef
 from ..engine.log_start import read_log_start
@@ -396,7 +400,7 @@ class TieringDaemon:
         deleted_before = report.deleted_remote
         log_ = Log(part.path, part.config)  # no tier context: the local listing only
         try:
-            if self.roll_idle_ms is not None:
+            if self.roll_idle_ms is not None or part.config.tier_after_ms is not None:
                 self._seal_idle(part, log_)
             with log_.maintenance_lock.holding():
                 compression.finish_interrupted_compressions(log_)
@@ -446,10 +450,12 @@ class TieringDaemon:
             log_.close()
 
     def _seal_idle(self, part: TieredChannel, log_: Log) -> None:
-        assert self.roll_idle_ms is not None
-        outcome, base, end = seal_idle(log_, self.roll_idle_ms)
+        """Seal the active segment if idle for ``roll_idle_ms`` or its first record is ``tier_after_ms`` old."""
+        outcome, base, end = seal_idle(log_, self.roll_idle_ms, part.config.tier_after_ms)
         if outcome == SEALED:
             self._progress(f"{part.name}: sealed the idle active segment, offsets [{base}, {end})")
+        elif outcome == AGED:
+            self._progress(f"{part.name}: sealed the active segment, its first record tier_after_ms old, offsets [{base}, {end})")
         elif outcome == BUSY:
             self._progress(f"{part.name}: a writer is writing: its active segment is left to it")
 
@@ -505,8 +511,8 @@ class TieringDaemon:
                         segment = staged.enter_context(self._staged(part, log_, ref))
                         if segment is None:  # collected or compressed under us: next pass
                             break
-                        if config.tier_after_ms is not None and segment.max_timestamp > now_ms() - config.tier_after_ms:
-                            break  # not old enough, and later segments are newer
+                        if config.tier_after_ms is not None and not self._due(segment, config.tier_after_ms):
+                            break  # its first record is not old enough, and later segments are newer
                         upload = start_upload(
                             storage,
                             self.metadata,
@@ -526,6 +532,12 @@ class TieringDaemon:
                     upload, staged = under_way.popleft()
                     with staged:
                         upload.abandon()
+
+    @staticmethod
+    def _due(segment: SegmentToUpload, after_ms: int) -> bool:
+        """Whether the first record of a sealed segment is ``after_ms`` old (``tier_after_ms``)."""
+        first = retention.segment_first_timestamp(SegmentRef(segment.base_offset, True, segment.path))
+        return first is None or first <= now_ms() - after_ms
 
     @contextmanager
     def _staged(self, part: TieredChannel, log_: Log, ref: SegmentRef) -> Iterator[SegmentToUpload | None]:

@@ -4,6 +4,7 @@ removes tier-2 copies, compression="none" topics, one daemon per root."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -94,23 +95,26 @@ def test_local_retention_bytes_keeps_the_newest_uploaded(tmp_path: Path) -> None
 
 
 def test_tier_after_ms_and_local_retention_ms_go_by_record_age(tmp_path: Path) -> None:
-    """Segments whose newest record is older than an hour are uploaded, then their local copies
-    deleted; a segment holding a newer record is neither."""
+    """tier_after_ms goes by a segment's first record (uploaded once it is an hour old, the
+    active segment sealed for it), local_retention_ms by its newest: segments holding only old
+    records leave the disk, a segment starting with a new record is not uploaded."""
     root = tmp_path / "root"
     hour = 3600 * 1000
     make_topic(root, f"file://{tmp_path}/tier", tier_after_ms=hour, local_retention_ms=hour)
     now = time.time_ns() // 1_000_000
     produce(root, values(150), timestamp=now - 2 * hour)
     produce(root, values(150, 150), timestamp=now)
-    before = local_bases(root)
     with TieringDaemon(root) as daemon:
         assert daemon.run(once=True).failures == []
     with TierMetadata(root / ROOT_METADATA) as metadata:
         uploaded = metadata.segments("t/0")
-    assert uploaded and all(r.max_timestamp == now - 2 * hour for r in uploaded)
-    first_new = [b for b in before if b <= 150][-1]  # the segment holding offset 150, the first new record
-    assert uploaded[-1].end_offset == first_new  # every all-old segment uploaded, none with a new record
-    assert local_bases(root) == [b for b in before if b >= first_new]
+    assert (
+        uploaded and uploaded[0].base_offset == 0 and all(a.end_offset == b.base_offset for a, b in itertools.pairwise(uploaded))
+    )
+    assert all(r.base_offset < 150 for r in uploaded)  # each starts with an old record
+    assert uploaded[-1].end_offset >= 150 and uploaded[-1].end_offset in local_bases(root)  # the next starts with a new one
+    holding = next((r.base_offset for r in uploaded if r.base_offset <= 150 < r.end_offset), 150)
+    assert local_bases(root)[0] == holding  # every segment of old records only left the disk
 
 
 def test_no_retention_deletes_a_segment_not_uploaded(tmp_path: Path) -> None:
