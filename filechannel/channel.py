@@ -34,6 +34,7 @@ from .errors import (
     ConfigError,
     FileChannelError,
     OffsetOutOfRangeError,
+    ReadOnlyError,
     os_errors,
 )
 from .receiver import AckReceiver, Receiver
@@ -69,7 +70,9 @@ class FileChannel:
     ``read_only=True`` opens an existing folder without changing any file: no recovery, no
     clean-up of what a dead process left, no maintenance thread, indexes that disagree with
     their frames rebuilt in memory only; receivers and :meth:`check` work, senders, ack
-    receivers, compression, garbage collection and repair raise :class:`ConfigError`.
+    receivers, compression, garbage collection and repair raise :class:`ReadOnlyError` (a
+    :class:`ConfigError`), whose message ends with ``read_only_because`` when given (which
+    implies ``read_only``: the partitions of a replica root say so).
     Opening never takes the writer lock either way: only a writer recovers the log.
 
     With ``tier`` set in the config, the channel has a tier-2 (see DESIGN.md "Tier-2"):
@@ -85,6 +88,7 @@ class FileChannel:
         *,
         wakeup: Wakeup | None = None,
         read_only: bool = False,
+        read_only_because: str | None = None,
         tier_metadata: str | None = None,
         tier_name: str | None = None,
         tier_context: TierContext | None = None,
@@ -100,7 +104,8 @@ class FileChannel:
         validate_name(os.path.basename(raw), "channel name (the folder's last component)")
         self.path = os.path.abspath(raw)
         self.config = ChannelConfig.from_kwargs(**config)
-        self.read_only = bool(read_only)
+        self.read_only = bool(read_only) or read_only_because is not None
+        self._read_only_because = read_only_because
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise ConfigError(f"channel path {self.path!r} exists and is not a folder")
         if self.read_only:
@@ -352,8 +357,10 @@ class FileChannel:
     def _check_writable(self) -> None:
         """Open, and not opened with ``read_only=True`` (which never changes a file)."""
         self._check_open()
+        if self._read_only_because is not None:
+            raise ReadOnlyError(f"the channel {self.path!r} is read-only: {self._read_only_because}")
         if self.read_only:
-            raise ConfigError(
+            raise ReadOnlyError(
                 f"the channel {self.path!r} was opened with read_only=True: sending, acking, compressing, "
                 "collecting and repairing change files; open it without read_only for those"
             )

@@ -154,6 +154,11 @@ class FencedError(TierError):
     """A newer uploader took over (its epoch is newer); this one must stop."""
 
 
+class ReadOnlyError(ConfigError):
+    """A write to something read-only: a channel opened with ``read_only=True``, or any part of a
+    replica root (``tier rebuild --replica``), which never sends, uploads or deletes."""
+
+
 class NotOwnerError(TierError):
     """Another root owns this tier-2 prefix (its claim is in the bucket): this root uploads, sweeps and deletes nothing there."""
 

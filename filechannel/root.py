@@ -15,6 +15,12 @@ import it; it imports none of them: opening a partition as a channel is the clie
                                  tiered topic whose tier-2 copies are not purged yet), and
                                  origin.json, {"origin": NAME}, when the root has an origin
                                  (see :meth:`RootLayout.set_origin`)
+    ROOT/.tier/replica.json      present only in a replica root (`tier rebuild --replica`):
+                                 {"tier": URL, "tier_options": {...} or null, "made_at_ms": ms}
+
+A replica root is a read-only copy of a tier-2 prefix another root owns: its partitions
+open read-only (a send raises :class:`~filechannel.errors.ReadOnlyError` saying why), and
+no daemon or upkeep tool that writes to tier-2 runs on it (:meth:`RootLayout.replica`).
 
 The root folder is made by the first topic created in it, never by a reader: a reader of a
 root that does not exist (a typo in ``--root``) learns that instead of an empty new root.
@@ -40,9 +46,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .config import ChannelConfig, TopicSettings
+from .engine.clock import now_ms
 from .engine.files import fsync_dir, read_if_exists, write_atomically
 from .engine.lock import FileLock
 from .engine.names import validate_name
@@ -50,6 +58,7 @@ from .errors import (
     ConfigError,
     InvalidNameError,
     InvalidPartitionsError,
+    ReadOnlyError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -96,6 +105,27 @@ def origin_url(url: str, origin: str | None) -> str:
     """Where a root of origin ``origin`` keeps its tier-2 objects under the tier URL ``url``:
     ``<url>/<origin>``, or ``url`` itself for the default origin (None)."""
     return url if origin is None else f"{url.rstrip('/')}/{validate_origin(origin)}"
+
+
+REPLICA_FILE = os.path.join(ROOT_TIER_DIR, "replica.json")  # a replica root's mark (see the module docstring)
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A replica root (``ROOT/.tier/replica.json``): a read-only copy of the tier-2 prefix ``tier``,
+    refreshed from it by ``tier rebuild --refresh`` with ``tier_options``."""
+
+    root: str
+    tier: str
+    tier_options: dict[str, Any] | None
+
+    def refusal(self, what: str) -> ReadOnlyError:
+        """The error of an attempt to ``what`` (send, upload...) in this replica: one line saying why and what to do."""
+        return ReadOnlyError(
+            f"cannot {what}: {self.root} is a read-only replica of {self.tier} (made by `filechannel tier rebuild "
+            f"--replica`), which sends, uploads and deletes nothing; do it on the root that owns {self.tier}, and "
+            f"bring this replica up to date with `filechannel tier rebuild --refresh --root {self.root}`"
+        )
 
 
 def topic_path(root: str, topic: str) -> str:
@@ -537,6 +567,36 @@ class RootLayout:
                 write_atomically(os.path.join(self.root, SETTINGS_FILE), json.dumps(settings, indent=2).encode())
         finally:
             lock.close()
+
+    def replica(self) -> Replica | None:
+        """What ``ROOT/.tier/replica.json`` says if this root is a replica (None: it is not); a
+        damaged mark raises ConfigError naming it (never read as "not a replica": that would let
+        a daemon claim the prefix another root owns)."""
+        path = os.path.join(self.root, REPLICA_FILE)
+        data = read_if_exists(path, "replica mark")
+        if data is None:
+            return None
+        try:
+            mark = json.loads(data)
+            tier, options = mark["tier"], mark.get("tier_options")
+            if not isinstance(tier, str) or not (options is None or isinstance(options, dict)):
+                raise ValueError(f"tier is {tier!r}, tier_options {options!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(
+                f"{path} is damaged ({exc}): this root is a replica of a tier-2 prefix; restore the file "
+                '({"tier": URL, "tier_options": {...}}), or make the replica again with `filechannel tier rebuild --replica`'
+            ) from exc
+        return Replica(self.root, tier, options)
+
+    def make_replica(self, tier: str, tier_options: Mapping[str, Any] | None) -> Replica:
+        """Mark this root a replica of the tier-2 prefix ``tier`` (before anything else is made in it)."""
+        path = os.path.join(self.root, REPLICA_FILE)
+        with os_errors("create tier folder", os.path.dirname(path)):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        options = None if tier_options is None else dict(tier_options)
+        mark = {"made_at_ms": now_ms(), "tier": tier, "tier_options": options}
+        write_atomically(path, json.dumps(mark, sort_keys=True).encode())
+        return Replica(self.root, tier, options)
 
     def auto_create_allowed(self) -> bool:
         """Whether a send may create a missing topic: the root's ``auto.create.topics.enable``."""

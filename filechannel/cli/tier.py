@@ -359,37 +359,69 @@ def tier_import(
 
 
 @tier.command("rebuild")
-@click.option("--root", "new_root", required=True, type=click.Path(file_okay=False), help="The new root (absent or empty).")
-@click.option("--tier", "tier_url", required=True, metavar="URL", help="The storage holding the lost root's tier-2 copy.")
+@click.option(
+    "--root",
+    "new_root",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="The new root (absent or empty); with --refresh, the replica.",
+)
+@click.option("--tier", "tier_url", metavar="URL", help="The storage holding the root's tier-2 copy.")
 @_TIER_OPTIONS
-def tier_rebuild(new_root: str, tier_url: str, tier_options: str | None) -> None:
+@click.option(
+    "--replica",
+    is_flag=True,
+    help="Make a read-only replica: the prefix stays its owner's (no claim, no epoch); sends, tier run and repairs are refused.",
+)
+@click.option("--refresh", is_flag=True, help="Bring the replica at --root up to date with its prefix (no --tier).")
+def tier_rebuild(new_root: str, tier_url: str | None, tier_options: str | None, replica: bool, refresh: bool) -> None:
     """Rebuild a lost root from its tier-2 copy alone: topics, partitions, metadata, group offsets.
 
     Segments come from their manifests (chunks without one are orphans); producers continue
     at each partition's tier-2 end offset; committed group offsets come from the newest
     export in tier-2 (`tier export --to-tier`), if any. Exit 1 if offsets are lost (holes).
+    The new root takes the prefix over: the lost root, should it come back, tiers nothing.
+
+    With --replica, the root made is a read-only replica of a prefix another root keeps
+    owning and writing to: consumers and Spark read it, a send raises ReadOnlyError, `tier
+    run` refuses it; `tier rebuild --refresh --root R` brings it up to date (new uploads
+    appear, what retention deleted disappears).
 
     \b
       filechannel tier rebuild --root /data/fc-new --tier s3://bucket/fc \\
           --tier-options '{"endpoint_url": "http://s3.local:8333"}'
+      filechannel tier rebuild --replica --root /data/fc-replica --tier s3://bucket/fc
+      filechannel tier rebuild --refresh --root /data/fc-replica
     """
     from ..client.group import restore_groups
-    from ..tiering.rebuild import rebuild_root
+    from ..tiering.rebuild import rebuild_root, refresh_replica
     from .progress import Meter, count_progress
 
+    if refresh and (tier_url is not None or tier_options is not None or replica):
+        raise click.UsageError("--refresh takes --root only: the replica's storage and options are those it was made with")
+    if not refresh and tier_url is None:
+        raise click.UsageError("say which storage to rebuild from with --tier URL (or refresh a replica with --refresh)")
     options = _tier_options(tier_options)
-    _check_tier(tier_url, options)
+    if tier_url is not None:
+        _check_tier(tier_url, options)
     with count_progress(shown=True) as progress:
         manifests = Meter(progress, "reading manifests", "manifests")
-        report = rebuild_root(new_root, tier_url, tier_options=options, progress=_progress_line, counted=manifests.set)
+        if refresh:
+            report = refresh_replica(new_root, progress=_progress_line, counted=manifests.set)
+        else:
+            assert tier_url is not None
+            report = rebuild_root(
+                new_root, tier_url, tier_options=options, replica=replica, progress=_progress_line, counted=manifests.set
+            )
     _progress_line(f"read {manifests.count} manifest(s) {manifests.summary()}")
-    groups = restore_groups(os.path.abspath(new_root), report.group_offsets, report.ends)
+    groups = [] if refresh else restore_groups(os.path.abspath(new_root), report.group_offsets, report.ends)
     for line in groups:
         _progress_line(line)
     for line in report.notes:
         _progress_line(f"note: {line}")
+    done = "refreshed" if refresh else "rebuilt a replica of" if replica else "rebuilt"
     out.print(
-        f"rebuilt {len(report.topics)} topic(s), {sum(report.topics.values())} partition(s), {report.segments} "
+        f"{done} {len(report.topics)} topic(s), {sum(report.topics.values())} partition(s), {report.segments} "
         f"segment(s) ({report.bytes} bytes), {len(groups)} group(s) in {os.path.abspath(new_root)}",
         highlight=False,
         soft_wrap=True,

@@ -53,8 +53,12 @@ class TopicStore(RootLayout):
         """Open partition ``partition`` of ``topic`` as a channel with the topic's settings (under
         ``overrides``); its maintenance thread applies the topic's changed settings within a
         second or so (:meth:`FileChannel.apply_settings`: ``RootLayout.meta`` re-reads a changed
-        ``topic.json``)."""
+        ``topic.json``). In a replica root (:meth:`RootLayout.replica`) it opens read-only, and
+        a write raises :class:`~filechannel.errors.ReadOnlyError` saying the root is a replica."""
         settings = self.partition_settings(topic, partition, **overrides)
+        replica = self.replica()
+        if replica is not None:  # a replica root: every partition read-only, a send says why
+            settings["read_only_because"] = str(replica.refusal("write to it"))
         return FileChannel(
             self.partition_path(topic, partition),
             wakeup=wakeup,

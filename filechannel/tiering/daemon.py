@@ -193,7 +193,13 @@ class TieringDaemon:
     # -- life cycle --------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Take the root's lock and a new epoch; each partition's first pass cleans up what earlier epochs left."""
+        """Take the root's lock and a new epoch; each partition's first pass cleans up what earlier epochs left.
+
+        A replica root (``tier rebuild --replica``) is refused with :class:`ReadOnlyError`
+        before anything is made: it never claims the prefix nor takes an epoch there."""
+        replica = RootLayout(self.root).replica() if self._channel is None else None
+        if replica is not None:
+            raise replica.refusal("run the tiering daemon")
         with os_errors("create tier folder", self.tier_dir):
             os.makedirs(os.path.join(self.tier_dir, STAGING_DIR), exist_ok=True)
         lock = FileLock(os.path.join(self.tier_dir, LOCK_FILE))

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 from ..engine.lock import FileLock
 from ..errors import TierError, os_errors
+from ..root import RootLayout
 
 LOCK_FILE = "daemon.lock"
 
@@ -18,7 +19,12 @@ LOCK_FILE = "daemon.lock"
 @contextmanager
 def exclusive(tier_dir: str, what: str) -> Iterator[None]:
     """Hold the daemon's lock of ``tier_dir`` (``ROOT/.tier``) for an operation that must not
-    run beside a daemon (``what``: fsck --repair, import, defrag); TierError if one runs."""
+    run beside a daemon (``what``: fsck --repair, import, defrag); TierError if one runs,
+    :class:`ReadOnlyError` in a replica root (they write to tier-2 or to its index, which only
+    ``tier rebuild --refresh`` changes there)."""
+    replica = RootLayout(os.path.dirname(os.path.abspath(tier_dir))).replica()
+    if replica is not None:
+        raise replica.refusal(what)
     with os_errors("create tier folder", tier_dir):
         os.makedirs(tier_dir, exist_ok=True)
     lock = FileLock(os.path.join(tier_dir, LOCK_FILE))

@@ -796,27 +796,7 @@ class TierMetadata:
         segment breaks an invariant of :class:`SegmentRecord`, names an epoch not given, or
         overlaps another segment of its channel.
         """
-        known = set()
-        for e in epochs:
-            check_int("epoch", e.epoch, 1, MAX_EPOCH)
-            if not isinstance(e.owner, str) or not e.owner:
-                raise TierError(f"load refused: epoch {e.epoch} has no owner")
-            known.add(e.epoch)
-        last: dict[str, SegmentRecord] = {}
-        for record in sorted(segments, key=lambda r: (r.channel, r.base_offset)):
-            problem = segment_problem(record)
-            if problem:
-                raise TierError(f"load refused: {problem}")
-            if record.epoch not in known:
-                where = f"{record.channel}@{record.base_offset}"
-                raise TierError(f"load refused: segment {where} names epoch {record.epoch}, which is not given")
-            before = last.get(record.channel)
-            if before is not None and before.end_offset > record.base_offset:
-                raise TierError(
-                    f"load refused: segment {record.channel}@[{record.base_offset}, {record.end_offset}) overlaps "
-                    f"@[{before.base_offset}, {before.end_offset})"
-                )
-            last[record.channel] = record
+        _check_snapshot("load", epochs, segments)
         with self._transaction("load a snapshot", write=True) as db:
             if db.execute("SELECT 1 FROM epochs UNION ALL SELECT 1 FROM segments LIMIT 1").fetchone():
                 raise TierError(
@@ -827,6 +807,25 @@ class TierMetadata:
                 [(e.epoch, e.owner, e.taken_at_ms) for e in epochs],
             )
             _insert_segments(db, segments)
+
+    def mirror(self, epochs: Sequence[EpochRecord], segments: Sequence[SegmentRecord]) -> tuple[int, int]:
+        """Make the store list exactly ``segments`` (what the bucket's manifests describe), in one
+        transaction: a replica's refresh (``tier rebuild --refresh``), whose index is the bucket's
+        alone (no uploader of its own, so no row under way to keep, no epoch to check). Uploads
+        since appear, segments retention deleted vanish, a merge's new layout replaces the old;
+        ``epochs`` are added where missing. Checked as :meth:`load` checks. Returns (rows before,
+        rows after). A reader of the store sees the old listing or the new one, never a mix."""
+        _check_snapshot("refresh", epochs, segments)
+        with self._transaction("refresh from the bucket", write=True) as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO epochs (epoch, owner, taken_at_ms) VALUES (?, ?, ?)",
+                [(e.epoch, e.owner, e.taken_at_ms) for e in epochs],
+            )
+            before = db.execute("SELECT count(*) FROM segments").fetchone()[0]
+            db.execute("DELETE FROM chunks")
+            db.execute("DELETE FROM segments")
+            _insert_segments(db, segments)
+            return int(before), len(segments)
 
     # -- defragmentation ---------------------------------------------------------------------
 
@@ -998,6 +997,33 @@ def _span(db: sqlite3.Connection, channel: str, states: Sequence[str]) -> tuple[
     first = db.execute(f"SELECT base_offset {where} LIMIT 1", (channel, *states)).fetchone()
     last = db.execute(f"SELECT end_offset {where} DESC LIMIT 1", (channel, *states)).fetchone()
     return None if first is None else (first[0], last[0])
+
+
+def _check_snapshot(what: str, epochs: Sequence[EpochRecord], segments: Sequence[SegmentRecord]) -> None:
+    """Refuse (TierError, ``what`` refused) epochs without an owner or out of range, and segments
+    that break an invariant of :class:`SegmentRecord`, name an epoch not given, or overlap
+    another segment of their channel."""
+    named = set()
+    for e in epochs:
+        check_int("epoch", e.epoch, 1, MAX_EPOCH)
+        if not isinstance(e.owner, str) or not e.owner:
+            raise TierError(f"{what} refused: epoch {e.epoch} has no owner")
+        named.add(e.epoch)
+    last: dict[str, SegmentRecord] = {}
+    for record in sorted(segments, key=lambda r: (r.channel, r.base_offset)):
+        problem = segment_problem(record)
+        if problem:
+            raise TierError(f"{what} refused: {problem}")
+        if record.epoch not in named:
+            where = f"{record.channel}@{record.base_offset}"
+            raise TierError(f"{what} refused: segment {where} names epoch {record.epoch}, which is not given")
+        before = last.get(record.channel)
+        if before is not None and before.end_offset > record.base_offset:
+            raise TierError(
+                f"{what} refused: segment {record.channel}@[{record.base_offset}, {record.end_offset}) overlaps "
+                f"@[{before.base_offset}, {before.end_offset})"
+            )
+        last[record.channel] = record
 
 
 def _insert_segments(db: sqlite3.Connection, segments: Sequence[SegmentRecord]) -> None:

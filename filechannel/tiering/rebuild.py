@@ -32,6 +32,11 @@ rebuild from a bare listing, as Pravega's, is not):
   already written (it never overwrites an object, and its sweep deletes the orphans).
 - **The new root owns the prefix**: its claim replaces the old root's (see :mod:`.ownership`);
   the old root, should it come back, refuses to upload, sweep or delete there.
+- **A replica** (``replica=True``, ``tier rebuild --replica``) is the same root made without
+  the claim: marked read-only first (``ROOT/.tier/replica.json``, :meth:`RootLayout.replica`),
+  it gets no identity, takes no epoch and writes nothing to the bucket; its partitions open
+  read-only and the daemon refuses it. :func:`refresh_replica` (``--refresh``) reads the
+  bucket again by these rules and makes the index list exactly what it describes.
 - **Group offsets** come from the newest export in tier-2 (``.exports/``, see
   :mod:`.export`), if any: the report hands them on (``group_offsets``), and the client
   restores them (``client.group.restore_groups``, which ``tier rebuild`` calls), lowered to
@@ -53,6 +58,7 @@ from typing import Any
 from ..engine.clock import now_ms
 from ..errors import ConfigError, FileChannelError, TierError, os_errors
 from ..root import (
+    REPLICA_FILE,
     ROOT_METADATA,
     TOPIC_FILE,
     TOPIC_SETTINGS,
@@ -126,29 +132,113 @@ def rebuild_root(
     url: str,
     *,
     tier_options: dict[str, Any] | None = None,
+    replica: bool = False,
     progress: Progress | None = None,
     counted: Callable[[int, int], None] | None = None,
 ) -> RebuildReport:
     """Rebuild ``root`` (new or empty) from the chunk storage at ``url`` alone (see the module
     docstring for the rules). ``tier_options`` open the storage and become the topics'
     ``tier_options`` (None: open without options, keep each topic's stored ones).
+    ``replica``: make a read-only replica instead (:func:`refresh_replica` brings it up to
+    date): marked first, it never takes the claim over nor gets an identity.
     ``progress`` receives one line per step; ``counted(done, total)`` the manifests read."""
     say = progress or (lambda line: None)
     root = os.path.abspath(os.fspath(root))
     _check_empty(root)
     with open_storage(url, **(tier_options or {})) as storage:
-        return _rebuild(root, url, storage, tier_options, say, counted)
+        report = RebuildReport()
+        bucket = _read_bucket(storage, url, report, say, counted)
+        layout = RootLayout(root)
+        if replica:  # before anything else: no moment where the root looks writable
+            layout.make_replica(url, tier_options)
+        _make_topics(layout, bucket, url, tier_options, report, say)
+        path = os.path.join(root, ROOT_METADATA)
+        with os_errors("create tier folder", os.path.dirname(path)):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        with TierMetadata(path) as metadata:
+            metadata.load(bucket.epochs, bucket.segments)
+        _count(bucket, report, say)
+        if not replica:
+            by = f"tier rebuild:{socket.gethostname()}:{os.getpid()}"
+            previous = take_over(storage, root_identity(os.path.dirname(path)), by)
+            if previous is not None:
+                line = (
+                    f"took the prefix over from root {previous.root_id} (claimed by {previous.by}): that root, should it "
+                    "come back, refuses to tier there and deletes nothing"
+                )
+                report.notes.append(line)
+                say(line)
+        # group offsets from the newest export, if the bucket holds one
+        try:
+            export = newest_export(storage)
+        except FileChannelError as exc:
+            report.problems.append(f"the newest export in {storage.url} is unusable, no group offsets restored: {exc}")
+            export = None
+        if export is not None:
+            report.group_offsets = export.groups
+        return report
 
 
-def _rebuild(
-    root: str,
-    url: str,
+def refresh_replica(
+    root: str | os.PathLike[str],
+    *,
+    progress: Progress | None = None,
+    counted: Callable[[int, int], None] | None = None,
+) -> RebuildReport:
+    """Bring the replica root ``root`` up to date with its tier-2 prefix (``tier rebuild --refresh``).
+
+    The bucket is read as a rebuild reads it (the same rules); then topics new in the bucket
+    are made and grown ones get their new partitions, and the index is made to list exactly
+    what the manifests describe, in one transaction (:meth:`TierMetadata.mirror`): new uploads
+    appear, what retention deleted disappears, merged layouts replace old ones. Readers open
+    meanwhile see the old listing or the new one. Group offsets are left as they are (the
+    replica's own). ConfigError if ``root`` is not a replica: a plain rebuild is disaster
+    recovery into a new root."""
+    say = progress or (lambda line: None)
+    layout = RootLayout(root)
+    replica = layout.replica()
+    if replica is None:
+        raise ConfigError(
+            f"{layout.root} is not a replica (no {REPLICA_FILE} there): only a root made by `filechannel tier rebuild "
+            "--replica` is refreshed; a root that lost its own data is rebuilt into a new folder by `tier rebuild`"
+        )
+    with open_storage(replica.tier, **(replica.tier_options or {})) as storage:
+        report = RebuildReport()
+        bucket = _read_bucket(storage, replica.tier, report, say, counted)
+        _make_topics(layout, bucket, replica.tier, replica.tier_options, report, say)
+        for topic in sorted(set(layout.list()) - set(bucket.topics)):
+            report.notes.append(f"topic {topic}: no longer in {redact_url(storage.url)}; nothing of it is listed now")
+        with TierMetadata(os.path.join(layout.root, ROOT_METADATA)) as metadata:
+            before, after = metadata.mirror(bucket.epochs, bucket.segments)
+        _count(bucket, report, say)
+        say(f"index: {before} segment(s) before, {after} now")
+        return report
+
+
+@dataclass
+class _Bucket:
+    """What a prefix describes: topics (name -> {"partitions", "config"}), each channel's usable
+    segments, and the epochs to record (those the segments name, and the newest named anywhere)."""
+
+    topics: dict[str, dict[str, Any]]
+    channels: dict[str, list[SegmentRecord]]
+    epochs: list[EpochRecord]
+    newest: int
+
+    @property
+    def segments(self) -> list[SegmentRecord]:
+        return [r for records in self.channels.values() for r in records]
+
+
+def _read_bucket(
     storage: ChunkStorage,
-    options: dict[str, Any] | None,
+    url: str,
+    report: RebuildReport,
     say: Progress,
     counted: Callable[[int, int], None] | None,
-) -> RebuildReport:
-    report = RebuildReport()
+) -> _Bucket:
+    """Read the prefix (see the module docstring's rules); problems and notes go to ``report``.
+    Raises before anything is made for a prefix with nothing of filechannel's, or a damaged description."""
     say(f"listing {storage.url}")
     listing = storage.list("")
     say(f"{len(listing)} object(s) listed")
@@ -191,7 +281,35 @@ def _rebuild(
         meta = topics.setdefault(topic, {"partitions": 0, "config": {}})
         meta["partitions"] = max(meta["partitions"], partition + 1)
         channels[channel] = records
-    for topic, meta in sorted(topics.items()):
+
+    # the epochs every used segment names, and the newest epoch in the bucket
+    now = now_ms()
+    segments = [r for records in channels.values() for r in records]
+    epochs = {r.epoch: EpochRecord(r.epoch, "rebuild: uploader of the segments of this epoch", now) for r in segments}
+    newest = max(newest_epoch_named(listing), newest_epoch(storage))
+    if newest and newest not in epochs:
+        epochs[newest] = EpochRecord(newest, "rebuild: the newest epoch named in the bucket", now)
+    return _Bucket(topics, channels, sorted(epochs.values(), key=lambda e: e.epoch), newest)
+
+
+def _make_topics(
+    layout: RootLayout,
+    bucket: _Bucket,
+    url: str,
+    options: dict[str, Any] | None,
+    report: RebuildReport,
+    say: Progress,
+) -> None:
+    """Make each topic of ``bucket`` missing from ``layout``, and grow one with fewer partitions."""
+    for topic, meta in sorted(bucket.topics.items()):
+        partitions = max(1, meta["partitions"])
+        report.topics[topic] = partitions
+        have = layout.read(topic)
+        if have is not None:
+            if int(have["partitions"]) < partitions:
+                layout.add_partitions(topic, partitions)
+                say(f"topic {topic}: grown to {partitions} partition(s)")
+            continue
         config = {k: v for k, v in meta["config"].items() if k in TOPIC_SETTINGS}
         config["tier"] = url
         if options is not None:
@@ -199,44 +317,17 @@ def _rebuild(
         dropped = sorted(set(meta["config"]) - set(TOPIC_SETTINGS))
         if dropped:
             report.notes.append(f"topic {topic}: settings unknown to this filechannel dropped: {', '.join(dropped)}")
-        RootLayout(root).create(topic, max(1, meta["partitions"]), config)
-        report.topics[topic] = max(1, meta["partitions"])
-        say(f"topic {topic}: {report.topics[topic]} partition(s)")
+        layout.create(topic, partitions, config)
+        say(f"topic {topic}: {partitions} partition(s)")
 
-    # the metadata: every used segment, the epochs they name and the newest epoch in the bucket
-    segments = [r for records in channels.values() for r in records]
-    now = now_ms()
-    epochs = {r.epoch: EpochRecord(r.epoch, "rebuild: uploader of the segments of this epoch", now) for r in segments}
-    newest = max(newest_epoch_named(listing), newest_epoch(storage))
-    if newest and newest not in epochs:
-        epochs[newest] = EpochRecord(newest, "rebuild: the newest epoch named in the bucket", now)
-    path = os.path.join(root, ROOT_METADATA)
-    with os_errors("create tier folder", os.path.dirname(path)):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    with TierMetadata(path) as metadata:
-        metadata.load(sorted(epochs.values(), key=lambda e: e.epoch), segments)
+
+def _count(bucket: _Bucket, report: RebuildReport, say: Progress) -> None:
+    """The report's totals and per-partition ends."""
+    segments = bucket.segments
     report.segments = len(segments)
     report.bytes = sum(r.size for r in segments)
     for topic, count in report.topics.items():
         for p in range(count):
-            records = channels.get(partition_name(topic, p), [])
+            records = bucket.channels.get(partition_name(topic, p), [])
             report.ends[partition_name(topic, p)] = records[-1].end_offset if records else 0
-    say(f"metadata: {report.segments} segment(s), {report.bytes} bytes, epochs up to {newest}")
-    previous = take_over(storage, root_identity(os.path.dirname(path)), f"tier rebuild:{socket.gethostname()}:{os.getpid()}")
-    if previous is not None:
-        line = (
-            f"took the prefix over from root {previous.root_id} (claimed by {previous.by}): that root, should it come "
-            "back, refuses to tier there and deletes nothing"
-        )
-        report.notes.append(line)
-        say(line)
-
-    # group offsets from the newest export, if the bucket holds one
-    try:
-        export = newest_export(storage)
-    except FileChannelError as exc:
-        report.problems.append(f"the newest export in {storage.url} is unusable, no group offsets restored: {exc}")
-        export = None
-    if export is not None:
-        report.group_offsets = export.groups
-    return report
+    say(f"metadata: {report.segments} segment(s), {report.bytes} bytes, epochs up to {bucket.newest}")
