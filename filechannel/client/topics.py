@@ -57,7 +57,7 @@ class TopicStore(RootLayout):
         a write raises :class:`~filechannel.errors.ReadOnlyError` saying the root is a replica."""
         settings = self.partition_settings(topic, partition, **overrides)
         replica = self.replica()
-        if replica is not None:  # a replica root: every partition read-only, a send says why
+        if replica is not None:  # a replica root: every partition read-only, a write says why
             settings["read_only_because"] = str(replica.refusal("write to it"))
         return FileChannel(
             self.partition_path(topic, partition),
@@ -70,7 +70,9 @@ class TopicStore(RootLayout):
         """:meth:`RootLayout.delete`; a tiered topic's deletion is also marked in its tier-2 storage at
         once when that can be reached (:func:`~filechannel.tiering.marks.mark_deleted_now`), so a
         rebuild of a lost root never brings the topic back; if it cannot, the daemon's purge
-        writes the mark once the storage is back."""
+        writes the mark once the storage is back. Refused in a replica root (:class:`ReadOnlyError`):
+        its topics are the bucket's."""
+        self._refuse_in_replica(f"delete topic {topic!r}")
         config = self.tier_config((self._read_file(topic) or {}).get("config", {}))
         super().delete(topic)
         if config.get("tier") is not None:
@@ -82,11 +84,19 @@ class TopicStore(RootLayout):
     def _create(self, topic: str, partitions: int, config: Mapping[str, Any], existing_is: str) -> dict[str, Any]:
         """:meth:`RootLayout.create` and ``ensure``, after opening the topic's tier-2 storage (if it
         has a ``tier``) without a request: a URL naming no storage, an unknown option or a missing
-        library fails the creation with :class:`ConfigError`, not the topic's first upload."""
+        library fails the creation with :class:`ConfigError`, not the topic's first upload.
+        A new topic is refused in a replica root (:class:`ReadOnlyError`): its topics are the bucket's."""
+        if self.read(topic) is None:
+            self._refuse_in_replica(f"create topic {topic!r}")
         checked = validate_topic_config(config)
         if checked.get("tier") is not None:
             check_storage(checked["tier"], checked.get("tier_options"))
         return super()._create(topic, partitions, checked, existing_is)
+
+    def _refuse_in_replica(self, what: str) -> None:
+        replica = self.replica()
+        if replica is not None:
+            raise replica.refusal(what)
 
     def alter(self, topic: str, changes: Mapping[str, Any], removed: Iterable[str] = ()) -> dict[str, Any]:
         """:meth:`RootLayout.alter`, after opening new ``tier_options``' storage as :meth:`_create` does."""

@@ -15,6 +15,7 @@ from filechannel.spark.options import SourceOptions
 from filechannel.spark.source import FileChannelBatchReader, FileChannelStreamReader, read_partition
 from filechannel.spark.tier import TierRange
 from filechannel.tiering.daemon import TieringDaemon
+from filechannel.tiering.rebuild import rebuild_root
 
 from .helpers import read, stream
 
@@ -144,3 +145,15 @@ def test_an_available_now_stream_reads_the_uploaded_offsets_then_later_uploads_o
     assert rows(spark.read.parquet(str(out))) == expected(second)  # the rest, each offset once
     # and a batch to the uploaded end reads the same
     assert rows(read(spark, root, "t", endingOffsets="uploaded")) == expected(second)
+
+
+def test_a_replica_root_is_read_by_spark_from_tier2_alone(spark, root, tmp_path):
+    """A replica (tier rebuild --replica) has no local segment: every task of a query over it is
+    a tier range, and it reads exactly what the owner had uploaded when it was made."""
+    replica = tmp_path / "replica"
+    rebuild_root(replica, (tmp_path / "tier2").as_uri(), replica=True)
+    ends = uploaded_end_offsets(str(root), ["t"])["t"]
+    assert uploaded_end_offsets(str(replica), ["t"])["t"] == ends
+    opts = SourceOptions.parse({"root": str(replica), "subscribe": "t"}, batch=True)
+    assert all(isinstance(t, TierRange) for t in FileChannelBatchReader(opts).partitions())
+    assert rows(read(spark, replica, "t")) == expected(ends)

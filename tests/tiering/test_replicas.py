@@ -74,6 +74,10 @@ def test_a_replica_reads_the_owners_bucket_never_claims_it_and_refreshes(
         with Producer(root=replica) as producer, pytest.raises(ReadOnlyError, match=r"read-only replica of .*--refresh"):
             producer.send("t", b"x", partition=0).get(timeout=30)
         assert not [f for p in range(2) for f in (replica / "t" / str(p)).iterdir() if f.name.endswith((".seg", ".seg.z"))]
+        with pytest.raises(ReadOnlyError, match=r"cannot create topic 'new': .* is a read-only replica"):
+            Admin(replica).create_topic("new", 1)
+        with pytest.raises(ReadOnlyError, match=r"cannot delete topic 't'"):
+            Admin(replica).delete_topic("t")
 
         refused = fc("tier", "run", "--root", str(replica), "--once", check=False)
         assert refused.returncode == 1 and "Traceback" not in refused.stderr
