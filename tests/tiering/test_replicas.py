@@ -13,6 +13,7 @@ from filechannel.client.topics import Admin
 from filechannel.errors import ReadOnlyError
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
+from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.metadata import TierMetadata
 from filechannel.tiering.ownership import CLAIM, EPOCHS, IDENTITY_FILE
 
@@ -84,6 +85,9 @@ def test_a_replica_reads_the_owners_bucket_never_claims_it_and_refreshes(
         [line] = [x for x in refused.stderr.splitlines() if x.startswith("error:")]
         assert "cannot run the tiering daemon" in line and "read-only replica" in line
         assert not refused.stdout  # refused before a pass: no epoch taken
+        with pytest.raises(ReadOnlyError, match="cannot run the tiering daemon"):
+            TieringDaemon(replica).start()  # the API too, before its lock or staging is made
+        assert not (replica / ".tier" / "daemon.lock").exists()
         repair = fc("tier", "fsck", "--repair", "--root", str(replica), check=False)
         assert repair.returncode == 1 and "read-only replica" in repair.stderr
 
