@@ -336,7 +336,8 @@ class SourceOptions:
         try:
             given = json.loads(bound.raw)
         except ValueError as exc:
-            lead = "neither earliest, latest, uploaded nor JSON" if bound.kind == "offsets" else "not JSON"
+            words = "earliest, latest nor JSON" if name == "startingOffsets" else "earliest, latest, uploaded nor JSON"
+            lead = f"neither {words}" if bound.kind == "offsets" else "not JSON"
             raise ConfigError(f'option "{name}" is {lead} like {example}: {bound.raw!r} ({exc})') from None
         if not isinstance(given, dict) or not all(isinstance(v, dict) for v in given.values()):
             raise ConfigError(f'option "{name}" must be a JSON object of objects like {example}, not {bound.raw!r}')

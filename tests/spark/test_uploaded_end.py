@@ -112,6 +112,7 @@ def test_a_partition_with_nothing_uploaded_reads_nothing_and_needs_no_task(tmp_p
         ({"latestOffset": "tier"}, False, r'"latestOffset" must be latest or uploaded'),
         ({"startingOffsets": "uploaded"}, None, r'startingOffsets cannot be "uploaded"'),
         ({"endingOffsets": "uploaded"}, False, r'not valid in streaming queries .*"latestOffset", "uploaded"'),
+        ({"endingOffsets": "{bad"}, True, r'"endingOffsets" is neither earliest, latest, uploaded nor JSON'),
     ],
 )
 def test_misplaced_uploaded_bounds_are_refused_saying_where_they_go(root, options, batch, message):
