@@ -127,3 +127,30 @@ def test_refresh_and_replica_misuse_are_one_line_each(tmp_path: Path) -> None:
     assert both.returncode == 2 and "--refresh takes --root only" in both.stderr
     missing = fc("tier", "rebuild", "--root", str(tmp_path / "new"), check=False)
     assert missing.returncode == 2 and "--tier URL" in missing.stderr
+
+
+def test_a_replica_of_an_edge_roots_origin_follows_it(tmp_path: Path) -> None:
+    """An edge root with an origin tiers under <url>/<origin>: a replica of that prefix reads it,
+    and is refreshed as the edge root goes on; the origin's claim stays the edge root's."""
+    edge, replica, url = tmp_path / "edge", tmp_path / "replica", f"file://{tmp_path}/bucket"
+    Admin(edge).set_origin("edge-1")
+    Admin(edge).create_topic("t", 2, tier=url, local_retention_bytes=0, **SMALL)
+    sent = {p: [b"e%d-%05d" % (p, i) * 8 for i in range(120)] for p in range(2)}
+    for p in range(2):
+        send(edge, p, sent[p])
+    fc("tier", "run", "--root", str(edge), "--once", "--roll")
+    with open_storage(f"{url}/edge-1") as storage:
+        claim = storage.read(CLAIM, 0, 1 << 16)
+    fc("tier", "rebuild", "--replica", "--root", str(replica), "--tier", f"{url}/edge-1")
+    consumer = reader(replica)
+    try:
+        assert poll_all(consumer) == {p: list(enumerate(sent[p])) for p in range(2)}
+        for p in range(2):
+            send(edge, p, [b"later-%d" % p])
+        fc("tier", "run", "--root", str(edge), "--once", "--roll")
+        fc("tier", "rebuild", "--refresh", "--root", str(replica))
+        assert poll_all(consumer) == {p: [(120, b"later-%d" % p)] for p in range(2)}
+    finally:
+        consumer.close()
+    with open_storage(f"{url}/edge-1") as storage:
+        assert storage.read(CLAIM, 0, 1 << 16) == claim
