@@ -86,7 +86,7 @@ class TopicStore(RootLayout):
         has a ``tier``) without a request: a URL naming no storage, an unknown option or a missing
         library fails the creation with :class:`ConfigError`, not the topic's first upload.
         A new topic is refused in a replica root (:class:`ReadOnlyError`): its topics are the bucket's."""
-        if self.read(topic) is None:
+        if self._read_file(topic) is None:  # not read(): a topic folder without topic.json is create's to explain
             self._refuse_in_replica(f"create topic {topic!r}")
         checked = validate_topic_config(config)
         if checked.get("tier") is not None:
