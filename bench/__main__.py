@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from . import machine, report, workloads
+from . import machine, report, transactions, workloads
 from .measure import REPEATS, Row, throughput
 from .peers import BACKENDS
 from .workloads import SIZES
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, size, n, cap in _throughput_plan(args.quick):
         if _selected(f"produce consume {key} {BACKENDS[key]().name}", args.only):
             rows += throughput(key, size, n, cap, best_of=1 if args.quick else REPEATS)
-    for name, fn, fargs in workloads.special(args.quick):
+    for name, fn, fargs in [*workloads.special(args.quick), *transactions.workloads(args.quick)]:
         if _selected(name, args.only):
             rows += workloads.run(name, fn, *fargs)
     if args.spark:
