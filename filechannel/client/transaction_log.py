@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import struct
@@ -57,11 +58,13 @@ from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
 from ..engine.names import validate_name
 from ..engine.record import Headers, Record
-from ..errors import CorruptRecordError, OffsetOutOfRangeError, ProducerFencedError, os_errors
+from ..errors import CorruptRecordError, OffsetOutOfRangeError, ProducerFencedError, UnknownTopicError, os_errors
 from ..sender import Sender
 from .group import GroupOffsets, tp_from_key, tp_key
 from .records import TopicPartition
 from .topics import TopicStore
+
+log = logging.getLogger("filechannel")
 
 TRANSACTIONS_DIR = ".transactions"
 _MAGIC = b"FCTX"
@@ -268,14 +271,14 @@ class TransactionLog:
                     stack.enter_context(offsets.holding())
                     if g in owners:
                         offsets.check_owner(owners[g][0], owners[g][1])
-                opened = [self._channel_for(b.topic, b.partition) for b in record.batches]
-                for _, _, done in opened:
-                    stack.callback(done)
-                for batch, (ch, _, _) in zip(record.batches, opened, strict=True):
-                    batch.start = ch.end_offset
+                opened = []
+                for batch in record.batches:
+                    opened.append(self._channel_for(batch.topic, batch.partition))
+                    stack.callback(opened[-1][2])
+                    batch.start = opened[-1][0].end_offset
                 write_atomically(path, record.encode())
                 failpoints.hit("txn-record-written")
-                results = self._apply(record, opened, groups, fresh=True)
+                results = self._apply(record, record.batches, opened, groups, fresh=True)
                 unlink_if_exists(path)
                 return results
 
@@ -299,15 +302,24 @@ class TransactionLog:
                     for offsets in groups.values():
                         stack.callback(offsets.close)
                         stack.enter_context(offsets.holding())
-                    opened = [self._channel_for(b.topic, b.partition) for b in record.batches]
-                    for _, _, done in opened:
-                        stack.callback(done)
-                    self._apply(record, opened, groups, fresh=False)
+                    batches, opened = [], []
+                    for batch in record.batches:
+                        try:
+                            opened.append(self._channel_for(batch.topic, batch.partition))
+                        except UnknownTopicError:  # deleted since: its share goes with it
+                            log.warning(
+                                "commit record %s: %s[%d] was deleted; its records go with it", path, batch.topic, batch.partition
+                            )
+                            continue
+                        stack.callback(opened[-1][2])
+                        batches.append(batch)
+                    self._apply(record, batches, opened, groups, fresh=False)
                 unlink_if_exists(path)
 
     def _apply(
         self,
         record: CommitRecord,
+        batches: list[Batch],
         opened: Sequence[tuple[FileChannel, Sender, Callable[[], None]]],
         groups: dict[str, GroupOffsets],
         fresh: bool,
@@ -315,7 +327,7 @@ class TransactionLog:
         """Append each batch (``fresh``: straight; else after what of it is there already), fsync
         each partition, then store the groups' offsets."""
         results = []
-        for batch, (ch, sender, _) in zip(record.batches, opened, strict=True):
+        for batch, (ch, sender, _) in zip(batches, opened, strict=True):
             results.append(_append_once(ch, sender, batch, fresh))
             failpoints.hit("txn-partition-applied")
         for g, offsets in groups.items():

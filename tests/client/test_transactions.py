@@ -460,3 +460,34 @@ def test_the_example_workers_demo_is_exactly_once_with_a_worker_killed():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "600 input records, 600 in the output, 0 more than once; 600 committed" in proc.stdout
     assert proc.stdout.rstrip().endswith("exactly once")
+
+
+@pytest.mark.crash
+def test_a_topic_deleted_before_the_recovery_does_not_block_the_root(root, tmp_path):
+    points = tmp_path / "points"
+    points.mkdir()
+    (points / "txn-record-written").write_bytes(b"")
+    env = {**os.environ, failpoints.ENV: str(points)}
+    proc = subprocess.run([sys.executable, "-c", COMMITTER, root, "4"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+    Admin(root).delete_topic("b")
+    with transactional(root, "other") as p:  # recovers first: a's and c's shares, not b's
+        p.begin_transaction()
+        p.send("a", b"next", partition=0)
+        p.commit_transaction()
+    assert len(read_all(root, "a")) == 5 and len(read_all(root, "c")) == 4
+
+
+def test_consume_isolation_level_read_committed_finishes_a_dead_producers_commit(root, tmp_path):
+    points = tmp_path / "points"
+    points.mkdir()
+    (points / "txn-record-written").write_bytes(b"")
+    env = {**os.environ, failpoints.ENV: str(points)}
+    proc = subprocess.run([sys.executable, "-c", COMMITTER, root, "3"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+    argv = [sys.executable, "-m", "filechannel", "--root", root, "consume", "a", "--from-beginning", "--timeout-ms", "500"]
+    uncommitted = subprocess.run([*argv, "--isolation-level", "read_uncommitted"], capture_output=True, text=True, timeout=120)
+    assert uncommitted.returncode == 0 and uncommitted.stdout == "", uncommitted.stderr  # nothing applied yet
+    committed = subprocess.run([*argv, "--isolation-level", "read_committed"], capture_output=True, text=True, timeout=120)
+    assert committed.returncode == 0, committed.stderr
+    assert sorted(committed.stdout.split()) == ["a-0", "a-1", "a-2"]
