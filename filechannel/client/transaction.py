@@ -46,6 +46,7 @@ class Transactions:
     def __init__(self, root: str, transactional_id: str, timeout_ms: int, channel_for: ChannelFor) -> None:
         self.transactional_id = validate_name(transactional_id, "transactional_id")
         self.log = TransactionLog(root, channel_for)
+        self._epoch_path = self.log.epoch_path(self.transactional_id)  # stat'ed at every send: made once
         self.timeout = timeout_ms / 1000
         self.state = UNINITIALIZED
         self.epoch = 0
@@ -63,7 +64,7 @@ class Transactions:
         if self.state == FENCED:
             raise self._fenced_error(self.log.epoch(self.transactional_id))
         try:
-            st = os.stat(self.log.epoch_path(self.transactional_id))
+            st = os.stat(self._epoch_path)
             seen = (st.st_ino, st.st_mtime_ns)
         except FileNotFoundError:
             seen = (0, 0)
