@@ -183,6 +183,9 @@ class Transactions:
     def commit(self) -> None:
         """Commit the open transaction: every record and offset, or (on an error) none."""
         self._check_open("commit_transaction")
+        if not self._batches and not self._groups:  # nothing to write: no commit record, no fsync
+            self.state = READY
+            return
         keys = sorted(self._batches)
         batches = [Batch(t, p, self._batches[(t, p)][0]) for t, p in keys]
         record = CommitRecord(self.transactional_id, self.epoch, batches, self._groups)
