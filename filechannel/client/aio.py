@@ -50,6 +50,7 @@ from .producer import Producer
 from .records import (
     AIOKAFKA_RECORDS,
     AsyncConsumerRecord,
+    ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndTimestamp,
     RecordMetadata,
@@ -665,8 +666,13 @@ class AsyncConsumer:
         return self._now(self._consumer.last_poll_timestamp, partition)
 
     def last_stable_offset(self, partition: TopicPartition) -> int:
-        """The same as :meth:`highwater`: there are no transactions, every record is stable."""
+        """The same as :meth:`highwater`: a transaction's records reach a partition only once
+        committed, so every record there is stable."""
         return self.highwater(partition)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member of its group, for ``AsyncProducer.send_offsets_to_transaction`` (see ``Consumer.group_metadata``)."""
+        return self._consumer.group_metadata()
 
     async def stop(self) -> None:
         """Commit (with auto-commit) and close, off the event loop; pending iterations end."""

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from filechannel.client import Admin, AsyncProducer, Consumer, OffsetAndMetadata, Producer, TopicPartition
+from filechannel.client import Admin, AsyncConsumer, AsyncProducer, Consumer, OffsetAndMetadata, Producer, TopicPartition
 from filechannel.client.errors import IllegalStateError, KafkaError, ProducerFencedError
 from filechannel.client.transaction_log import TRANSACTIONS_DIR, Batch, CommitRecord, TxnRecord
 from filechannel.engine import failpoints
@@ -491,3 +491,31 @@ def test_consume_isolation_level_read_committed_finishes_a_dead_producers_commit
     committed = subprocess.run([*argv, "--isolation-level", "read_committed"], capture_output=True, text=True, timeout=120)
     assert committed.returncode == 0, committed.stderr
     assert sorted(committed.stdout.split()) == ["a-0", "a-1", "a-2"]
+
+
+def test_an_async_consume_transform_produce_loop_commits_its_offsets_with_its_records(root):
+    with Producer(root) as plain:
+        for i in range(6):
+            plain.send("in", f"in{i}".encode(), partition=1)
+
+    async def main():
+        consumer = AsyncConsumer("in", root=root, group_id="ag", enable_auto_commit=False, auto_offset_reset="earliest")
+        async with AsyncProducer(root, transactional_id="async-loop") as p:
+            await p.start()
+            batch = {}
+            while sum(len(rs) for rs in batch.values()) < 6:
+                for tp, rs in (await consumer.getmany(timeout_ms=1000)).items():
+                    batch.setdefault(tp, []).extend(rs)
+            async with p.transaction():
+                for rs in batch.values():
+                    for r in rs:
+                        await p.send("c", r.value.upper(), partition=0)
+                await p.send_offsets_to_transaction(
+                    {tp: rs[-1].offset + 1 for tp, rs in batch.items()}, consumer.group_metadata()
+                )
+        await consumer.stop()
+
+    anyio.run(main)
+    assert [r[3] for r in read_all(root, "c")] == [f"IN{i}".encode() for i in range(6)]
+    with Consumer(root=root, group_id="ag", enable_auto_commit=False) as c:
+        assert c.committed(TopicPartition("in", 1)) == 6
