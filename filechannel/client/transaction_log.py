@@ -54,7 +54,7 @@ from crc32c import crc32c
 
 from ..channel import FileChannel
 from ..engine import failpoints
-from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
+from ..engine.files import fsync_dir, read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
 from ..engine.names import validate_name
 from ..engine.record import Headers, Record
@@ -279,8 +279,16 @@ class TransactionLog:
                 write_atomically(path, record.encode())
                 failpoints.hit("txn-record-written")
                 results = self._apply(record, record.batches, opened, groups, fresh=True)
-                unlink_if_exists(path)
+                self._retire(path, record)
                 return results
+
+    def _retire(self, path: str, record: CommitRecord) -> None:
+        """Delete the applied record ``path``. With group offsets, durably: a record that came
+        back after a power loss would store its offsets again, over newer ones a consumer
+        committed since (its records, found in the partitions, would not be written again)."""
+        unlink_if_exists(path)
+        if record.groups:
+            fsync_dir(self.folder)
 
     def _recover_locked(self) -> None:
         """Under ``apply.lock``: apply every commit record found, delete dead writers' temp files."""
@@ -314,7 +322,7 @@ class TransactionLog:
                         stack.callback(opened[-1][2])
                         batches.append(batch)
                     self._apply(record, batches, opened, groups, fresh=False)
-                unlink_if_exists(path)
+                self._retire(path, record)
 
     def _apply(
         self,
