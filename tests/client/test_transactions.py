@@ -359,21 +359,25 @@ def _alive(pid):
 @pytest.mark.crash
 @pytest.mark.slow
 def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(tmp_path):
-    """Three worker slots consume-transform-produce in transactions of three records; workers
-    are SIGKILLed at random moments (inside begin, send, send_offsets, commit: they do little
-    else), some die at a failpoint inside the commit, some are left running as zombies while a
-    newer worker of their slot starts. Afterwards every input record is in the output exactly
-    once, and the group's committed offsets are the input's ends."""
+    """Three worker slots consume-transform-produce in transactions of at most three records
+    while the input grows; workers are SIGKILLed at random moments (inside begin, send,
+    send_offsets, commit: they do little else), some die at a failpoint inside the commit, some
+    are left running as zombies while a newer worker of their slot starts. Afterwards every
+    input record is in the output exactly once, and the group's committed offsets are the
+    input's ends."""
     rng = random.Random(38)
     root = str(tmp_path / "root")
     admin = Admin(root)
     admin.create_topic("in", partitions=3)
     admin.create_topic("out", partitions=3)
-    per_slot = 300
-    with Producer(root) as p:
+    counts = [0, 0, 0]  # input records written, per slot (= partition of "in")
+    feeder = Producer(root)
+
+    def feed():
         for slot in range(3):
-            for i in range(per_slot):
-                p.send("in", f"record-{slot}-{i}".encode(), key=str(i).encode(), partition=slot)
+            feeder.send("in", f"record-{slot}-{counts[slot]}".encode(), key=str(counts[slot]).encode(), partition=slot)
+            counts[slot] += 1
+
     status = tmp_path / "status"
     status.mkdir()
     spawner = subprocess.Popen(
@@ -385,45 +389,52 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
         spawner.stdin.flush()
         return int(spawner.stdout.readline())
 
-    kills = failpoint_deaths = fenced = 0
-    done: set[int] = set()
-    live: dict[int, dict[int, float]] = {slot: {} for slot in range(3)}  # slot -> {pid: when to kill it}, oldest first
-    committed_in_storm = 0
+    def ended(pid, kill_at):
+        """How a gone worker ended (a worker that failed fails the test)."""
+        result = (status / str(pid)).read_text() if (status / str(pid)).exists() else None
+        if result is None:
+            return "killed" if time.monotonic() >= kill_at else "failpoint"  # died before its kill: at its failpoint
+        if result not in ("done", "fenced"):
+            pytest.fail(f"a worker failed:\n{result}")
+        return result
+
+    kills = 0
+    ends: list[str] = []
+    live: dict[int, dict[int, float]] = {slot: {} for slot in range(3)}  # slot -> {pid: when to kill it}
     try:
         deadline = time.monotonic() + 120
-        while len(done) < 3:
-            assert time.monotonic() < deadline, f"the storm did not finish: {kills} kills, slots {sorted(done)} done"
-            storming = kills < 220
+        while kills < 220:
+            assert time.monotonic() < deadline, f"the storm took too long: {kills} kills"
+            feed()
             for slot in range(3):
                 workers = live[slot]
                 for pid, kill_at in list(workers.items()):
-                    if storming and time.monotonic() >= kill_at and _alive(pid):
+                    if time.monotonic() >= kill_at and _alive(pid):
                         os.kill(pid, signal.SIGKILL)
                         kills += 1
                         wait_for(lambda pid=pid: not _alive(pid), what="a killed worker to be gone")
-                    if _alive(pid):
-                        continue
-                    del workers[pid]
-                    result = (status / str(pid)).read_text() if (status / str(pid)).exists() else None
-                    if result == "done":
-                        done.add(slot)
-                    elif result == "fenced":
-                        fenced += 1
-                    elif result is None and kill_at > time.monotonic():
-                        failpoint_deaths += 1  # died before its kill: at its failpoint
-                    elif result is not None:
-                        pytest.fail(f"a worker failed:\n{result}")
-                if slot in done or (workers and not storming):
-                    continue
-                if not workers or (storming and rng.random() < 0.01):  # now and then a newer worker beside a live one
-                    point = rng.choice(COMMIT_POINTS) if storming and rng.random() < 0.15 else "-"
-                    kill_at = time.monotonic() + rng.uniform(0.0, 0.25) if storming else float("inf")
-                    workers[spawn(slot, point)] = kill_at
-            if not storming and not committed_in_storm:
-                with Consumer(root=root, group_id="storm", enable_auto_commit=False) as c:
-                    committed_in_storm = sum(c.committed(TopicPartition("in", s)) or 0 for s in range(3))
+                    if not _alive(pid):
+                        del workers[pid]
+                        ends.append(ended(pid, kill_at))
+                if not workers or rng.random() < 0.01:  # now and then a newer worker beside a live one: a zombie
+                    point = rng.choice(COMMIT_POINTS) if rng.random() < 0.15 else "-"
+                    workers[spawn(slot, point)] = time.monotonic() + rng.uniform(0.0, 0.12)
             time.sleep(0.005)  # pacing between two rounds (what is waited for is polled above)
+        for workers in live.values():  # the storm's last workers die too
+            for pid in workers:
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+                    kills += 1
+                wait_for(lambda pid=pid: not _alive(pid), what="a killed worker to be gone")
+            workers.clear()
+        feeder.close()
+        with Consumer(root=root, group_id="storm", enable_auto_commit=False) as c:
+            committed_in_storm = sum(c.committed(TopicPartition("in", s)) or 0 for s in range(3))
+        finals = {spawn(slot): slot for slot in range(3)}  # one worker per slot drains what is left
+        wait_for(lambda: not any(map(_alive, finals)), timeout=120, what="the last workers to drain the input")
+        assert [ended(pid, float("inf")) for pid in finals] == ["done"] * 3
     finally:
+        feeder.close()
         spawner.stdin.close()
         spawner.wait(timeout=60)
         for workers in live.values():
@@ -433,14 +444,13 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
     assert kills >= 200
     seen = read_all(root, "out")
     sources = sorted(dict(r[4])["source"].decode() for r in seen)
-    expected = sorted(f"{slot}/{i}" for slot in range(3) for i in range(per_slot))
-    assert sources == expected  # each input record exactly once
-    assert sorted(r[3] for r in seen) == sorted(f"RECORD-{s}-{i}".encode() for s in range(3) for i in range(per_slot))
+    assert sources == sorted(f"{slot}/{i}" for slot in range(3) for i in range(counts[slot]))  # each exactly once
+    assert sorted(r[3] for r in seen) == sorted(f"RECORD-{s}-{i}".encode() for s in range(3) for i in range(counts[s]))
     with Consumer(root=root, group_id="storm", enable_auto_commit=False) as c:
-        assert [c.committed(TopicPartition("in", s)) for s in range(3)] == [per_slot] * 3
+        assert [c.committed(TopicPartition("in", s)) for s in range(3)] == counts
     print(
-        f"storm: {kills} SIGKILLs, {failpoint_deaths} deaths at a commit failpoint, {fenced} zombies fenced, "
-        f"{committed_in_storm} of {3 * per_slot} records committed during the kills"
+        f"storm: {kills} SIGKILLs, {ends.count('failpoint')} deaths at a commit failpoint, {ends.count('fenced')} zombies "
+        f"fenced; {committed_in_storm} of {sum(counts)} input records committed when the kills ended"
     )
 
 
