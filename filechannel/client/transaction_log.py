@@ -276,7 +276,7 @@ class TransactionLog:
                     opened.append(self._channel_for(batch.topic, batch.partition))
                     stack.callback(opened[-1][2])
                     batch.start = opened[-1][0].end_offset
-                write_atomically(path, record.encode())
+                write_atomically(path, record.encode(), sync_folder=False)  # see _recover_locked
                 failpoints.hit("txn-record-written")
                 results = self._apply(record, record.batches, opened, groups, fresh=True)
                 self._retire(path, record)
@@ -298,31 +298,62 @@ class TransactionLog:
             return
         for name in names:
             path = os.path.join(self.folder, name)
-            if _COMMIT_TMP.match(name):
-                unlink_if_exists(path)  # its writer held apply.lock, so it is dead: the commit never happened
-            elif name.endswith(".commit"):
-                data = read_if_exists(path, "commit record")
-                if data is None:
-                    continue
+            if not (name.endswith(".commit") or _COMMIT_TMP.match(name)):
+                continue
+            data = read_if_exists(path, "commit record")
+            if data is None:
+                continue
+            if name.endswith(".commit"):
                 record = CommitRecord.decode(data, path)
-                with contextlib.ExitStack() as stack:
-                    groups = {g: GroupOffsets(self.root, g) for g in sorted(record.groups)}
-                    for offsets in groups.values():
-                        stack.callback(offsets.close)
-                        stack.enter_context(offsets.holding())
-                    batches, opened = [], []
-                    for batch in record.batches:
-                        try:
-                            opened.append(self._channel_for(batch.topic, batch.partition))
-                        except UnknownTopicError:  # deleted since: its share goes with it
-                            log.warning(
-                                "commit record %s: %s[%d] was deleted; its records go with it", path, batch.topic, batch.partition
-                            )
-                            continue
-                        stack.callback(opened[-1][2])
-                        batches.append(batch)
-                    self._apply(record, batches, opened, groups, fresh=False)
-                self._retire(path, record)
+            else:
+                # A dead writer's temp file (its writer held apply.lock). Its rename was not
+                # made durable (the folder is not fsynced before the appends, to spare an
+                # fsync per commit), so after a machine crash it may stand for a record that
+                # was renamed and applied in part: it was, if any of its records is in its
+                # partition (appends begin only after the rename). Else the commit never
+                # happened (or left nothing but offsets, which are stored durably already).
+                try:
+                    record = CommitRecord.decode(data, path)
+                except CorruptRecordError:  # never fsynced whole: never renamed either
+                    unlink_if_exists(path)
+                    continue
+                if not self._begun(record):
+                    unlink_if_exists(path)
+                    continue
+            self._redo(path, record)
+
+    def _redo(self, path: str, record: CommitRecord) -> None:
+        """Apply ``record`` (found at ``path``) again: what of it is not in place yet."""
+        with contextlib.ExitStack() as stack:
+            groups = {g: GroupOffsets(self.root, g) for g in sorted(record.groups)}
+            for offsets in groups.values():
+                stack.callback(offsets.close)
+                stack.enter_context(offsets.holding())
+            batches, opened = [], []
+            for batch in record.batches:
+                try:
+                    opened.append(self._channel_for(batch.topic, batch.partition))
+                except UnknownTopicError:  # deleted since: its share goes with it
+                    log.warning("commit record %s: %s[%d] was deleted; its share is dropped", path, batch.topic, batch.partition)
+                    continue
+                stack.callback(opened[-1][2])
+                batches.append(batch)
+            self._apply(record, batches, opened, groups, fresh=False)
+            self._retire(path, record)
+
+    def _begun(self, record: CommitRecord) -> bool:
+        """Whether any record of ``record`` is in its partition (so its apply had begun)."""
+        for batch in record.batches:
+            try:
+                ch, _, done = self._channel_for(batch.topic, batch.partition)
+            except UnknownTopicError:
+                continue
+            try:
+                if _already(ch, batch)[0]:
+                    return True
+            finally:
+                done()
+        return False
 
     def _apply(
         self,

@@ -529,3 +529,23 @@ def test_an_async_consume_transform_produce_loop_commits_its_offsets_with_its_re
     assert [r[3] for r in read_all(root, "c")] == [f"IN{i}".encode() for i in range(6)]
     with Consumer(root=root, group_id="ag", enable_auto_commit=False) as c:
         assert c.committed(TopicPartition("in", 1)) == 6
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("point, begun", [("txn-record-written", False), ("txn-partition-applied", True)])
+def test_a_commit_record_whose_rename_a_machine_crash_lost_counts_only_if_its_apply_had_begun(root, tmp_path, point, begun):
+    """The folder is not fsynced after the commit record's rename: after a machine crash its
+    temp file may be there instead. Its records in a partition prove the rename happened."""
+    points = tmp_path / "points"
+    points.mkdir()
+    (points / point).write_bytes(b"")
+    env = {**os.environ, failpoints.ENV: str(points)}
+    proc = subprocess.run([sys.executable, "-c", COMMITTER, root, "6"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+    folder = os.path.join(root, TRANSACTIONS_DIR)
+    os.rename(os.path.join(folder, "crashy.commit"), os.path.join(folder, "crashy.commit.99999999.1.tmp"))  # a lost rename
+    transactional(root, "other").close()  # recovers
+    assert [len(read_all(root, t)) for t in TOPICS] == ([6, 6, 6] if begun else [0, 0, 0])
+    with Consumer(root=root, group_id="g", enable_auto_commit=False) as c:
+        assert c.committed(TopicPartition("in", 0)) == (7 if begun else None)
+    assert not [n for n in os.listdir(folder) if ".commit" in n]
