@@ -34,7 +34,7 @@ from ..engine.names import validate_name
 from ..engine.record import Headers, encode_record_frames, serialized_sizes
 from ..errors import CommitFailedError, ConfigError, IllegalStateError, ProducerFencedError, TransactionAbortedError
 from .futures import RecordFuture
-from .records import OffsetAndMetadata, RecordMetadata, TopicPartition
+from .records import RecordMetadata, TopicPartition, check_offset, to_tp
 from .transaction_log import Batch, ChannelFor, CommitRecord, TransactionLog, TxnRecord, to_headers
 
 UNINITIALIZED, READY, IN_TRANSACTION, ABORTABLE, FENCED = "uninitialized", "ready", "in transaction", "abortable", "fenced"
@@ -168,13 +168,7 @@ class Transactions:
             raise ConfigError(
                 f"send_offsets_to_transaction takes a dict {{TopicPartition: offset}}, not {type(offsets).__name__}"
             )
-        plain: dict[TopicPartition, int] = {}
-        for tp, off in offsets.items():
-            if isinstance(off, OffsetAndMetadata):
-                off = off.offset
-            if not isinstance(tp, TopicPartition) or isinstance(off, bool) or not isinstance(off, int) or not 0 <= off < 2**63:
-                raise ConfigError(f"send_offsets_to_transaction: {tp!r}: {off!r} is not a TopicPartition and an offset")
-            plain[tp] = off
+        plain = {to_tp(tp): check_offset(to_tp(tp), off, "send_offsets_to_transaction") for tp, off in offsets.items()}
         self._groups.setdefault(group_id, {}).update(plain)
         if member_id is not None:
             owned = self._owners.setdefault(group_id, (member_id, []))[1]

@@ -98,6 +98,14 @@ def test_read_committed_and_read_uncommitted_side_by_side_see_the_same_committed
         committed = read_all(root, "a", "read_committed")
         uncommitted = read_all(root, "a", "read_uncommitted")
         assert committed == uncommitted == [(0, 0, None, b"one", ())]
+
+        async def read_async():
+            c = AsyncConsumer("a", root=root, auto_offset_reset="earliest", isolation_level="read_committed")
+            got = await c.getmany(timeout_ms=2000)
+            await c.stop()
+            return [r.value for rs in got.values() for r in rs]
+
+        assert anyio.run(read_async) == [b"one"]
         p.abort_transaction()
     with pytest.raises(ConfigError, match="isolation_level"):
         Consumer(root=root, isolation_level="read_everything")
@@ -214,6 +222,8 @@ def test_calls_out_of_order_and_bad_arguments_raise_before_anything_is_written(r
             p.begin_transaction()
         with pytest.raises(ConfigError, match="group id"):
             p.send_offsets_to_transaction({TopicPartition("in", 0): 1}, 42)
+        with pytest.raises(ConfigError, match="TopicPartition"):
+            p.send_offsets_to_transaction({"in": 1}, "g")
         with pytest.raises(ConfigError, match="offset"):
             p.send_offsets_to_transaction({TopicPartition("in", 0): -1}, "g")
         with pytest.raises(MessageTooLargeError):
