@@ -89,7 +89,8 @@ class Producer:
         partition channels' ``flush_interval``); default 5.
     batch_size: bytes buffered per partition before a write is forced; default 1 MiB.
     fsync: "never", "interval" or "always" (a send's future completes once the record is on
-        disk); default: the topic's setting.
+        disk); default: the topic's setting. A transactional producer fsyncs at each commit
+        instead, whatever this says.
     acks: kafka-python's: 0 or 1 keep the topic's fsync policy; "all" (or -1) means
         ``fsync="always"`` unless ``fsync`` is given.
     partitioner: ``f(key_bytes_or_None, partition_count) -> partition``, or kafka-python
@@ -196,7 +197,7 @@ class Producer:
         if transactional_id is not None:
             # Records wait in the transaction until its commit, which fsyncs them: the channels never do by themselves.
             self._overrides["fsync"] = "never"
-            self._txn = Transactions(str(root), transactional_id, transaction_timeout_ms, self._for_commit)
+            self._txn = Transactions(self._topics.root, transactional_id, transaction_timeout_ms, self._for_commit)
         elif _CSend is not None:  # send's short path in C, the Python one as its fallback (see _codec.c)
             self._c_send = self.send = _CSend(self._routes, self._py_send, SentFuture)  # type: ignore[method-assign]
         self._sent = 0
