@@ -2,14 +2,16 @@
 
 A transaction's records and group offsets live only in the producer's memory until it
 commits. ``commit`` writes them all as one *commit record* (one file, fsynced, then renamed
-into place), then appends each partition's share to its log, stores the group offsets, and
+into place; the folder is not fsynced), then appends each partition's share to its log, stores the group offsets, and
 deletes the record. A commit record that exists is a transaction that is committed but
 perhaps not wholly applied: whoever takes ``apply.lock`` next (a commit, ``init_transactions``,
 a consumer reading its group's committed offsets) applies it again, idempotently, before
 anything else. So a transaction is all or nothing at every crash point:
 
 - before the record is renamed into place: nothing of it exists anywhere (the temp file of
-  a dead writer is deleted under ``apply.lock``);
+  a dead writer is deleted under ``apply.lock``), except after a machine crash that lost
+  the rename: a whole temp file one of whose records is in its partition was renamed
+  (appends begin only after the rename) and is applied as a commit record;
 - after: it is applied whole, by the writer or by the recovery that follows its death.
 
 Layout (``ROOT/.transactions/``)::
@@ -32,7 +34,7 @@ appends only what follows it: a crash before, within or after a partition's appe
 loses nor duplicates its share. Group offsets are plain values: storing them twice is
 storing them once.
 
-Commit record format: ``FCTX``, crc32c (u32) of the body, body = u32 header length, JSON
+Commit record format: ``FCTX``, crc32c (u32) of the rest, the rest = u32 header length, JSON
 header ``{"id", "epoch", "batches": [[topic, partition, start, count], ...], "groups":
 {group: {"topic/p": offset}}}``, then each batch's records in order: ``<qiiH`` timestamp,
 key length, value length (-1: None), header count, the key and value bytes, and per header
@@ -180,7 +182,6 @@ class TransactionLog:
         self.root = root
         self.folder = os.path.join(root, TRANSACTIONS_DIR)
         self._channel_for = channel_for
-        self._apply_lock: FileLock | None = None
 
     def _path(self, transactional_id: str, suffix: str) -> str:
         return os.path.join(self.folder, validate_name(transactional_id, "transactional_id") + suffix)
@@ -193,11 +194,13 @@ class TransactionLog:
     def _applying(self) -> Iterator[None]:
         """Hold ``apply.lock``, having applied every commit record left by a dead writer."""
         self._ensure_folder()
-        if self._apply_lock is None:
-            self._apply_lock = FileLock(os.path.join(self.folder, "apply.lock"))
-        with self._apply_lock.holding():
-            self._recover_locked()
-            yield
+        lock = FileLock(os.path.join(self.folder, "apply.lock"))
+        try:
+            with lock.holding():
+                self._recover_locked()
+                yield
+        finally:
+            lock.close()
 
     def pending(self) -> bool:
         """Whether any commit record waits to be applied (one ``listdir``; no lock)."""
