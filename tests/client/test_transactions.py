@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import anyio
@@ -559,3 +560,21 @@ def test_a_commit_record_whose_rename_a_machine_crash_lost_counts_only_if_its_ap
     with Consumer(root=root, group_id="g", enable_auto_commit=False) as c:
         assert c.committed(TopicPartition("in", 0)) == (7 if begun else None)
     assert not [n for n in os.listdir(folder) if ".commit" in n]
+
+
+def test_sends_from_several_threads_go_into_one_transaction(root):
+    with transactional(root) as p:
+        p.begin_transaction()
+        futures: list = []
+
+        def sender(i):
+            futures.extend(p.send("a", f"{i}-{j}".encode(), partition=0) for j in range(250))
+
+        threads = [threading.Thread(target=sender, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        p.commit_transaction()
+    assert sorted(f.get(timeout=10).offset for f in futures) == list(range(1000))
+    assert sorted(r[3] for r in read_all(root, "a")) == sorted(f"{i}-{j}".encode() for i in range(4) for j in range(250))
