@@ -369,25 +369,33 @@ def _alive(pid):
 
 @pytest.mark.crash
 @pytest.mark.slow
-def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(tmp_path):
+@pytest.mark.parametrize("mode", ["assign", "group"])
+def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(tmp_path, mode):
     """Three worker slots consume-transform-produce in transactions of at most three records
     while the input grows; workers are SIGKILLed at random moments (inside begin, send,
     send_offsets, commit: they do little else), some die at a failpoint inside the commit, some
-    are left running as zombies while a newer worker of their slot starts. Afterwards every
-    input record is in the output exactly once, and the group's committed offsets are the
-    input's ends."""
+    are left running as zombies while a newer worker of their slot starts. "assign": each slot
+    reads its own partition (fenced by its transactional id); "group": the workers are members
+    of one consumer group, rebalancing at every death (fenced by the group's ownership too).
+    Afterwards every input record is in the output exactly once, and the group's committed
+    offsets are the input's ends."""
     rng = random.Random(38)
     root = str(tmp_path / "root")
     admin = Admin(root)
     admin.create_topic("in", partitions=3)
     admin.create_topic("out", partitions=3)
-    counts = [0, 0, 0]  # input records written, per slot (= partition of "in")
+    group = "storm" if mode == "assign" else "gstorm"
+    counts = [0, 0, 0]  # input records written, per partition of "in"
     feeder = Producer(root)
 
     def feed():
-        for slot in range(3):
-            feeder.send("in", f"record-{slot}-{counts[slot]}".encode(), key=str(counts[slot]).encode(), partition=slot)
-            counts[slot] += 1
+        for p in range(3):
+            feeder.send("in", f"record-{p}-{counts[p]}".encode(), key=str(counts[p]).encode(), partition=p)
+            counts[p] += 1
+
+    def committed():
+        with Consumer(root=root, group_id=group, enable_auto_commit=False) as c:
+            return [c.committed(TopicPartition("in", p)) or 0 for p in range(3)]
 
     status = tmp_path / "status"
     status.mkdir()
@@ -396,7 +404,7 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
     )
 
     def spawn(slot, point="-"):
-        spawner.stdin.write(f"{slot} {point}\n")
+        spawner.stdin.write(f"{slot} {point} {mode}\n")
         spawner.stdin.flush()
         return int(spawner.stdout.readline())
 
@@ -414,7 +422,7 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
     live: dict[int, dict[int, float]] = {slot: {} for slot in range(3)}  # slot -> {pid: when to kill it}
     try:
         deadline = time.monotonic() + 120
-        while kills < 220:
+        while kills < 210:
             assert time.monotonic() < deadline, f"the storm took too long: {kills} kills"
             feed()
             for slot in range(3):
@@ -439,10 +447,12 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
                 wait_for(lambda pid=pid: not _alive(pid), what="a killed worker to be gone")
             workers.clear()
         feeder.close()
-        with Consumer(root=root, group_id="storm", enable_auto_commit=False) as c:
-            committed_in_storm = sum(c.committed(TopicPartition("in", s)) or 0 for s in range(3))
-        finals = {spawn(slot): slot for slot in range(3)}  # one worker per slot drains what is left
-        wait_for(lambda: not any(map(_alive, finals)), timeout=120, what="the last workers to drain the input")
+        committed_in_storm = sum(committed())
+        finals = [spawn(slot) for slot in range(3)]  # one worker per slot processes what is left
+        if mode == "group":
+            wait_for(lambda: committed() == counts, timeout=120, what="the group to commit the whole input")
+            (status / "stop").touch()
+        wait_for(lambda: not any(map(_alive, finals)), timeout=120, what="the last workers to finish")
         assert [ended(pid, float("inf")) for pid in finals] == ["done"] * 3
     finally:
         feeder.close()
@@ -455,13 +465,13 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
     assert kills >= 200
     seen = read_all(root, "out")
     sources = sorted(dict(r[4])["source"].decode() for r in seen)
-    assert sources == sorted(f"{slot}/{i}" for slot in range(3) for i in range(counts[slot]))  # each exactly once
-    assert sorted(r[3] for r in seen) == sorted(f"RECORD-{s}-{i}".encode() for s in range(3) for i in range(counts[s]))
-    with Consumer(root=root, group_id="storm", enable_auto_commit=False) as c:
-        assert [c.committed(TopicPartition("in", s)) for s in range(3)] == counts
+    assert sources == sorted(f"{p}/{i}" for p in range(3) for i in range(counts[p]))  # each exactly once
+    assert sorted(r[3] for r in seen) == sorted(f"RECORD-{p}-{i}".encode() for p in range(3) for i in range(counts[p]))
+    assert committed() == counts
     print(
-        f"storm: {kills} SIGKILLs, {ends.count('failpoint')} deaths at a commit failpoint, {ends.count('fenced')} zombies "
-        f"fenced; {committed_in_storm} of {sum(counts)} input records committed when the kills ended"
+        f"storm ({mode}): {kills} SIGKILLs, {ends.count('failpoint')} deaths at a commit failpoint, "
+        f"{ends.count('fenced')} zombies fenced; {committed_in_storm} of {sum(counts)} input records committed when "
+        "the kills ended"
     )
 
 
