@@ -124,6 +124,8 @@ def demo(records: int) -> None:
         workers[0] = subprocess.Popen([*argv, "--id", "0"])
         for w in workers:
             w.wait()
+        # They stop once idle; one more pass here picks up anything a slow rebalance left over.
+        run_worker(root, "0", "input", "output", "workers", 500, idle_exit_ms=1000)
         seen = output_sources(root, "output")
         twice = [s for s, n in seen.items() if n > 1]
         with Consumer(root=root, group_id="workers", enable_auto_commit=False) as check:
