@@ -61,6 +61,10 @@ class Transactions:
     # -- checks --------------------------------------------------------------------------------
 
     def _check_fenced(self) -> None:
+        """ProducerFencedError if a newer producer took the id (then for good); first of every
+        check, so a fenced producer says so whatever else is wrong with the call."""
+        if self.state == UNINITIALIZED:
+            return
         if self.state == FENCED:
             raise self._fenced_error(self.log.epoch(self.transactional_id))
         try:
@@ -85,16 +89,14 @@ class Transactions:
     def _check_open(self, what: str) -> None:
         """IllegalStateError unless a transaction is open; ProducerFencedError if fenced;
         TransactionAbortedError (the transaction aborted) if it is open past its timeout."""
+        self._check_fenced()
         if self.state == ABORTABLE:
             raise TransactionAbortedError(
                 f"{what}: the transaction was aborted (open longer than transaction_timeout_ms, or its commit was "
                 "refused); call abort_transaction(), then begin_transaction()"
             )
-        if self.state == FENCED:
-            self._check_fenced()
         if self.state != IN_TRANSACTION:
             raise IllegalStateError(f"{what} needs an open transaction: call begin_transaction() first (state: {self.state})")
-        self._check_fenced()
         if time.monotonic() - self._started > self.timeout:
             self._drop(TransactionAbortedError("the transaction was aborted: open longer than transaction_timeout_ms"))
             self.state = ABORTABLE
@@ -115,13 +117,13 @@ class Transactions:
         self.state = READY
 
     def begin(self) -> None:
+        self._check_fenced()
         if self.state == UNINITIALIZED:
             raise IllegalStateError("begin_transaction() needs init_transactions() first")
         if self.state == IN_TRANSACTION:
             raise IllegalStateError("begin_transaction(): a transaction is open already; commit or abort it first")
         if self.state == ABORTABLE:
             raise IllegalStateError("begin_transaction(): the last transaction was aborted; call abort_transaction() first")
-        self._check_fenced()
         self._started = time.monotonic()
         self.state = IN_TRANSACTION
 
@@ -210,8 +212,7 @@ class Transactions:
 
     def abort(self) -> None:
         """Drop the open (or timed-out) transaction: nothing of it was written."""
-        if self.state == FENCED:
-            raise self._fenced_error(self.log.epoch(self.transactional_id))
+        self._check_fenced()
         if self.state not in (IN_TRANSACTION, ABORTABLE):
             raise IllegalStateError(f"abort_transaction(): no transaction is open (state: {self.state})")
         self._drop(TransactionAbortedError("the transaction was aborted"))
