@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, size, n, cap in _throughput_plan(args.quick):
         if _selected(f"produce consume {key} {BACKENDS[key]().name}", args.only):
             rows += throughput(key, size, n, cap, best_of=1 if args.quick else REPEATS)
-    for name, fn, fargs in [*workloads.special(args.quick), *transactions.workloads(args.quick)]:
+    for name, fn, fargs in [*workloads.special(args.quick), *transactions.workloads(args.quick, references=False)]:
         if _selected(name, args.only):
             rows += workloads.run(name, fn, *fargs)
     if args.spark:

@@ -110,14 +110,16 @@ def _consume_transform_produce(size: int, n: int) -> list[dict[str, Any]]:
     ]
 
 
-def workloads(quick: bool, seconds: float | None = None) -> list[tuple[str, Any, tuple[Any, ...]]]:
-    """(name, function, args) of the rows above; the harness adds them to its own."""
+def workloads(quick: bool, seconds: float | None = None, references: bool = True) -> list[tuple[str, Any, tuple[Any, ...]]]:
+    """(name, function, args) of the rows above. The harness adds them to its own without the
+    ``references`` (its table has those rows already: ``--only transaction,durable`` shows both)."""
     secs = seconds if seconds is not None else (0.3 if quick else 3.0)
     out: list[tuple[str, Any, tuple[Any, ...]]] = []
     for size in TXN_SIZES:
         out += [("transactional produce", _transactional, (size, k, secs)) for k in PER_TRANSACTION]
-        out.append(("transactional produce (durable futures)", _durable, (size, 1, secs, "producer")))
-        out.append(("transactional produce (one fsync per message)", _fsync_per_message, (size, secs)))
+        if references:
+            out.append(("transactional produce (durable futures)", _durable, (size, 1, secs, "producer")))
+            out.append(("transactional produce (one fsync per message)", _fsync_per_message, (size, secs)))
         out.append(("transactional consume-transform-produce", _consume_transform_produce, (size, 4_000 if quick else 40_000)))
     return out
 

@@ -25,3 +25,4 @@ def test_the_harness_gets_every_size_and_transaction_length_with_its_references(
     for size in (100, 1024):
         assert {a[1] for n, a in names if n == "transactional produce" and a[0] == size} == set(PER_TRANSACTION)
         assert ("transactional produce (one fsync per message)", (size, 0.3)) in names
+    assert not [n for n, _, _ in workloads(quick=True, references=False) if "fsync per message" in n or "futures" in n]
