@@ -143,6 +143,14 @@ class CommitRecord:
         magic, crc = _HEAD.unpack_from(data)
         if magic != _MAGIC or crc32c(memoryview(data)[_HEAD.size :]) != crc:
             raise CorruptRecordError(f"commit record {path!r} is damaged (bad magic or CRC); it cannot be applied")
+        try:
+            return cls._decode_checked(data)
+        except (ValueError, KeyError, TypeError, struct.error) as exc:  # a whole record of another layout
+            raise CorruptRecordError(f"commit record {path!r} cannot be read ({exc}); it cannot be applied") from None
+
+    @classmethod
+    def _decode_checked(cls, data: bytes) -> CommitRecord:
+        """The record in ``data``, whose magic and CRC were checked."""
         (head_len,) = _HEAD_LEN.unpack_from(data, _HEAD.size)
         pos = _HEAD.size + _HEAD_LEN.size
         header = json.loads(bytes(data[pos : pos + head_len]))

@@ -14,6 +14,7 @@ import time
 
 import anyio
 import pytest
+from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -588,3 +589,10 @@ def test_sends_from_several_threads_go_into_one_transaction(root):
         p.commit_transaction()
     assert sorted(f.get(timeout=10).offset for f in futures) == list(range(1000))
     assert sorted(r[3] for r in read_all(root, "a")) == sorted(f"{i}-{j}".encode() for i in range(4) for j in range(250))
+
+
+def test_a_commit_record_of_another_layout_is_a_corrupt_record_error_not_a_raw_one():
+    rest = (5).to_bytes(4, "little") + b"{bad}"
+    data = b"FCTX" + crc32c(rest).to_bytes(4, "little") + rest
+    with pytest.raises(KafkaError, match="cannot be read"):
+        CommitRecord.decode(data, "x")
