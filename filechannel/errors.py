@@ -106,6 +106,14 @@ class FencedInstanceIdError(FileChannelError):
     """A consumer's ``group_instance_id`` is in use by another live member of its group."""
 
 
+class ProducerFencedError(FileChannelError):
+    """A producer with the same ``transactional_id`` called ``init_transactions()`` later: this one is a zombie."""
+
+
+class TransactionAbortedError(FileChannelError):
+    """The transaction was aborted (open past ``transaction_timeout_ms``, or its commit refused); call ``abort_transaction()``."""
+
+
 class NoOffsetForPartitionError(FileChannelError):
     """A partition has no committed offset and ``auto_offset_reset`` is "none"."""
 

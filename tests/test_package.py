@@ -171,7 +171,7 @@ def test_python_dash_m_filechannel_is_the_command():
     assert usage.returncode == 2 and usage.stderr.startswith("error: ")
 
 
-@pytest.mark.parametrize("example", ["pipeline.py", "demo.py"])
+@pytest.mark.parametrize("example", ["pipeline.py", "demo.py", "transactional_worker.py"])
 def test_the_examples_import_what_the_package_has(example):
     """``make run`` runs examples/pipeline.py: a name the package moved fails here, in a second,
     rather than only in ``make run``."""

@@ -299,7 +299,8 @@ def _seek_partition(consumer: Consumer, tp: TopicPartition, offset: str) -> None
     "--isolation-level",
     type=click.Choice(["read_uncommitted", "read_committed"]),
     default=None,
-    help="Accepted: both read every record written (there are no transactions).",
+    help="Both read only committed records (a transaction's records are written at its commit); "
+    "read_committed also first applies what a transactional producer that died mid-commit committed.",
 )
 @click.option(
     "--tier",

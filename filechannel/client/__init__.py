@@ -15,7 +15,15 @@ from .assignors import (
 )
 from .consumer import Consumer
 from .producer import Producer
-from .records import AsyncConsumerRecord, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from .records import (
+    AsyncConsumerRecord,
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
 from .serializer import Deserializer, JsonSerializer, Serializer, StringSerializer
 from .subscription import ConsumerRebalanceListener
 from .topics import Admin, PartitionDescription, TopicDescription
@@ -28,6 +36,7 @@ __all__ = [
     "ConfigResource",
     "ConfigResourceType",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "CooperativeStickyAssignor",

@@ -27,6 +27,7 @@ to a worker, and run inline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
@@ -40,7 +41,7 @@ import anyio.to_thread
 
 from ..engine.cursor import WouldBlock
 from ..engine.record import Headers
-from ..errors import ChannelClosedError, ConfigError
+from ..errors import ChannelClosedError, ConfigError, ProducerFencedError
 from .consumer import Consumer
 from .coordinator import CommitOffsets
 from .fetcher import check_timeout_ms
@@ -49,6 +50,7 @@ from .producer import Producer
 from .records import (
     AIOKAFKA_RECORDS,
     AsyncConsumerRecord,
+    ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndTimestamp,
     RecordMetadata,
@@ -194,12 +196,46 @@ class AsyncProducer:
     def __init__(self, root: Any, **kwargs: Any) -> None:
         kwargs = _aiokafka_names(kwargs, _AIOKAFKA_PRODUCER)
         self._producer = Producer(root, **kwargs)
+        self._transactional = kwargs.get("transactional_id") is not None
         self._batch_bytes = kwargs.get("batch_size", 16384)
         if _CAsyncSend is not None:  # send(topic, value) in C, this class's send for any other call (see _codec.c)
             self.send = _CAsyncSend(self._producer.send, self._send, RecordDelivery, SentFuture)  # type: ignore[method-assign]
 
     async def start(self) -> None:
-        """Nothing to start (no server); kept for aiokafka compatibility."""
+        """With ``transactional_id``: ``init_transactions()`` (aiokafka's start does it); else nothing
+        to start (no server), kept for aiokafka compatibility."""
+        if self._transactional:
+            await anyio.to_thread.run_sync(self._producer.init_transactions)
+
+    async def begin_transaction(self) -> None:
+        """Open a transaction (after ``await start()``); see ``Producer.begin_transaction``."""
+        self._producer.begin_transaction()
+
+    async def commit_transaction(self) -> None:
+        """Commit the open transaction, in a worker thread (it writes and fsyncs); see
+        ``Producer.commit_transaction``. A send's future completes then: await it after."""
+        await anyio.to_thread.run_sync(self._producer.commit_transaction)
+
+    async def abort_transaction(self) -> None:
+        """Drop the open transaction (nothing of it was written)."""
+        self._producer.abort_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, Any], group_id: Any) -> None:
+        """Commit consumed offsets of group ``group_id`` (or ``consumer.group_metadata()``) with the transaction."""
+        self._producer.send_offsets_to_transaction(offsets, group_id)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """``async with producer.transaction():`` (aiokafka's): begins a transaction, commits it
+        when the block ends, aborts it if the block raises (and re-raises)."""
+        await self.begin_transaction()
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(ProducerFencedError):  # a fenced producer has nothing to abort
+                await self.abort_transaction()
+            raise
+        await self.commit_transaction()
 
     async def send(
         self,
@@ -630,8 +666,13 @@ class AsyncConsumer:
         return self._now(self._consumer.last_poll_timestamp, partition)
 
     def last_stable_offset(self, partition: TopicPartition) -> int:
-        """The same as :meth:`highwater`: there are no transactions, every record is stable."""
+        """The same as :meth:`highwater`: a transaction's records reach a partition only once
+        committed, so every record there is stable."""
         return self.highwater(partition)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member of its group, for ``AsyncProducer.send_offsets_to_transaction`` (see ``Consumer.group_metadata``)."""
+        return self._consumer.group_metadata()
 
     async def stop(self) -> None:
         """Commit (with auto-commit) and close, off the event loop; pending iterations end."""

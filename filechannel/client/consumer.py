@@ -15,17 +15,27 @@ from typing import Any, Literal, Self, Unpack, overload
 
 from ..channel import FileChannel
 from ..engine.wakeup import Wakeup
-from ..errors import ChannelClosedError, ConfigError, FileChannelError, UnknownTopicError
+from ..errors import ChannelClosedError, ConfigError, FileChannelError, IllegalStateError, UnknownTopicError
 from .assignors import DEFAULT_STRATEGIES, strategy_names
 from .bucket import BucketTopics
 from .coordinator import CommitOffsets, GroupCoordinator
 from .fetcher import FETCH_BYTES, FETCH_MAX_BYTES, Fetcher, check_timeout_ms
-from .group import GroupMember
+from .group import STATIC_PREFIX, GroupMember, is_static
 from .kafka_names import CONSUMER_IGNORED, ConsumerConfigs, check_names
-from .records import MAX_OFFSET, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition, check_offset, to_tp
+from .records import (
+    MAX_OFFSET,
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+    check_offset,
+    to_tp,
+)
 from .serializer import Codec, check_codec
 from .subscription import ConsumerRebalanceListener, SubscriptionState, TopicSource, no_offset
 from .topics import TopicStore
+from .transaction_log import recover_transactions
 
 _RESETS = ("earliest", "latest", "none")
 _HONOURED = (
@@ -113,8 +123,10 @@ class Consumer:
     default_offset_commit_callback: ``f(offsets, response)`` called by :meth:`commit_async`
         without a callback of its own.
     client_id: names this consumer in :meth:`metrics`.
-    isolation_level: "read_uncommitted" or "read_committed"; the same here (there are no
-        transactions: every record written is committed).
+    isolation_level: "read_uncommitted" (default) or "read_committed". Both read only
+        committed records: a transaction's records reach a partition only once committed
+        (see the README's "Transactions"). "read_committed" also applies, when it opens, what
+        a transactional producer that died mid-commit committed, so it sees that at once.
     Every other kafka-python name is accepted and ignored (see kafka_names.py and the
     README); an unknown name is a :class:`ConfigError`.
 
@@ -198,6 +210,8 @@ class Consumer:
                 max_age_s=metadata_max_age_ms / 1000,
                 follow_s=tier_poll_ms / 1000,
             )
+        if configs.get("isolation_level") == "read_committed":
+            recover_transactions(self._topics)
         self._consumer_timeout = consumer_timeout_ms / 1000
         self._commit_callback = commit_callback
         self.client_id = str(configs.get("client_id") or f"filechannel-consumer-{os.getpid()}-{id(self):x}")
@@ -257,6 +271,16 @@ class Consumer:
             subscription.close_partition(tp)
         for tp in sorted(tps - set(subscription.parts)):
             self.fetcher.open_partition(tp, self.coordinator.committed_offset(tp))
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member of its group (Kafka's ``groupMetadata()``), for a transactional
+        producer's ``send_offsets_to_transaction``: its offsets are then committed only while
+        this consumer owns their partitions. IllegalStateError without a group."""
+        member = self.coordinator.member
+        if member is None:
+            raise IllegalStateError("group_metadata() needs a group: create the Consumer with group_id=...")
+        instance = member.member_id[len(STATIC_PREFIX) :] if is_static(member.member_id) else None
+        return ConsumerGroupMetadata(member.group_id, member.generation, member.member_id, instance)
 
     def _check_open(self) -> None:
         if self.fetcher.closed:

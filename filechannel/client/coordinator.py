@@ -22,6 +22,7 @@ from ..errors import CommitFailedError, ConfigError
 from .group import GroupMember, position_name
 from .records import OffsetAndMetadata, TopicPartition, check_offset, to_tp
 from .subscription import SubscriptionState
+from .transaction_log import recover_transactions
 
 # What commit takes: offsets, OffsetAndMetadata or both by partition (three dict types: a dict's value type is invariant).
 CommitOffsets = (
@@ -186,6 +187,7 @@ class GroupCoordinator:
         """The group's committed offset of ``tp``, or None (none committed, or no group)."""
         if self.member is None:
             return None
+        recover_transactions(self._subscription.store)  # a dead producer's committed offsets count too
         return self.member.committed_offset(tp, self._subscription.store.root)
 
     @overload

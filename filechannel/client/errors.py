@@ -27,9 +27,11 @@ from ..errors import (
     MessageTooLargeError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
     RootUnavailableError,
     Timeout,
     TopicExistsError,
+    TransactionAbortedError,
     UnknownTopicError,
     UnsupportedError,
 )
@@ -64,8 +66,10 @@ __all__ = [
     "NoBrokersAvailable",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
+    "ProducerFencedError",
     "RecordTooLargeError",
     "TopicAlreadyExistsError",
+    "TransactionAbortedError",
     "UnknownTopicOrPartitionError",
     "UnsupportedVersionError",
 ]

@@ -551,18 +551,73 @@ class GroupMember:
                     )
             if check is not None:
                 check(offsets)
-            current: dict[str, Any] = {tp_key(tp): off for tp, off in self.committed().items()}
-            current.update({tp_key(tp): int(off) for tp, off in offsets.items()})
-            texts = read_metadata(self.offsets_path)
-            for tp in offsets:
-                text = (metadata or {}).get(tp, "")
-                if text:
-                    texts[tp_key(tp)] = text
-                else:
-                    texts.pop(tp_key(tp), None)
-            if texts:
-                current[METADATA_KEY] = texts
-            write_atomically(self.offsets_path, json.dumps(current, sort_keys=True).encode())
+            _merge_offsets(self.offsets_path, offsets, metadata or {})
+
+
+def _merge_offsets(path: str, offsets: dict[TopicPartition, int], metadata: dict[TopicPartition, str]) -> None:
+    """Rewrite offsets file ``path`` with ``offsets`` over the ones it holds; each of those
+    partitions' metadata becomes ``metadata``'s text (none: removed). Under ``group.lock``."""
+    current: dict[str, Any] = {tp_key(tp): off for tp, off in read_offsets(path).items()}
+    current.update({tp_key(tp): int(off) for tp, off in offsets.items()})
+    texts = read_metadata(path)
+    for tp in offsets:
+        text = metadata.get(tp, "")
+        if text:
+            texts[tp_key(tp)] = text
+        else:
+            texts.pop(tp_key(tp), None)
+    if texts:
+        current[METADATA_KEY] = texts
+    write_atomically(path, json.dumps(current, sort_keys=True).encode())
+
+
+class GroupOffsets:
+    """A group's committed offsets written from outside its consumers: by a transaction
+    (``transaction_log.py``), which commits them with the records it produced.
+
+    The caller holds :meth:`holding` (``group.lock``) from its ownership check
+    (:meth:`check_owner`) until its offsets are stored, so no rebalance hands a partition
+    on in between; :meth:`store` writes each partition's durable position first, then
+    offsets.json, as a consumer's commit leaves them, and writing the same offsets twice
+    changes nothing (a transaction's recovery may store them again).
+    """
+
+    def __init__(self, root: str, group_id: str) -> None:
+        self.root = root
+        self.group_id = validate_name(group_id, "group_id")
+        self.folder = group_folder(root, group_id)
+        with os_errors("create group folder", self.folder):
+            os.makedirs(self.folder, exist_ok=True)
+        self._lock = FileLock(os.path.join(self.folder, LOCK_FILE))
+
+    def holding(self) -> Any:
+        """A context holding ``group.lock``."""
+        return self._lock.holding()
+
+    def check_owner(self, member_id: str, tps: Iterable[TopicPartition]) -> None:
+        """CommitFailedError unless consumer ``member_id`` owns every partition of ``tps`` now
+        (a consumer's own commit is fenced the same way). Under :meth:`holding`."""
+        path = os.path.join(self.folder, STATE_FILE)
+        state = GroupState.decode(read_if_exists(path, "group state"), path)
+        for tp in tps:
+            owner = state.owners.get(tp_key(tp))
+            if owner != member_id:
+                raise CommitFailedError(
+                    f"cannot commit {tp.topic}[{tp.partition}] for group {self.group_id!r} in this transaction: consumer "
+                    f"{member_id} no longer owns it (owner: {owner or 'none'}, generation {state.generation}); abort the "
+                    "transaction and poll again"
+                )
+
+    def store(self, offsets: dict[TopicPartition, int]) -> None:
+        """Store ``offsets`` (durable positions, then offsets.json). Under :meth:`holding`."""
+        for tp, off in offsets.items():
+            partition = partition_path(self.root, tp.topic, tp.partition)
+            if os.path.isdir(partition):
+                PositionStore(partition).set(position_name(self.group_id), off)
+        _merge_offsets(os.path.join(self.folder, OFFSETS_FILE), offsets, {})
+
+    def close(self) -> None:
+        self._lock.close()
 
 
 def delete_offsets(root: str, group_id: str, tps: list[TopicPartition]) -> None:

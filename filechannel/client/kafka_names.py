@@ -75,7 +75,6 @@ class _ProducerIgnored(_Network, total=False):
     enable_idempotence: bool  # each send is appended exactly once already: no retries that could duplicate
     max_block_ms: int  # send never waits for metadata or buffer space
     retries: int  # nothing to retry: there is no request that can fail transiently
-    transaction_timeout_ms: int  # only with transactional_id, which is refused
 
 
 class ProducerConfigs(_ProducerIgnored, total=False):
@@ -87,6 +86,7 @@ class ProducerConfigs(_ProducerIgnored, total=False):
     client_id: str | None
     compression_type: str | None
     max_request_size: int
+    transaction_timeout_ms: int
     transactional_id: str | None
 
 

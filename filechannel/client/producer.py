@@ -18,13 +18,14 @@ from ..engine.record import Headers, checked_timestamp, serialized_sizes
 from ..errors import (
     ChannelClosedError,
     ConfigError,
+    IllegalStateError,
     MessageTooLargeError,
     RecordTypeError,
     Timeout,
     UnknownPartitionError,
     UnknownTopicError,
-    UnsupportedError,
 )
+from ..sender import Sender
 from .durable import GroupSync
 from .futures import RecordFuture, SentFuture
 from .kafka_names import PRODUCER_IGNORED, ProducerConfigs, check_names
@@ -32,6 +33,7 @@ from .partitioner import DefaultPartitioner, as_partitioner
 from .records import RecordMetadata, TopicPartition
 from .serializer import Codec, TopicCodec, check_codec
 from .topics import TopicStore
+from .transaction import Transactions
 
 if TYPE_CHECKING:
     from ..engine._codec import ProducerSend
@@ -44,6 +46,10 @@ try:  # Producer.send's short path in C (filechannel/engine/_codec.c), when it w
     from ..engine._codec import ProducerSend as _CSend
 except ImportError:
     _CSend = None
+
+
+def _nothing() -> None:
+    """Nothing to do: a transactional producer keeps the partitions a commit appended to open."""
 
 
 def _not_bytes(what: str, obj: Any, serializer: Codec | None) -> RecordTypeError:
@@ -68,6 +74,7 @@ _HONOURED = (
     "linger_ms",
     "max_request_size",
     "partitioner",
+    "transaction_timeout_ms",
     "transactional_id",
     "value_serializer",
 )
@@ -82,7 +89,8 @@ class Producer:
         partition channels' ``flush_interval``); default 5.
     batch_size: bytes buffered per partition before a write is forced; default 1 MiB.
     fsync: "never", "interval" or "always" (a send's future completes once the record is on
-        disk); default: the topic's setting.
+        disk); default: the topic's setting. A transactional producer fsyncs at each commit
+        instead, whatever this says.
     acks: kafka-python's: 0 or 1 keep the topic's fsync policy; "all" (or -1) means
         ``fsync="always"`` unless ``fsync`` is given.
     partitioner: ``f(key_bytes_or_None, partition_count) -> partition``, or kafka-python
@@ -101,9 +109,16 @@ class Producer:
     max_request_size: the largest record (key, value and headers) this producer writes;
         at most the topic's ``max_record_bytes``.
     client_id: names this producer in its threads and errors.
+    transactional_id: makes this a transactional producer (see :mod:`.transaction` and the
+        README's "Transactions"): call :meth:`init_transactions` once, then
+        :meth:`begin_transaction`, ``send`` to any topics and partitions of the root,
+        :meth:`send_offsets_to_transaction`, and :meth:`commit_transaction` or
+        :meth:`abort_transaction`. A transaction's records are written at commit, all of
+        them with the offsets or none; a send's future completes then. ``[A-Za-z0-9._-]``.
+    transaction_timeout_ms: a transaction open longer is aborted (its next send or commit
+        raises :class:`TransactionAbortedError`); default 60000, Kafka's.
     Every other kafka-python name is accepted and ignored (see kafka_names.py and the
-    README); an unknown name is a :class:`ConfigError`. ``transactional_id`` is refused:
-    there are no transactions.
+    README); an unknown name is a :class:`ConfigError`.
 
     ``send`` returns a :class:`~.futures.RecordFuture` (a ``concurrent.futures.Future``
     and kafka-python's ``FutureRecordMetadata``) of :class:`RecordMetadata`. The offset
@@ -144,11 +159,9 @@ class Producer:
         max_request = configs.get("max_request_size")
         if max_request is not None and (isinstance(max_request, bool) or not isinstance(max_request, int) or max_request < 1):
             raise ConfigError(f"max_request_size must be an int >= 1, not {max_request!r}")
-        if configs.get("transactional_id") is not None:
-            raise UnsupportedError(
-                "transactional_id: filechannel has no transactions (there is no broker to coordinate them); "
-                "leave it out, and commit consumed offsets after producing instead"
-            )
+        transaction_timeout_ms = configs.get("transaction_timeout_ms", 60_000)
+        if isinstance(transaction_timeout_ms, bool) or not isinstance(transaction_timeout_ms, int) or transaction_timeout_ms < 1:
+            raise ConfigError(f"transaction_timeout_ms must be an int >= 1, not {transaction_timeout_ms!r}")
         auto_create_topics = configs.get("allow_auto_create_topics", auto_create_topics)
         if partitioner is not None and not callable(partitioner):
             raise ConfigError(f"partitioner must be callable, not {partitioner!r}")
@@ -179,7 +192,13 @@ class Producer:
         # topic -> (its partition's Appender, (topic, 0, TopicPartition)): see _fast_route
         self._routes: dict[str, tuple[Appender, tuple[str, int, TopicPartition]]] = {}
         self._c_send = None
-        if _CSend is not None:  # send's short path in C, the Python one as its fallback (see _codec.c)
+        self._txn: Transactions | None = None
+        transactional_id = configs.get("transactional_id")
+        if transactional_id is not None:
+            # Records wait in the transaction until its commit, which fsyncs them: the channels never do by themselves.
+            self._overrides["fsync"] = "never"
+            self._txn = Transactions(self._topics.root, transactional_id, transaction_timeout_ms, self._for_commit)
+        elif _CSend is not None:  # send's short path in C, the Python one as its fallback (see _codec.c)
             self._c_send = self.send = _CSend(self._routes, self._py_send, SentFuture)  # type: ignore[method-assign]
         self._sent = 0
         self._closed = False
@@ -350,6 +369,11 @@ class Producer:
                 f"partition {partition!r} does not exist: topic {topic!r} has partitions 0 to {count - 1}"
             )
         sender = self._sender(topic, partition)
+        if self._txn is not None:
+            limit = self._channels[(topic, partition)].config.max_record_bytes
+            future = self._txn.add(topic, partition, kbytes, vbytes, headers, timestamp_ms, limit)
+            self._sent += 1
+            return future
         sync = self._syncs.get((topic, partition))
         self._sent += 1  # not atomic across threads: metrics() is an estimate, as Kafka's are
         if sync is not None:
@@ -380,6 +404,49 @@ class Producer:
                 ),
             )
         )
+
+    # -- transactions (kafka-python 2.1's names) ------------------------------------------------
+
+    def _transactions(self) -> Transactions:
+        if self._txn is None:
+            raise IllegalStateError("transactions need a transactional producer: create it with transactional_id=...")
+        if self._closed:
+            raise ChannelClosedError("this producer is closed")
+        return self._txn
+
+    def _for_commit(self, topic: str, partition: int) -> tuple[FileChannel, Sender, Callable[[], None]]:
+        """A partition's channel and sender for a commit (or a recovery) to append through; kept open."""
+        sender = self._sender(topic, partition)
+        return self._channels[(topic, partition)], sender, _nothing
+
+    def init_transactions(self) -> None:
+        """Take this ``transactional_id``: every older producer with the id is fenced (its next
+        send or commit raises :class:`ProducerFencedError`), and what a dead one committed is
+        applied (what it had not committed was never written). Call once, before the first
+        transaction."""
+        self._transactions().init()
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: the next sends and offsets belong to it."""
+        self._transactions().begin()
+
+    def send_offsets_to_transaction(self, offsets: dict[TopicPartition, Any], consumer_group_id: Any) -> None:
+        """Commit consumed ``offsets`` ({TopicPartition: offset or OffsetAndMetadata}, the next
+        record to read) of a group with the transaction. ``consumer_group_id``: the group id,
+        or ``consumer.group_metadata()`` to also fence the consumer (its commit fails, as its
+        own commits would, if it no longer owns one of those partitions)."""
+        self._transactions().send_offsets(offsets, consumer_group_id)
+
+    def commit_transaction(self) -> None:
+        """Commit the open transaction: its records in every partition and its offsets, all
+        of them (even if this process dies midway: the next recovery finishes it) or none.
+        Raises :class:`ProducerFencedError` (fenced), :class:`~.errors.CommitFailedError` (a
+        consumer lost a partition whose offset it commits; the transaction is then to abort)."""
+        self._transactions().commit()
+
+    def abort_transaction(self) -> None:
+        """Drop the open transaction: none of it was written; its sends' futures fail."""
+        self._transactions().abort()
 
     def flush(self, timeout: float | None = None) -> None:
         """Write every buffered record (and fsync, unless the policy is "never").
@@ -413,6 +480,8 @@ class Producer:
             self._routes.clear()  # sends take the whole path again, which refuses
             channels = list(self._channels.values())
             syncs = list(self._syncs.values())
+        if self._txn is not None:
+            self._txn.close()
         for sync in syncs:
             sync.close(timeout)  # completes the futures still waiting for an fsync
         for ch in channels:

@@ -182,6 +182,17 @@ class OffsetAndTimestamp(NamedTuple):
     leader_epoch: int = -1
 
 
+class ConsumerGroupMetadata(NamedTuple):
+    """A group member as ``Consumer.group_metadata()`` gives it (Kafka's), for
+    ``Producer.send_offsets_to_transaction``: a transaction's offsets are then committed only if
+    this member still owns their partitions."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
 class OffsetAndMetadata(NamedTuple):
     """A committed offset (the next record to consume) with free-form metadata.
 

@@ -5,20 +5,22 @@ Python workers) cannot send SIGKILL at the right moment. With ``FILECHANNEL_FAIL
 set to a folder, :func:`hit` kills the process (``os._exit``, like a crash: no cleanup, no
 flush) the first time the file ``<folder>/<name>`` exists, deleting it first so a retry
 goes on; a file holding ``stop`` makes the process stop itself instead (SIGSTOP: a pause
-at that exact point, which the test ends with SIGCONT). Unset (always, outside tests), a
-failpoint costs one environment lookup.
+at that exact point, which the test ends with SIGCONT). ``before``, if given, runs just before
+the process dies there (e.g. a flush, so that the crash leaves what was buffered half-written).
+Unset (always, outside tests), a failpoint costs one environment lookup.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
 ENV = "FILECHANNEL_FAILPOINTS"
 EXIT_CODE = 86
 
 
-def hit(name: str) -> None:
+def hit(name: str, before: Callable[[], object] | None = None) -> None:
     folder = os.environ.get(ENV)
     if not folder:
         return
@@ -32,4 +34,6 @@ def hit(name: str) -> None:
     if action == b"stop":
         os.kill(os.getpid(), signal.SIGSTOP)
         return
+    if before is not None:
+        before()
     os._exit(EXIT_CODE)

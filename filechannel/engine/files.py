@@ -121,8 +121,10 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the folder.
+def write_atomically(path: str, data: bytes, *, sync_folder: bool = True) -> None:
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the folder (unless
+    ``sync_folder`` is false: then after a machine crash the temp file may be found whole in
+    place of the rename, and the caller must know what that means).
 
     The temp file is ``PATH.PID.TID.tmp``: no two writers (processes or threads) share
     one, and one whose process died can be told from one being written. It is removed
@@ -137,7 +139,8 @@ def write_atomically(path: str, data: bytes) -> None:
         except BaseException:
             unlink_if_exists(tmp)
             raise
-    fsync_dir(os.path.dirname(path) or ".")
+    if sync_folder:
+        fsync_dir(os.path.dirname(path) or ".")
 
 
 def read_if_exists(path: str, what: str) -> bytes | None:

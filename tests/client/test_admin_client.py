@@ -95,8 +95,8 @@ def test_each_error_name_catches_the_situation_it_names(tmp_path):
             p.send("t", b"x", partition=7)
         with pytest.raises(MessageSizeTooLargeError):
             p.send("t", b"x" * 2000).get(timeout=30)
-        with pytest.raises(UnsupportedVersionError, match="transactions"):
-            Producer(tmp_path, transactional_id="tx")
+        with pytest.raises(UnsupportedVersionError, match="compact"):
+            admin.create_topics([NewTopic("compacted", 1, 1, topic_configs={"cleanup.policy": "compact"})])
     with pytest.raises(InvalidTopicError):
         admin.create_topic("../escape")
     with pytest.raises(InvalidConfigurationError, match="retention_ms"):

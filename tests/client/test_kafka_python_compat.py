@@ -210,7 +210,7 @@ def test_a_name_kafka_python_does_not_know_is_a_config_error_naming_the_closest(
         ({"acks": 2}, "acks"),
         ({"compression_type": "brotli"}, "compression_type"),
         ({"max_request_size": 0}, "max_request_size"),
-        ({"transactional_id": "tx-1"}, "no transactions"),
+        ({"transactional_id": "tx-1", "transaction_timeout_ms": 0}, "transaction_timeout_ms"),
     ],
 )
 def test_producer_settings_with_a_meaning_are_checked(tmp_path, kwargs, match):
