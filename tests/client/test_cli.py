@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_bench_runs_the_harness_of_the_checkout_it_is_started_in_as_a_subprocess
     (harness / "__init__.py").write_text("")
     (harness / "__main__.py").write_text("import sys\nprint(sys.argv[1:])\nsys.exit(3)\n")
     env = {**os.environ, "FILECHANNEL_ROOT": str(tmp_path / "root")}
-    run = {"capture_output": True, "env": env, "timeout": 60}
+    run: dict[str, Any] = {"capture_output": True, "env": env, "timeout": 60}
     proc = subprocess.run([str(SCRIPT), "bench", "--quick", "--only", "x"], cwd=harness.parent, **run)
     assert (proc.returncode, proc.stdout) == (3, b"['--quick', '--only', 'x']\n"), proc.stderr
     # Anywhere else: one line saying where to run it, exit 1.
