@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml setup.py filechannel/engine/_codec.c filechannel/engine
 run: $(STAMP)
 	$(BIN)/python examples/pipeline.py
 
-# mypy strict on the package, the import layers of DESIGN.md "Layers" (lint-imports), ruff's lint and
-# format checks; their configuration is in pyproject.toml.
+# mypy (strict on the package; the tests too, their annotations optional), the import layers of
+# DESIGN.md "Layers" (lint-imports), ruff's lint and format checks; their configuration is in pyproject.toml.
 lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache

@@ -12,6 +12,7 @@ import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,7 +98,7 @@ def test_without_the_c_extensions_the_package_runs_and_says_so(tmp_path):
     version = subprocess.run([str(script), "--version"], capture_output=True, text=True, env=env, timeout=60)
     assert version.stdout == f"filechannel {filechannel.__version__} (native codec: no, readahead: no)\n"
     # ...and works: a record in and out through the pure-Python code.
-    run = {"capture_output": True, "env": env, "timeout": 60}
+    run: dict[str, Any] = {"capture_output": True, "env": env, "timeout": 60}
     assert subprocess.run([str(script), "produce", "t"], input=b"hello\n", **run).returncode == 0
     out = subprocess.run([str(script), "consume", "t", "--from-beginning", "--no-follow"], **run)
     assert out.stdout == b"hello\n", out.stderr

@@ -7,12 +7,13 @@ from typing import Any, Generic, ParamSpec, Self, TypeVar, final
 
 from _typeshed import ReadableBuffer
 
-from .record import Headers, Record
+from .record import Headers
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
 _Tuple = TypeVar("_Tuple", bound=tuple[Any, ...])
+_Fields = TypeVar("_Fields", bound=tuple[Any, ...])  # a Record, or any tuple of as many fields as slots names
 
 def crc32c(data: ReadableBuffer, previous: int = 0, /) -> int: ...
 def set_fold(on: bool, /) -> bool: ...
@@ -22,7 +23,7 @@ def encode_batch(
 def shaped(
     record_type: type[_Tuple],
     template: tuple[object, ...],
-    records: list[Record],
+    records: list[_Fields],
     slots: tuple[int, ...],
     size_slots: tuple[int, ...] = ...,
     headers_type: type[list[Any]] | type[tuple[Any, ...]] | None = None,

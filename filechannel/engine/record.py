@@ -52,7 +52,7 @@ class _Codec(Protocol):
         self,
         record_type: type[T],
         template: tuple[object, ...],
-        records: list[Record],
+        records: list[F],
         slots: tuple[int, ...],
         size_slots: tuple[int, ...] = ...,
         headers_type: type[list[Any]] | type[tuple[Any, ...]] | None = None,
@@ -144,6 +144,7 @@ class Record(NamedTuple):
 
 _new_record = tuple.__new__
 T = TypeVar("T", bound=tuple[Any, ...])
+F = TypeVar("F", bound=tuple[Any, ...])  # the fields shaped copies: a Record's, or any tuple of as many as ``slots`` names
 
 
 class RecordLayout(NamedTuple):
@@ -499,7 +500,7 @@ def shaped(
 def shaped_py(
     record_type: type[T],
     template: tuple[Any, ...],
-    records: list[Record],
+    records: list[F],
     slots: tuple[int, ...],
     size_slots: tuple[int, ...] = (),
     headers_type: type[list[Any]] | type[tuple[Any, ...]] | None = None,

@@ -19,7 +19,7 @@ import pytest
 
 from filechannel.bench.measure import throughput
 from filechannel.bench.optional import NotInstalled
-from filechannel.bench.peers import BACKENDS, INSTALL_SERVERS
+from filechannel.bench.peers import BACKENDS, INSTALL_SERVERS, NatsJetStream, RedisStreams
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_ROWS = {"redis-xadd": "redis-server", "redis-xadd-pipelined": "redis-server"}
@@ -67,7 +67,7 @@ def test_absent_server_gives_rows_naming_the_install_command(key, tmp_path, monk
     assert [r.workload for r in rows] == ["produce", "consume"]
     for r in rows:
         assert r.backend == BACKENDS[key]().name and r.skipped
-        assert f"{SERVER_ROWS[key]} is not installed: {INSTALL_SERVERS}" in r.error
+        assert f"{SERVER_ROWS[key]} is not installed: {INSTALL_SERVERS}" in (r.error or "")
 
 
 @pytest.mark.bench
@@ -92,6 +92,7 @@ def test_server_row_produces_consumes_and_stops_its_server(key, tmp_path):
         assert backend.consume(len(values)) == 100 * len(values)
     finally:
         backend.close()
+    assert isinstance(backend, RedisStreams | NatsJetStream)  # the rows that start a server
     assert backend.server.proc.returncode is not None
     assert _refused(backend.server.port, within=15)
 
@@ -126,6 +127,7 @@ def test_server_stops_when_the_bench_process_is_interrupted_or_killed(how, tmp_p
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
         line = proc.stdout.readline()
         if shutil.which("redis-server") is None:  # not installed: the process fails, naming the install command

@@ -2,6 +2,7 @@
 
 import os
 import time
+from typing import Any
 
 import pytest
 
@@ -9,7 +10,7 @@ from filechannel import AckError, FileChannel, InvalidNameError, OffsetOutOfRang
 from filechannel.engine.names import parse_segment_file
 from filechannel.engine.position import PositionStore
 
-SMALL = dict(segment_bytes=4096, maintenance_interval=0, compression="none")
+SMALL: dict[str, Any] = dict(segment_bytes=4096, maintenance_interval=0, compression="none")
 
 
 def data_files(path):
@@ -70,7 +71,7 @@ def test_gc_deletes_only_segments_every_ack_receiver_is_past(tmp_path):
         assert deleted and all(b2 <= 100 for b2 in deleted)
         first = ch.first_offset
         assert 0 < first <= 100
-        assert data_files(tmp_path) == [f for f in before if parse_segment_file(f)[0] >= first]
+        assert data_files(tmp_path) == [f for f in before if (p := parse_segment_file(f)) and p[0] >= first]
         # Both still read everything they have not acknowledged.
         assert slow.recv().offset == 100
         assert fast.recv().offset == 300
@@ -115,7 +116,7 @@ def test_retention_ms_deletes_segments_whose_newest_record_is_old(tmp_path):
         ch.collect_garbage()
         first = ch.first_offset
         assert 200 < first <= 300
-        assert all(r.value.startswith(b"n") for r in ch.receiver().recv_many(1000, timeout=0)[300 - first :])
+        assert all((r.value or b"").startswith(b"n") for r in ch.receiver().recv_many(1000, timeout=0)[300 - first :])
 
 
 def test_gc_never_deletes_the_active_segment(tmp_path):

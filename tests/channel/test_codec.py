@@ -11,7 +11,7 @@ import platform
 import random
 import weakref
 from functools import partial
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from unittest.mock import patch
 
 import pytest
@@ -25,6 +25,10 @@ from filechannel.engine.record import Record, decode_records, decode_records_py,
 from filechannel.engine.segment import scan_frames_py
 from filechannel.errors import CorruptRecordError
 
+if TYPE_CHECKING:  # the C module's own types (_codec.pyi): these tests call more of it than record.py's _Codec names
+    from filechannel.engine import _codec as native
+else:
+    native = record._codec  # None where it is not built: the tests that use it are marked needs_c
 keys = st.none() | st.binary(max_size=40)
 headers = st.none() | st.lists(st.tuples(st.text(max_size=10), st.binary(max_size=20)), max_size=3)
 timestamps = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -70,7 +74,7 @@ def _decode(fn, buf, max_records):
     try:
         pos, n = fn(buf, 0, 1000, max_records, out)
     except CorruptRecordError as exc:
-        return ("corrupt", exc.position, exc.offset, out)  # type: ignore[attr-defined]
+        return ("corrupt", exc.position, exc.offset, out)
     return ("ok", pos, n, out)
 
 
@@ -99,16 +103,16 @@ def crc_fold(request):
         yield request.param
         return
     fold = request.param == "fold"
-    before = record._codec.set_fold(fold)
+    before = native.set_fold(fold)
     try:
-        if fold and not record._codec.set_fold(fold):  # set_fold answers the setting it replaces
+        if fold and not native.set_fold(fold):  # set_fold answers the setting it replaces
             with open("/proc/cpuinfo") as f:
                 flags = f.read()
             if " vpclmulqdq" in flags and " avx512f" in flags:
                 pytest.fail("this CPU has AVX-512F and VPCLMULQDQ, yet the C codec does not fold")
         yield request.param
     finally:
-        record._codec.set_fold(before)
+        native.set_fold(before)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -168,11 +172,11 @@ def test_c_crc32c_equals_the_crc32c_package_folded_or_not(data, start, previous)
     view = memoryview(data)[start:]
     want = crc32c_package(view, previous)
     for fold in (True, False):
-        before = record._codec.set_fold(fold)
+        before = native.set_fold(fold)
         try:
-            assert record._codec.crc32c(view, previous) == want
+            assert native.crc32c(view, previous) == want
         finally:
-            record._codec.set_fold(before)
+            native.set_fold(before)
 
 
 @needs_c
@@ -188,7 +192,7 @@ def test_c_crc32c_equals_the_crc32c_package_folded_or_not(data, start, previous)
 )
 def test_c_and_python_batch_heads_and_index_entries_agree(crc_fold, values, ts, interval, since, rel_start, pos0, max_before):
     args = (ts, interval, since, rel_start, pos0, max_before)
-    c = record._codec.encode_batch(values, *args)
+    c = native.encode_batch(values, *args)
     if values:
         assert c == encode_batch_py(values, *args)
     else:
@@ -198,28 +202,28 @@ def test_c_and_python_batch_heads_and_index_entries_agree(crc_fold, values, ts, 
 @needs_c
 def test_c_codec_rejects_bad_input():
     with pytest.raises(TypeError, match="values must be bytes, not str"):
-        record._codec.encode_batch([b"ok", "text"], 0, 4096, 0, 0, 32, 0)
+        native.encode_batch([b"ok", "text"], 0, 4096, 0, 0, 32, 0)  # type: ignore[list-item]
     with pytest.raises(OverflowError, match="over 4 GiB"):
-        record._codec.encode_batch([b"x"], 0, 1, 1, 2**32, 32, 0)
+        native.encode_batch([b"x"], 0, 1, 1, 2**32, 32, 0)
     plain = (*record.RECORDS[:3],)
     with pytest.raises(TypeError):
-        record._codec.decode_plain("x" * 40, 0, 0, 1, [], *plain)
+        native.decode_plain("x" * 40, 0, 0, 1, [], *plain)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="pos must be >= 0"):
-        record._codec.decode_plain(b"x" * 40, -1, 0, 1, [], *plain)
+        native.decode_plain(b"x" * 40, -1, 0, 1, [], *plain)
     with pytest.raises(ValueError, match="outside the template"):
-        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, 1, 5, -1, -1))
+        native.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, 1, 5, -1, -1))
     with pytest.raises(ValueError, match="positions of the offset, timestamp and value"):
-        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, -1, 3, -1, -1))
+        native.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, -1, 3, -1, -1))
     with pytest.raises(ValueError, match="at most 5 positions"):
-        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, 1, 3, -1, -1, 2))
+        native.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, 1, 3, -1, -1, 2))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="tuple subclass"):
-        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], list, (None,) * 5, (0, 1, 3, -1, -1))
+        native.decode_plain(b"x" * 40, 0, 0, 1, [], list, (None,) * 5, (0, 1, 3, -1, -1))  # type: ignore[arg-type]
     # Each slot is written once into a record left empty there: two fields in one slot
     # would leak the first.
     with pytest.raises(ValueError, match="position 1 is given twice"):
-        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, 1, 3, 1, -1))
+        native.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 5, (0, 1, 3, 1, -1))
     with pytest.raises(ValueError, match="template: at most 32 items"):
-        record._codec.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 33, (0, 1, 3, -1, -1))
+        native.decode_plain(b"x" * 40, 0, 0, 1, [], Record, (None,) * 33, (0, 1, 3, -1, -1))
 
 
 @needs_c
@@ -235,7 +239,7 @@ def test_c_and_python_frame_scans_agree(buf, max_payload, interval, since, max_t
     args = (buf, 32, 1000, max_payload, interval, since, max_ts)
     c_marks: list = []
     py_marks: list = []
-    assert record._codec.scan_frames(*args, c_marks) == scan_frames_py(*args, py_marks)
+    assert native.scan_frames(*args, c_marks) == scan_frames_py(*args, py_marks)
     assert c_marks == py_marks
 
 
@@ -267,7 +271,7 @@ def test_c_crc_of_long_values_matches_the_crc32c_package(size):
     # The C CRC runs long values in rounds of three interleaved blocks of 336 bytes and joins
     # them; sizes around one and two rounds, and many rounds, against the reference.
     value = random.Random(size).randbytes(size)
-    heads, *_ = record._codec.encode_batch([value], 12345, 1 << 30, 0, 0, 32, 0)
+    heads, *_ = native.encode_batch([value], 12345, 1 << 30, 0, 0, 32, 0)
     assert heads == encode_batch_py([value], 12345, 1 << 30, 0, 0, 32, 0)[0]
 
 
@@ -285,7 +289,7 @@ def test_c_and_python_shaped_records_agree(records, prefix, slots):
         pass
 
     template = (*prefix, None, None)
-    c = record._codec.shaped(Tagged, template, records, slots)
+    c = native.shaped(Tagged, template, records, slots)
     assert c == record.shaped_py(Tagged, template, records, slots)
     assert all(type(t) is Tagged for t in c)
 
@@ -293,15 +297,15 @@ def test_c_and_python_shaped_records_agree(records, prefix, slots):
 @needs_c
 def test_c_shaped_rejects_what_does_not_fit():
     with pytest.raises(TypeError, match="tuple subclass"):
-        record._codec.shaped(list, ("t", 0, None, None), [(1, 2)], (2, 3))
+        native.shaped(list, ("t", 0, None, None), [(1, 2)], (2, 3))  # type: ignore[type-var]
     with pytest.raises(TypeError, match="records must be tuples of 2 fields, not list"):
-        record._codec.shaped(tuple, ("t", 0, None, None), [(1, 2), [3, 4]], (2, 3))
+        native.shaped(tuple, ("t", 0, None, None), [(1, 2), [3, 4]], (2, 3))  # type: ignore[type-var]
     with pytest.raises(TypeError, match="records must be tuples of 2 fields"):
-        record._codec.shaped(tuple, ("t", 0, None, None), [(1, 2, 3)], (2, 3))
+        native.shaped(tuple, ("t", 0, None, None), [(1, 2, 3)], (2, 3))
     with pytest.raises(ValueError, match="outside the template"):
-        record._codec.shaped(tuple, ("t", 0, None, None), [(1, 2)], (2, 4))
+        native.shaped(tuple, ("t", 0, None, None), [(1, 2)], (2, 4))
     with pytest.raises(TypeError, match="headers_type must be list, tuple or None"):
-        record._codec.shaped(tuple, (None,) * 5, [(1, 2, None, b"", ())], (0, 1, 2, 3, 4), (), dict)
+        native.shaped(tuple, (None,) * 5, [(1, 2, None, b"", ())], (0, 1, 2, 3, 4), (), dict)  # type: ignore[arg-type]
 
 
 class Tagged(tuple):
@@ -340,25 +344,25 @@ def test_decoded_and_shaped_records_are_left_out_of_cycle_collection_only_when_t
     assert not any(gc.is_tracked(r) or gc.is_tracked(r[4]) for r in direct)
 
     template, slots = ("topic", 3, None, None, None, None, None), (2, 3, 4, 5, 6)
-    plain = record._codec.shaped(Tagged, template, out, slots)
+    plain = native.shaped(Tagged, template, out, slots)
     assert plain == record.shaped_py(Tagged, template, out, slots)
     assert not any(gc.is_tracked(t) for t in plain)
 
     # A tracked object inside (in the prefix or a record) keeps the tuple tracked, so a
     # cycle through it is still found and freed.
     class Holder:
-        pass
+        me: tuple[Any, ...]
 
     holder = Holder()
     direct = []
     decode_records(buf, 0, 0, 10, direct, layout._replace(template=(holder, *layout.template[1:])))
     assert all(gc.is_tracked(r) for r in direct)
     del direct
-    looped = record._codec.shaped(Tagged, (holder, None, None, None, None, None, None), out[:1], (1, 2, 3, 4, 5))[0]
+    looped = native.shaped(Tagged, (holder, None, None, None, None, None, None), out[:1], (1, 2, 3, 4, 5))[0]
     assert gc.is_tracked(looped)
     holder.me = looped
     ref = weakref.ref(holder)
     del holder, looped
     gc.collect()
     assert ref() is None
-    assert all(gc.is_tracked(t) for t in record._codec.shaped(Tagged, ("t", None, None), [(1, [2])], (1, 2)))
+    assert all(gc.is_tracked(t) for t in native.shaped(Tagged, ("t", None, None), [(1, [2])], (1, 2)))

@@ -28,6 +28,7 @@ def run_and_kill(path, seed, *extra, rng):
     proc = subprocess.Popen([sys.executable, str(WRITER), str(path), str(seed), *extra], stdout=subprocess.PIPE)
     try:
         # Wait for the first acknowledged record, then let it run a random while.
+        assert proc.stdout is not None
         first = proc.stdout.readline()
         time.sleep(rng.uniform(0.0, 0.15))
         proc.send_signal(signal.SIGKILL)

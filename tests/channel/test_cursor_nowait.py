@@ -13,6 +13,7 @@ cold page before it relies on that page being cold.
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from filechannel import FileChannel
 from filechannel.engine import cursor as cursor_module
 from filechannel.engine.cursor import READ_CHUNK, READ_CHUNK_MAX, WouldBlock
 
-SMALL = dict(segment_bytes=8 * 1024, compression_block_bytes=2048, maintenance_interval=0)
+SMALL: dict[str, Any] = dict(segment_bytes=8 * 1024, compression_block_bytes=2048, maintenance_interval=0)
 
 
 @pytest.fixture(autouse=True, params=["c", "python"])

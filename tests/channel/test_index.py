@@ -3,7 +3,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from filechannel.engine.index import MIN_TIMESTAMP, OFFSET_ENTRY, TIME_ENTRY, IndexMark, encode_marks
+from filechannel.engine.index import MIN_TIMESTAMP, IndexMark, encode_marks
+from filechannel.engine.record import OFFSET_ENTRY, TIME_ENTRY
 
 marks_st = st.lists(
     st.builds(

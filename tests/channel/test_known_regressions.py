@@ -2,14 +2,15 @@
 
 import os
 import shutil
+from typing import Any
 
 import pytest
 
-from filechannel import FileChannel
+from filechannel import FileChannel, Record
 from filechannel.engine.cursor import READ_CHUNK
 from filechannel.engine.segment import SEGMENT_HEADER_SIZE
 
-CONFIG = dict(maintenance_interval=0)
+CONFIG: dict[str, Any] = dict(maintenance_interval=0)
 
 
 def read_all(ch, start="earliest"):
@@ -117,7 +118,7 @@ def test_a_reader_holding_a_segment_that_gc_deletes(tmp_path, compressed):
         assert deleted[0] == 0 and len(deleted) > 10
         assert min(int(f.split(".")[0]) for f in os.listdir(path) if f[0].isdigit()) > deleted[-1]
         # It reads the segment it holds to its end through its open file, then is told.
-        got = []
+        got: list[int] = []
         with pytest.raises(OffsetOutOfRangeError, match="below the first retained offset"):
             while True:
                 got.extend(r.offset for r in reader.recv_many(100, timeout=0))
@@ -151,7 +152,7 @@ def test_records_of_one_size_are_read_about_once_not_a_third_again(tmp_path, mon
         for batch in (1, 7, 100):  # recv_many of one, a few and many records
             rx = ch.receiver("earliest")
             read.clear()
-            got = []
+            got: list[Record] = []
             while len(got) < len(values):
                 got += rx.recv_many(batch, timeout=0)
             assert [r.value for r in got] == values

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,6 +146,7 @@ class _Holder:
         )
 
     def ask(self, command: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
         return self.proc.stdout.readline().strip()
@@ -196,7 +198,7 @@ def test_user_maintenance_calls_racing_the_maintenance_thread_lose_nothing(tmp_p
     caplog.set_level(logging.WARNING, logger="filechannel")
     path = tmp_path / "ch"
     values = [b"%06d" % i + b"." * 300 for i in range(6000)]
-    settings = dict(segment_bytes=4096, compression_block_bytes=1024, fsync="never")
+    settings: dict[str, Any] = dict(segment_bytes=4096, compression_block_bytes=1024, fsync="never")
     with FileChannel(path, maintenance_interval=0, **settings) as ch:
         sender = ch.sender()
         for i in range(0, 4000, 10):  # a batch is never split: about a segment a batch

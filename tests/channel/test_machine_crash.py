@@ -9,6 +9,7 @@ of the machine, and pages that never reached the disk are gone from the files.
 import logging
 import os
 import threading
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from filechannel.engine import recovery_point
 from filechannel.engine.recovery_point import FILE_NAME, read_recovery_point, write_recovery_point
 from filechannel.errors import LogCorruptedError
 
-CONFIG = dict(maintenance_interval=0, compression="none", segment_bytes=4096, index_interval_bytes=256)
+CONFIG: dict[str, Any] = dict(maintenance_interval=0, compression="none", segment_bytes=4096, index_interval_bytes=256)
 VALUE = b"v" * 90
 FRAME = 8 + 9 + len(VALUE) + 5  # [len][crc], [attrs][timestamp], value + "%05d"
 
@@ -36,6 +37,7 @@ def segments(path):
 def restart_machine(path, monkeypatch, offset=None):
     """What the next open sees after the machine restarted: a recovery point of another boot."""
     point = read_recovery_point(os.path.join(path, FILE_NAME))
+    assert point is not None
     with monkeypatch.context() as m:
         m.setattr(recovery_point, "boot_id", lambda: b"\x01" * 16)
         write_recovery_point(os.path.join(path, FILE_NAME), point.offset if offset is None else offset)
@@ -48,7 +50,7 @@ def read_all(path):
 
 def test_rolls_fsync_in_the_background_and_close_leaves_the_recovery_point_at_the_active_segment(tmp_path, monkeypatch):
     path = tmp_path / "ch"
-    fsyncs = []
+    fsyncs: list[str] = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(threading.current_thread().name), real(fd))[1])
     fill(path, 400, fsync="never")
@@ -57,7 +59,8 @@ def test_rolls_fsync_in_the_background_and_close_leaves_the_recovery_point_at_th
     assert sealer, "the sealer thread fsynced the sealed segments"
     assert "MainThread" not in fsyncs[1:], "no fsync on the append path but the first segment's folder entry"
     active_base = int(segments(path)[-1].split(".")[0])
-    assert read_recovery_point(os.path.join(path, FILE_NAME)).offset == active_base
+    point = read_recovery_point(os.path.join(path, FILE_NAME))
+    assert point is not None and point.offset == active_base
     assert [o for o, _ in read_all(path)] == list(range(400))
 
 
@@ -89,7 +92,8 @@ def test_after_a_restart_a_torn_sealed_segment_with_records_after_it_is_kept_and
         assert ch.sender().send(b"next") == kept
     assert segments(path)[-1] == segs[2]
     assert read_all(path)[-1] == (kept, b"next")
-    assert read_recovery_point(os.path.join(path, FILE_NAME)).this_boot
+    point = read_recovery_point(os.path.join(path, FILE_NAME))
+    assert point is not None and point.this_boot
 
 
 def test_after_a_restart_a_torn_sealed_segment_with_no_record_after_it_is_the_torn_tail(tmp_path, monkeypatch, caplog):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from filechannel import FileChannel
+from filechannel import FileChannel, Record
 
 PROCS = Path(__file__).parent / "procs"
 
@@ -49,12 +49,12 @@ def test_two_sender_processes_append_dense_complete_and_in_their_order(tmp_path)
                 if p.poll() is None:
                     p.kill()
                     p.wait()
-        records = []
+        records: list[Record] = []
         while len(records) < 40_000:
             batch = rx.recv_many(10_000, timeout=10)
             assert batch, f"only {len(records)} records arrived"
             records.extend(batch)
     assert [r.offset for r in records] == list(range(40_000))
     for tag in (b"a", b"b"):
-        mine = [int(r.value.split(b"-")[1]) for r in records if r.value.startswith(tag + b"-")]
+        mine = [int((r.value or b"").split(b"-")[1]) for r in records if (r.value or b"").startswith(tag + b"-")]
         assert mine == list(range(20_000)), f"{tag!r}: missing, duplicated or reordered records"

@@ -7,6 +7,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -17,7 +18,7 @@ from filechannel.engine import readahead as ra
 from filechannel.engine.compressed import CompressedSegment
 
 # Small segments of several small blocks, so a read crosses blocks and segments.
-BLOCKY = dict(segment_bytes=64 * 1024, compression_block_bytes=4096, maintenance_interval=0)
+BLOCKY: dict[str, Any] = dict(segment_bytes=64 * 1024, compression_block_bytes=4096, maintenance_interval=0)
 
 
 @pytest.fixture(autouse=True)
@@ -151,7 +152,7 @@ def test_a_segment_cut_short_inside_a_block_is_corrupt_not_short(tmp_path):
 def test_a_reader_near_a_segments_end_reads_the_next_segment_ahead(tmp_path, monkeypatch):
     values = [b"%06d" % i + os.urandom(300) for i in range(3000)]
     assert fill(tmp_path, values)
-    events = []
+    events: list[tuple[str, str, Any]] = []  # the block index, None for a start
     start, block = ra.BlockReadahead.start, ra.BlockReadahead.block
 
     def spy_start(self):
@@ -281,12 +282,13 @@ def read_rest(rx):
 
 
 def test_bad_arguments_to_the_c_module_are_refused():
+    assert ra._readahead is not None
     with pytest.raises(ValueError):
         ra._readahead.submit(0, -1, 10, 10)
     with pytest.raises(ValueError):
         ra._readahead.set_threads(0)
     with pytest.raises(TypeError):  # fetched bytes must be immutable: a worker reads them without the GIL
-        ra._readahead.submit_bytes(bytearray(b"x"), 1)
+        ra._readahead.submit_bytes(bytearray(b"x"), 1)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         ra._readahead.submit_bytes(b"x", -1)
 

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ from filechannel.engine.compressed import Z_BLOCK, Z_HEADER, CompressedSegment
 from filechannel.engine.segment import SEGMENT_HEADER_SIZE
 from filechannel.errors import MissingSegmentError
 
-SMALL = dict(segment_bytes=8 * 1024, compression_block_bytes=2048, maintenance_interval=0)
+SMALL: dict[str, Any] = dict(segment_bytes=8 * 1024, compression_block_bytes=2048, maintenance_interval=0)
 
 
 def values(n):
@@ -281,8 +282,12 @@ def test_close_racing_reads_raises_only_channel_closed(tmp_path, monkeypatch, co
         threads = [threading.Thread(target=run, args=(rx, i)) for i, rx in enumerate(receivers)]
         for t in threads:
             t.start()
+
+        def reached(done: list[int] = done, target: int = target) -> bool:
+            return done[0] >= target
+
         with progress:
-            progress.wait_for(lambda done=done, target=target: done[0] >= target, timeout=10)
+            progress.wait_for(reached, timeout=10)
         if closer == "channel":
             ch.close()
         else:
@@ -341,6 +346,7 @@ def test_check_and_offset_for_time_on_a_live_channel_never_fail(tmp_path):
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(path), "6"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    assert writer.stdout is not None
     try:
         assert writer.stdout.readline().strip() == "ready"
         failures: list[BaseException] = []

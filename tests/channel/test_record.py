@@ -105,7 +105,7 @@ def test_wrong_types_are_rejected(value, key, hdrs):
 
 def test_bytearray_and_memoryview_values_are_accepted():
     out: list[bytes] = []
-    encode_record_frames(out, bytearray(b"abc"), memoryview(b"k"), None, 5, 1 << 20)
+    encode_record_frames(out, bytearray(b"abc"), memoryview(b"k"), None, 5, 1 << 20)  # type: ignore[arg-type]
     got: list[Record] = []
     decode_records(b"".join(out), 0, 0, 10, got)
     assert (got[0].value, got[0].key) == (b"abc", b"k")

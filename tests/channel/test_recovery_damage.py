@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ from filechannel.engine.recovery_point import FILE_NAME, read_recovery_point, wr
 from filechannel.engine.segment import SEGMENT_HEADER_SIZE, find_valid_frame
 from filechannel.errors import LogCorruptedError
 
-CONFIG = dict(maintenance_interval=0, compression="none")
+CONFIG: dict[str, Any] = dict(maintenance_interval=0, compression="none")
 
 
 def value(i):
@@ -270,7 +271,8 @@ def test_after_a_restart_a_bad_frame_in_a_sealed_segment_deletes_nothing(tmp_pat
         ch.repair(base + 29)
         assert ch.sender().send(b"next") == base + 30
     assert seg_files(path)[-1] == segs[1]
-    assert read_recovery_point(str(point_file)).this_boot
+    point = read_recovery_point(str(point_file))
+    assert point is not None and point.this_boot
 
 
 def test_repair_refuses_an_offset_past_the_damage_and_one_inside_a_compressed_segment(tmp_path):
@@ -329,9 +331,10 @@ def test_a_reader_does_not_wait_for_a_writer_holding_the_lock_in_another_process
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(path / "writer.lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
+    assert holder.stdin is not None and holder.stdout is not None
     try:
         assert holder.stdout.readline() == b"locked\n"
-        result = {}
+        result: dict[str, object] = {}
 
         def read():
             with FileChannel(path, **CONFIG) as ch:
@@ -442,6 +445,7 @@ def test_temp_files_of_positions_left_by_a_killed_process_are_removed_on_open(tm
     target = str(path / "positions" / "ack.w.pos")
     killed = subprocess.Popen([sys.executable, "-c", TEMP_WRITER, target], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     alive = subprocess.Popen([sys.executable, "-c", TEMP_WRITER, target], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert killed.stdout is not None and alive.stdout is not None
     try:
         dead_tmp = killed.stdout.readline().decode().strip()
         live_tmp = alive.stdout.readline().decode().strip()
@@ -457,6 +461,7 @@ def test_temp_files_of_positions_left_by_a_killed_process_are_removed_on_open(tm
             assert ch.positions.get("ack.w") == 2
     finally:
         for proc in (killed, alive):
+            assert proc.stdin is not None
             proc.stdin.close()
             proc.wait(timeout=30)
     with FileChannel(path, **CONFIG):

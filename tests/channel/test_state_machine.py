@@ -3,6 +3,7 @@ compression, garbage collection, reopening, receiving, seeking and acking."""
 
 import shutil
 import tempfile
+from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -10,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from filechannel import FileChannel, OffsetOutOfRangeError, Record
 
-CONFIG = dict(segment_bytes=4096, maintenance_interval=0, index_interval_bytes=256, compression_block_bytes=1024)
+CONFIG: dict[str, Any] = dict(segment_bytes=4096, maintenance_interval=0, index_interval_bytes=256, compression_block_bytes=1024)
 values = st.binary(max_size=300)
 keys = st.none() | st.binary(max_size=8)
 hdrs = st.none() | st.lists(st.tuples(st.sampled_from(["a", "b", "ü"]), st.binary(max_size=8)), max_size=2)

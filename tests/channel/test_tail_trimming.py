@@ -5,6 +5,7 @@ import itertools
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from filechannel import CorruptRecordError, FileChannel
 from filechannel.engine.segment import SEGMENT_HEADER_SIZE
 
 N = 20
-CONFIG = dict(maintenance_interval=0, compression="none")
+CONFIG: dict[str, Any] = dict(maintenance_interval=0, compression="none")
 
 
 def write(path, n=N, **extra):

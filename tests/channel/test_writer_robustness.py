@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import event, given
@@ -75,7 +76,7 @@ def _send_from_another_process(path, value: str) -> int:
     return int(done.stdout)
 
 
-def _values(path) -> list[bytes]:
+def _values(path) -> list[bytes | None]:
     with FileChannel(path, maintenance_interval=0) as ch:
         return [r.value for r in ch.receiver("earliest").recv_many(100, timeout=0)]
 
@@ -137,6 +138,7 @@ def test_a_failed_roll_lets_another_process_write(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    assert child.stdout is not None and child.stderr is not None
     try:
         line = child.stdout.readline().decode()
         assert line == "failed StorageError\n", line or child.stderr.read().decode()
@@ -162,6 +164,7 @@ def test_a_failed_background_flush_is_logged_as_an_error(tmp_path, caplog):
     ch = FileChannel(tmp_path / "ch", maintenance_interval=0, max_record_bytes=4 << 20, buffer_bytes=8 << 20)
     sender = ch.sender()
     flusher = sender._appender._flusher
+    assert flusher is not None
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
     try:
@@ -241,11 +244,15 @@ _valid = {
     "fsync": st.sampled_from(["never", "interval", "always"]),
     "compression": st.sampled_from(["zstd", "none"]),
 }
+
+
+def _junk_or(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.integers(0, 7).flatmap(lambda k: _junk if k == 0 else valid)
+
+
 # Each setting given or not, and if given junk one time in eight: about half the examples
 # are accepted, so a channel really runs with extreme but accepted values.
-_settings = st.fixed_dictionaries(
-    {}, optional={name: st.integers(0, 7).flatmap(lambda k, v=valid: _junk if k == 0 else v) for name, valid in _valid.items()}
-)
+_settings = st.fixed_dictionaries({}, optional={name: _junk_or(valid) for name, valid in _valid.items()})
 
 
 @given(_settings)

@@ -7,7 +7,7 @@ import time
 import anyio
 import pytest
 
-from filechannel.client import AsyncConsumer, AsyncProducer, TopicPartition, aio
+from filechannel.client import AsyncConsumer, AsyncConsumerRecord, AsyncProducer, TopicPartition, aio
 from filechannel.client.aio import RecordDelivery
 from filechannel.errors import RecordTypeError
 
@@ -38,7 +38,7 @@ async def test_waiting_does_not_block_the_loop(tmp_path, anyio_backend):
         await producer.flush()  # in the file before "latest" is looked up (a send's future is done once buffered)
         async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="latest") as consumer:
             ticks = 0
-            got = []
+            got: list[AsyncConsumerRecord] = []
 
             async def ticker():
                 nonlocal ticks
@@ -96,8 +96,8 @@ async def test_getmany_fetches_ahead_yet_positions_and_commits_cover_only_what_i
         "t", root=tmp_path, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False
     ) as consumer:
         fill, trips = consumer._fill, []
-        consumer._fill = lambda *args: trips.append(args) or fill(*args)
-        got = []
+        consumer._fill = lambda *args: trips.append(args) or fill(*args)  # type: ignore[method-assign]
+        got: list[AsyncConsumerRecord] = []
         for _ in range(30):
             got += (await consumer.getmany(timeout_ms=1000, max_records=100))[tp]
             assert await consumer.position(tp) == len(got)

@@ -49,7 +49,7 @@ def value(p, i, size=90):
 async def read_two_partitions(root, total):
     """The values of partitions 0 and 1 an AsyncConsumer from earliest hands out, 50 a call,
     until ``total`` of them."""
-    got = {0: [], 1: []}
+    got: dict[int, list[bytes | None]] = {0: [], 1: []}
     async with AsyncConsumer("t", root=root, auto_offset_reset="earliest", enable_auto_commit=False) as c:
         while len(got[0]) + len(got[1]) < total:
             for tp, recs in (await c.getmany(timeout_ms=1000, max_records=50)).items():
@@ -121,7 +121,7 @@ async def test_a_rolled_partition_is_not_starved_by_one_in_memory(tmp_path, anyi
         compression="none",
     )
     async with AsyncConsumer("t", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
-        got = {0: [], 1: []}
+        got: dict[int, list[int]] = {0: [], 1: []}
 
         async def step():
             for tp, recs in (await c.getmany(timeout_ms=1000, max_records=20)).items():

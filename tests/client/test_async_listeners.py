@@ -5,13 +5,19 @@ consumer's methods, from a rebalance in ``subscribe`` (on the loop) or in a fetc
 worker thread)."""
 
 import time
+from typing import Any
 
 import anyio
 import pytest
 
 from filechannel.client import Admin, AsyncConsumer, Consumer, Producer, TopicPartition
 
-SETTINGS = {"group_id": "g", "auto_offset_reset": "earliest", "enable_auto_commit": False, "heartbeat_interval_ms": 100}
+SETTINGS: dict[str, Any] = {
+    "group_id": "g",
+    "auto_offset_reset": "earliest",
+    "enable_auto_commit": False,
+    "heartbeat_interval_ms": 100,
+}
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -53,7 +59,7 @@ class PlainListener(AsyncListener):
 
 async def read(consumer, count, other=None):
     """``count`` records as (partition, offset), polling ``other`` (a sync member) meanwhile."""
-    got = []
+    got: list[tuple[int, int]] = []
     deadline = time.monotonic() + 60
     while len(got) < count and time.monotonic() < deadline:
         for tp, recs in (await consumer.getmany(timeout_ms=50)).items():

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -97,7 +98,7 @@ def test_bench_help_lists_the_harness_options_and_a_bad_one_is_one_line(tmp_path
     (decoy / "__init__.py").write_text("raise SystemExit('the decoy bench of the working directory ran')\n")
     (decoy / "__main__.py").write_text("raise SystemExit('the decoy bench of the working directory ran')\n")
     env = {**os.environ, "FILECHANNEL_ROOT": str(tmp_path / "root")}
-    run = {"capture_output": True, "text": True, "env": env, "timeout": 60, "cwd": tmp_path}
+    run: dict[str, Any] = {"capture_output": True, "text": True, "env": env, "timeout": 60, "cwd": tmp_path}
     shown = subprocess.run([str(SCRIPT), "bench", "--help"], **run)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("Usage: filechannel bench [OPTIONS]")

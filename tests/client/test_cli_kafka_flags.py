@@ -205,7 +205,7 @@ def _live_member(root):
         "c.close()\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert proc.stdout.readline() == b"ready\n"
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
     return proc
 
 
@@ -286,6 +286,7 @@ def test_ctrl_c_ends_a_group_consumer_and_commits_what_it_printed(tmp_path, sig,
         stderr=subprocess.PIPE,
         env=env,
     )
+    assert proc.stdout is not None
     try:
         assert [proc.stdout.readline() for _ in range(3)] == [b"a\n", b"b\n", b"c\n"]  # now waiting for more
         proc.send_signal(sig)

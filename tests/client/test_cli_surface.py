@@ -25,6 +25,7 @@ def _env(root):
 def _closed_stdout(root, *args):
     """Run ``filechannel ARGS`` with a stdout whose reader is already gone; its exit code and stderr."""
     proc = subprocess.Popen([str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(root))
+    assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()
     try:
         err = proc.stderr.read().decode()
@@ -211,6 +212,7 @@ def test_groups_describe_shows_live_members_and_says_when_an_owner_is_gone(tmp_p
         stderr=subprocess.DEVNULL,
         env=_env(tmp_path),
     )
+    assert member.stdout is not None
     try:
         assert member.stdout.readline() == b"first\n"  # it has joined and owns the partition
         alive = fc(tmp_path, "groups", "describe", "g").stdout.decode()
@@ -281,9 +283,9 @@ def test_check_goes_on_past_a_bad_compressed_block(tmp_path):
     lines = proc.stderr.decode().splitlines()
     assert proc.returncode == 1 and lines[-1].startswith("error: 1 damaged range(s)"), lines
     assert lines[0].startswith("damaged: z[0] offsets ") and "block" in lines[0] and compressed[0].name in lines[0]
-    first, last, after = (
-        int(w) for w in re.match(r"damaged: z\[0\] offsets (\d+) to (\d+) .* after them: (\d+)", lines[0]).groups()
-    )
+    damaged = re.match(r"damaged: z\[0\] offsets (\d+) to (\d+) .* after them: (\d+)", lines[0])
+    assert damaged is not None, lines[0]
+    first, last, after = (int(w) for w in damaged.groups())
     assert first <= last < after
     assert fc(tmp_path, "consume", "z", "--partition", "0", "--from", str(after), "--max", "1").stdout.startswith(
         b"%05d " % after
@@ -317,6 +319,7 @@ def test_consume_follow_commits_what_it_printed_while_it_runs(tmp_path):
         stderr=subprocess.DEVNULL,
         env=_env(tmp_path),
     )
+    assert member.stdout is not None
     try:
         assert [member.stdout.readline() for _ in range(3)] == [b"a\n", b"b\n", b"c\n"]
         deadline = time.monotonic() + 30  # the commit interval is 5 s

@@ -116,8 +116,8 @@ def test_commit_then_resume_in_a_second_process_skips_nothing(tmp_path):
     assert sorted(set(delivered)) == [(p, o) for p in (0, 1) for o in range(100)]  # none skipped
     assert len(delivered) == 200  # close committed exactly what was handed out: none twice either
     starts = dict(item.split(":") for item in lines[0].split()[1:])
-    for p in (0, 1):
-        assert int(starts[str(p)]) == max([o + 1 for q, o in first if q == p], default=0)
+    for part in (0, 1):
+        assert int(starts[str(part)]) == max([o + 1 for q, o in first if q == part], default=0)
 
 
 # -- AsyncConsumer with a partition filter ----------------------------------------------------
@@ -178,7 +178,7 @@ async def test_waiting_getmany_leaves_the_loop_free_and_cancellation_loses_nothi
             for i in range(3):
                 p.send("t", b"late%d" % i, partition=0)
         # The cancelled call's worker may still fetch these; they stay pending, never lost.
-        got = []
+        got: list[bytes | None] = []
         deadline = time.monotonic() + 10
         while len(got) < 3 and time.monotonic() < deadline:
             batch = await ac.getmany(timeout_ms=500)
@@ -390,14 +390,14 @@ def test_rejected_subscribe_assign_and_lookups_change_nothing(root):
         assert c.subscription() == {"t"} and c.assignment() == {TP0, TP1}
         for bad in (("t",), ("t", "x"), 5, "tt", ("t", -1)):
             with pytest.raises(ConfigError, match="TopicPartition"):
-                c.assign([bad])
+                c.assign([bad])  # type: ignore[list-item]
             with pytest.raises(ConfigError, match="TopicPartition"):
-                c.offsets_for_times({bad: 0})
+                c.offsets_for_times({bad: 0})  # type: ignore[dict-item]
         for ts in (2**63, -1, "x", None, 1.5):
             with pytest.raises(ConfigError, match="timestamp"):
-                c.offsets_for_times({TP0: ts})
+                c.offsets_for_times({TP0: ts})  # type: ignore[dict-item]
         with pytest.raises(ConfigError):
-            c.pause(TP0, ("t", 9))
+            c.pause(TP0, ("t", 9))  # type: ignore[arg-type]
         assert c.paused() == set()
         assert [r.offset for r in c.poll(timeout_ms=500).get(TP0, [])][:1] == [0]
 
@@ -424,6 +424,7 @@ def test_a_damaged_staging_file_is_a_sink_error_naming_it(tmp_path, damage):
     writer = FileChannelWriter(SinkSpec(str(tmp_path), "t", None, ["value"]))
     batch = pa.record_batch([pa.array([b"a", b"b", b"c"], pa.binary())], names=["value"])
     staged = writer.write(iter([batch]))  # what a task does
+    assert staged.path is not None
     path = Path(staged.path)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\0" * len(data))
@@ -446,7 +447,7 @@ def test_a_poll_that_raises_loses_no_record(root):
             c.poll(timeout_ms=500)  # partition 1's records may have been taken first: they stay
         assert (c.position(TP0), c.position(TP1)) == (0, 0)
         c.fetcher.value_deserializer = None  # the user fixes the deserializer
-        got = {0: [], 1: []}
+        got: dict[int, list[int]] = {0: [], 1: []}
         while batch := c.poll(timeout_ms=200):
             for tp, recs in batch.items():
                 got[tp.partition] += [r.offset for r in recs]

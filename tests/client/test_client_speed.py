@@ -8,11 +8,22 @@ import asyncio
 import concurrent.futures
 import threading
 import tracemalloc
+from typing import Any
 
 import pytest
 
 import filechannel.client.producer as producer_module
-from filechannel.client import Admin, AsyncConsumer, Consumer, Producer, RecordMetadata, TopicPartition
+from filechannel import Record
+from filechannel.client import (
+    Admin,
+    AsyncConsumer,
+    AsyncConsumerRecord,
+    Consumer,
+    ConsumerRecord,
+    Producer,
+    RecordMetadata,
+    TopicPartition,
+)
 from filechannel.client.futures import SentFuture
 from filechannel.errors import ChannelClosedError, ConfigError, MessageTooLargeError
 
@@ -68,7 +79,7 @@ def test_short_path_futures_work_with_callbacks_wait_and_asyncio(root):
         p.send("t", b"warm")  # the first send takes the whole path and opens the route
         f = p.send("t", b"x")
         assert type(f) is SentFuture
-        seen = []
+        seen: list[Any] = []  # the value, then the callback's offset
         f.add_callback(seen.append).add_errback(lambda e: seen.append(("err", e)))
         f.add_done_callback(lambda fut: seen.append(fut.result().offset))
         done, not_done = concurrent.futures.wait([f], timeout=0)
@@ -149,7 +160,8 @@ def test_poll_reads_about_a_mebibyte_per_partition_and_loses_nothing(tmp_path):
         for v in big:
             p.send("big", v)
         p.flush()
-        sizes, got = [], []
+        sizes: list[int] = []
+        got: list[ConsumerRecord] = []
         while len(got) < 8:
             recs = c.poll(timeout_ms=1000, max_records=100)[TopicPartition("big", 0)]
             sizes.append(len(recs))
@@ -177,7 +189,7 @@ def test_max_partition_fetch_bytes_sets_what_a_fetch_reads(tmp_path):
     assert len(first_poll(max_partition_fetch_bytes=1)) <= 2  # one 256 KiB read holds two
     for bad in (0, -1, True, 1.5, "1"):
         with pytest.raises(ConfigError, match="max_partition_fetch_bytes"):
-            Consumer("big", root=tmp_path, max_partition_fetch_bytes=bad)
+            Consumer("big", root=tmp_path, max_partition_fetch_bytes=bad)  # type: ignore[arg-type]
 
 
 def _peak_bytes(fn):
@@ -221,7 +233,9 @@ async def test_getmany_fetches_past_one_fetch_in_a_trip_up_to_about_8_mib(tmp_pa
         for v in big:
             p.send("big", v)
     async with AsyncConsumer("big", root=tmp_path, auto_offset_reset="earliest", enable_auto_commit=False) as c:
-        sizes, got, peak = [], [], 0
+        sizes: list[int] = []
+        got: list[AsyncConsumerRecord] = []
+        peak = 0
         tracemalloc.start()
         try:
             while len(got) < len(big):
@@ -244,18 +258,20 @@ def test_c_shaped_sizes_agree_with_python_when_records_share_sizes():
     from filechannel.client.records import KAFKA_PYTHON_RECORDS as shape
     from filechannel.engine import record
 
+    assert record._codec is not None
     values = [b"x" * 1024] * 3 + [b"y" * 300, None, b"z" * 1024, b"", b"w" * 5000, b"w" * 5000]
     keys = [None, b"k" * 400, b"k" * 400, None, b"kk", None, None, b"k" * 400, None]
     headers = [(), (("h", b"v" * 700),), (), (), (("a", None),), (), (), (), (("h", b"v" * 700),)]
-    recs = [record.Record(i, 1000 + i, k, v, h) for i, (k, v, h) in enumerate(zip(keys, values, headers, strict=True))]
-    args = (shape.record_type, ("t", 0, *shape.template[2:]))
+    # ("a", None): a header without a value, as a Kafka record may carry one
+    recs = [record.Record(i, 1000 + i, k, v, h) for i, (k, v, h) in enumerate(zip(keys, values, headers, strict=True))]  # type: ignore[arg-type]
+    kind, template = shape.record_type, ("t", 0, *shape.template[2:])
     rest = (shape.slots, shape.size_slots, shape.headers_type)
-    c = record._codec.shaped(*args, recs, *rest)
-    assert c == record.shaped_py(*args, recs, *rest)
+    c: list[Any] = record._codec.shaped(kind, template, recs, *rest)  # kafka-python's records
+    assert c == record.shaped_py(kind, template, recs, *rest)
     assert [r.serialized_value_size for r in c] == [1024, 1024, 1024, 300, -1, 1024, 0, 5000, 5000]
     assert [r.serialized_key_size for r in c] == [-1, 400, 400, -1, 2, -1, -1, 400, -1]
     with pytest.raises(TypeError):  # an error after sizes were cached releases them and raises
-        record._codec.shaped(*args, [*recs, [1, 2]], *rest)
+        record._codec.shaped(kind, template, [*recs, [1, 2]], *rest)  # type: ignore[type-var]
 
 
 def test_records_sent_from_threads_are_written_without_flush(tmp_path):
@@ -277,13 +293,13 @@ def test_records_sent_from_threads_are_written_without_flush(tmp_path):
             t.start()
         for t in workers:
             t.join()
-        got = []
+        got: list[Record] = []
         while len(got) < per * threads:  # no flush: the background flusher writes the rest
             batch = rx.recv_many(10_000, timeout=10)
             assert batch, f"only {len(got)} of {per * threads} records written"
             got += batch
     assert [r.offset for r in got] == list(range(per * threads))
-    assert sorted(r.value for r in got) == sorted(b"%d-%d" % (i, j) for i in range(threads) for j in range(per))
+    assert sorted(r.value or b"" for r in got) == sorted(b"%d-%d" % (i, j) for i in range(threads) for j in range(per))
 
 
 def test_fetch_max_bytes_bounds_a_fetch_over_all_partitions(tmp_path):
@@ -303,7 +319,7 @@ def test_fetch_max_bytes_bounds_a_fetch_over_all_partitions(tmp_path):
     with consumer(max_partition_fetch_bytes=512 << 10) as c:  # Kafka's 50 MiB: both partitions a poll
         assert sorted(tp.partition for tp in c.poll(timeout_ms=1000, max_records=1000)) == [0, 1]
     with consumer(max_partition_fetch_bytes=512 << 10, fetch_max_bytes=100 << 10) as c:
-        got = {0: [], 1: []}
+        got: dict[int, list[bytes]] = {0: [], 1: []}
         while batch := c.poll(timeout_ms=200, max_records=1000):
             assert sum(map(len, batch.values())) <= 52  # 100 KiB, and at most one 256 KiB read beyond
             first, *others = ([len(r.value) + 17 for r in recs] for recs in batch.values())
@@ -317,7 +333,7 @@ def test_fetch_max_bytes_bounds_a_fetch_over_all_partitions(tmp_path):
         assert sum(map(len, c.poll(timeout_ms=1000).values())) >= 1
     for bad in (0, -1, True, 1.5, "1"):
         with pytest.raises(ConfigError, match="fetch_max_bytes"):
-            Consumer("two", root=tmp_path, fetch_max_bytes=bad)
+            Consumer("two", root=tmp_path, fetch_max_bytes=bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.anyio

@@ -13,7 +13,7 @@ from filechannel.client.futures import RecordFuture
 
 def test_a_group_completes_at_once_and_wakes_each_waiter_with_its_own_result():
     cond = threading.Condition()
-    futures = [RecordFuture(cond) for _ in range(6)]
+    futures = [RecordFuture[int](cond) for _ in range(6)]
     got = {}
 
     def waiter(i):
@@ -37,7 +37,7 @@ def test_a_group_completes_at_once_and_wakes_each_waiter_with_its_own_result():
 
 def test_errors_timeouts_and_cancel():
     cond = threading.Condition()
-    f = RecordFuture(cond)
+    f = RecordFuture[int](cond)
     with pytest.raises(FutureTimeout):
         f.result(timeout=0.01)
     assert not f.cancel()
@@ -46,14 +46,14 @@ def test_errors_timeouts_and_cancel():
     assert f.exception() is boom
     with pytest.raises(OSError, match="disk"):
         f.result()
-    single = RecordFuture(cond)
+    single = RecordFuture[int](cond)
     single.set_exception(ValueError("too large"))  # Future's own method works on it
     assert isinstance(single.exception(), ValueError)
 
 
 def test_wait_as_completed_and_callbacks():
     cond = threading.Condition()
-    a, b = RecordFuture(cond), RecordFuture(cond)
+    a, b = RecordFuture[int](cond), RecordFuture[int](cond)
     seen = []
     a.add_done_callback(lambda f: seen.append(("a", f.result())))
     threading.Timer(0.05, RecordFuture.complete_many, args=(cond, [(a, 1)], None)).start()
@@ -70,7 +70,7 @@ def test_wait_as_completed_and_callbacks():
 
 def test_asyncio_can_await_it():
     cond = threading.Condition()
-    f = RecordFuture(cond)
+    f = RecordFuture[int](cond)
 
     async def main():
         threading.Timer(0.05, RecordFuture.complete_many, args=(cond, [(f, "x")], None)).start()

@@ -38,13 +38,16 @@ class Member:
             stderr=subprocess.PIPE,
             text=True,
         )
-        self.lines = queue.Queue()
-        self.reader = threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True)
+        stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
+        assert stdin is not None and stdout is not None and stderr is not None
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.reader = threading.Thread(target=lambda: [self.lines.put(line) for line in self.stdout], daemon=True)
         self.reader.start()
 
     def send(self, command):
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
+        self.stdin.write(command + "\n")
+        self.stdin.flush()
 
     def reply(self, timeout=60.0):
         answer = json.loads(self.lines.get(timeout=timeout))
@@ -57,16 +60,16 @@ class Member:
 
     def finish(self):
         """Quit; its stderr (which must hold no traceback). Once: then "" ."""
-        if self.proc.stderr.closed:
+        if self.stderr.closed:
             return ""
         if self.proc.poll() is None:
             self.send("quit")
-            self.proc.stdin.close()
+            self.stdin.close()
             self.proc.wait(timeout=60)
-        stderr = self.proc.stderr.read()
-        self.proc.stderr.close()
+        stderr = self.stderr.read()
+        self.stderr.close()
         self.reader.join(timeout=10)
-        self.proc.stdout.close()
+        self.stdout.close()
         return stderr
 
     def kill(self):

@@ -50,11 +50,11 @@ def test_two_members_split_partitions_and_never_overlap(tmp_path):
 def test_three_processes_over_six_partitions_one_killed(tmp_path):
     root = tmp_path
     Admin(root).create_topic("g6", 6)
-    with Producer(root) as p:
+    with Producer(root) as producer:
         for i in range(1200):
-            p.send("g6", b"%d" % i, partition=i % 6)
+            producer.send("g6", b"%d" % i, partition=i % 6)
     procs = [subprocess.Popen([sys.executable, str(MEMBER), str(root), "grp", "g6"], stdout=subprocess.PIPE) for _ in range(3)]
-    outputs = [[] for _ in procs]  # each member's lines, collected as they come
+    outputs: list[list[str]] = [[] for _ in procs]  # each member's lines, collected as they come
     readers = [
         threading.Thread(target=lambda p=p, o=o: o.extend(line.decode().rstrip("\n") for line in p.stdout))
         for p, o in zip(procs, outputs, strict=True)
@@ -85,9 +85,9 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
         victim.send_signal(signal.SIGKILL)
         victim.wait()
         killed_at = time.monotonic()
-        with Producer(root) as p:
+        with Producer(root) as producer:
             for i in range(1200, 1800):
-                p.send("g6", b"%d" % i, partition=i % 6)
+                producer.send("g6", b"%d" % i, partition=i % 6)
 
         def all_committed():
             if not offsets_path.exists():
@@ -118,7 +118,7 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
         # Read the ownership before stopping: members leaving at the end hand partitions on. A partition
         # can be between two owners for a moment after a rebalance (released, not yet taken): wait for
         # the two survivors to own all six.
-        owners = {}
+        owners: dict[str, str] = {}
 
         def survivors_own_everything():
             owners.clear()
@@ -145,16 +145,18 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
     survivors = reads[1] & reads[2]
     assert not survivors, f"records consumed by two live members: {sorted(survivors)[:10]}"
     # Only what the killed member read but had not committed may be read twice.
-    commits_by_victim = {}
+    commits_by_victim: dict[int, int] = {}
     for line in outputs[0]:
         if line.startswith("C "):
             _, p, o = line.split()
             commits_by_victim[int(p)] = int(o)
-    for p, o in reads[0] & (reads[1] | reads[2]):
-        assert o >= commits_by_victim.get(p, 0), f"record {p}/{o} was committed by the killed member and read again"
+    for part, offset in reads[0] & (reads[1] | reads[2]):
+        assert offset >= commits_by_victim.get(part, 0), (
+            f"record {part}/{offset} was committed by the killed member and read again"
+        )
     # No committed offset went backwards, as each member saw its own commits.
     for out in outputs:
-        last = {}
+        last: dict[str, int] = {}
         for line in out:
             if line.startswith("C "):
                 _, p, o = line.split()
@@ -181,19 +183,24 @@ def test_a_partition_taken_then_reassigned_before_it_is_read_is_given_up(tmp_pat
     def member() -> GroupMember:
         return GroupMember(str(tmp_path), "g", session_timeout_ms=10_000, heartbeat_interval_ms=100)
 
+    def synced(m: GroupMember, held: set[TopicPartition]) -> tuple[set[TopicPartition], set[TopicPartition]]:
+        result = m.sync({"t": 4}, held=held)
+        assert result is not None, "the member fell out of the group"
+        return result
+
     a, b = member(), member()
     a.join(["t"], {"t": 4})
-    _, owned = a.sync({"t": 4}, held=set())
+    _, owned = synced(a, held=set())
     assert owned == {TopicPartition("t", p) for p in range(4)}  # alone: it takes all four
     b.join(["t"], {"t": 4})  # the rebalance, before `a` opened anything
-    assigned_b, owned_b = b.sync({"t": 4}, held=set())
+    assigned_b, owned_b = synced(b, held=set())
     assert assigned_b and not owned_b  # still owned by `a`, which is alive
     held = {TopicPartition("t", 0)}  # `a` reads one of them: it keeps it until it has closed it
-    assigned_a, owned_a = a.sync({"t": 4}, held=held)
+    assigned_a, owned_a = synced(a, held=held)
     assert owned_a == assigned_a  # the rest of its assignment
-    assigned_b, owned_b = b.sync({"t": 4}, held=set())
+    assigned_b, owned_b = synced(b, held=set())
     assert owned_b == assigned_b - held and assigned_a.isdisjoint(assigned_b)
     a.sync({"t": 4}, held=set())  # it closed the one it read: given up
-    assert b.sync({"t": 4}, held=set())[1] == assigned_b
+    assert synced(b, held=set())[1] == assigned_b
     a.leave()
     b.leave()

@@ -13,6 +13,7 @@ import gc
 import os
 import threading
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -41,7 +42,7 @@ TP0 = TopicPartition("t", 0)
 
 # kafka-python 2.2's KafkaProducer.DEFAULT_CONFIG, with its default values (kafka_client,
 # selector and partitioner are classes there; any value is accepted for ignored names).
-KAFKA_PYTHON_PRODUCER_CONFIG = {
+KAFKA_PYTHON_PRODUCER_CONFIG: dict[str, Any] = {
     "bootstrap_servers": "localhost",
     "client_id": None,
     "key_serializer": None,
@@ -100,7 +101,7 @@ KAFKA_PYTHON_PRODUCER_CONFIG = {
 }
 
 # kafka-python 2.2's KafkaConsumer.DEFAULT_CONFIG (heartbeat below our session timeout, as there).
-KAFKA_PYTHON_CONSUMER_CONFIG = {
+KAFKA_PYTHON_CONSUMER_CONFIG: dict[str, Any] = {
     "bootstrap_servers": "localhost",
     "client_id": "kafka-python-2.2.15",
     "group_id": None,
@@ -199,9 +200,9 @@ def test_every_kafka_python_consumer_setting_is_accepted(root):
 
 def test_a_name_kafka_python_does_not_know_is_a_config_error_naming_the_closest(tmp_path):
     with pytest.raises(ConfigError, match="no setting 'lingr_ms'; did you mean 'linger_ms'"):
-        Producer(tmp_path, lingr_ms=5)
+        Producer(tmp_path, lingr_ms=5)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="no setting 'sesion_timeout_ms'; did you mean 'session_timeout_ms'"):
-        Consumer(root=tmp_path, sesion_timeout_ms=5)
+        Consumer(root=tmp_path, sesion_timeout_ms=5)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(
@@ -321,7 +322,7 @@ def test_a_record_of_the_wrong_type_raises_from_send_as_kafka_python(tmp_path):
 
 
 def test_get_times_out_with_a_timeout_error():
-    future = RecordFuture(threading.Condition())
+    future = RecordFuture[RecordMetadata](threading.Condition())
     with pytest.raises(Timeout) as info:
         future.get(timeout=0.01)
     assert isinstance(info.value, TimeoutError) and isinstance(info.value, FileChannelError)
@@ -381,7 +382,8 @@ def test_consumer_record_has_every_kafka_python_field(tmp_path):
     with Producer(tmp_path) as p:
         p.send("t", b"abc", key=b"key", headers=[("n\u00e9", b"v")], timestamp_ms=42)
         p.send("t", b"", timestamp_ms=43)
-    for kwargs in ({}, {"value_deserializer": bytes.decode, "key_deserializer": bytes.decode}):
+    deserializers: list[dict[str, Any]] = [{}, {"value_deserializer": bytes.decode, "key_deserializer": bytes.decode}]
+    for kwargs in deserializers:
         with Consumer("t", root=tmp_path, auto_offset_reset="earliest", **kwargs) as c:
             first, second = _poll_until(c, 2)
         assert first.topic == "t" and first.partition == 0 and first.offset == 0 and first.timestamp == 42
@@ -447,6 +449,7 @@ records_as_decoded = st.lists(
 @settings(max_examples=60)
 @given(records_as_decoded)
 def test_c_and_python_consumer_records_agree(records):
+    assert record._codec is not None
     shape = KAFKA_PYTHON_RECORDS
     template = ("t", 1, *shape.template[2:])
     c = record._codec.shaped(ConsumerRecord, template, records, shape.slots, shape.size_slots, list)
@@ -467,14 +470,16 @@ def test_offset_and_metadata_three_and_two_field_forms_and_committed_metadata(ro
         c.commit({TP0: OffsetAndMetadata(3, "checkpoint-a", -1), TopicPartition("t", 1): OffsetAndMetadata(0, "b")})
         assert c.committed(TP0) == 3
         assert c.committed(TP0, metadata=True) == OffsetAndMetadata(3, "checkpoint-a", -1)
-        assert c.committed(TopicPartition("t", 1), metadata=True).metadata == "b"
+        committed = c.committed(TopicPartition("t", 1), metadata=True)
+        assert committed is not None and committed.metadata == "b"
     with Consumer(root=root, group_id="g", enable_auto_commit=False) as again:  # stored with the offsets, not in memory
         again.assign([TP0])
         assert again.committed(TP0, metadata=True) == OffsetAndMetadata(3, "checkpoint-a", -1)
         assert again.position(TP0) == 3
         again.commit({TP0: 4})  # a commit without metadata clears it, as Kafka's
         assert again.committed(TP0, metadata=True) == OffsetAndMetadata(4, "", -1)
-        assert again.committed(TopicPartition("t", 1), metadata=True).metadata == "b"
+        committed = again.committed(TopicPartition("t", 1), metadata=True)
+        assert committed is not None and committed.metadata == "b"
     with Consumer(root=root) as no_group:
         assert no_group.committed(TP0, metadata=True) is None
 
@@ -483,7 +488,7 @@ def test_commit_metadata_must_be_text(root):
     with Consumer(root=root, group_id="g") as c:
         c.assign([TP0])
         with pytest.raises(ConfigError, match="metadata must be a str"):
-            c.commit({TP0: OffsetAndMetadata(1, b"bytes")})
+            c.commit({TP0: OffsetAndMetadata(1, b"bytes")})  # type: ignore[arg-type]
         assert c.committed(TP0) is None
 
 
@@ -677,7 +682,8 @@ def test_a_tombstone_is_read_back_with_value_none_distinct_from_empty(tmp_path, 
         p.send("t", value=None, headers=[("h", b"1")]).get(timeout=10)
         p.flush()
     assert (tomb.serialized_value_size, empty.serialized_value_size) == (-1, 0)
-    for kwargs in ({}, {"value_deserializer": bytes.decode}):
+    deserializers: list[dict[str, Any]] = [{}, {"value_deserializer": bytes.decode}]
+    for kwargs in deserializers:
         with Consumer("t", root=tmp_path, auto_offset_reset="earliest", **kwargs) as c:  # a fresh open: read from the files
             got = _poll_until(c, 3)
         assert [(r.key, r.value) for r in got[:2]] == [(b"user-1", None), (b"user-2", b"" if not kwargs else "")]

@@ -71,9 +71,9 @@ def test_a_serializer_object_gets_each_records_topic(tmp_path):
 
 def test_a_serializer_that_is_neither_a_function_nor_an_object_with_the_method_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"value_serializer must be a function or have a serialize\(topic, value\)"):
-        Producer(root=tmp_path, value_serializer=42)
+        Producer(root=tmp_path, value_serializer=42)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"key_deserializer must be a function or have a deserialize"):
-        Consumer(root=tmp_path, key_deserializer="json")
+        Consumer(root=tmp_path, key_deserializer="json")  # type: ignore[arg-type]
 
 
 def test_last_poll_timestamp_says_when_a_fetch_last_read_the_partition(tmp_path):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import anyio
 import pytest
@@ -47,7 +48,7 @@ def root(tmp_path):
 def read_all(root, topic, isolation_level="read_committed"):
     """Every record of ``topic``: (partition, offset, key, value, headers)."""
     with Consumer(topic, root=root, auto_offset_reset="earliest", isolation_level=isolation_level) as c:
-        out = []
+        out: list[tuple[Any, ...]] = []
         while batch := c.poll(timeout_ms=200):
             out.extend((r.partition, r.offset, r.key, r.value, tuple(r.headers)) for rs in batch.values() for r in rs)
         return sorted(out)
@@ -225,7 +226,7 @@ def test_calls_out_of_order_and_bad_arguments_raise_before_anything_is_written(r
         with pytest.raises(ConfigError, match="group id"):
             p.send_offsets_to_transaction({TopicPartition("in", 0): 1}, 42)
         with pytest.raises(ConfigError, match="TopicPartition"):
-            p.send_offsets_to_transaction({"in": 1}, "g")
+            p.send_offsets_to_transaction({"in": 1}, "g")  # type: ignore[dict-item]
         with pytest.raises(ConfigError, match="offset"):
             p.send_offsets_to_transaction({TopicPartition("in", 0): -1}, "g")
         with pytest.raises(MessageTooLargeError):
@@ -404,7 +405,10 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
         [sys.executable, WORKERS, root, str(status)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
 
+    assert spawner.stdin is not None and spawner.stdout is not None
+
     def spawn(slot, point="-"):
+        assert spawner.stdin is not None and spawner.stdout is not None
         spawner.stdin.write(f"{slot} {point} {mode}\n")
         spawner.stdin.flush()
         return int(spawner.stdout.readline())
@@ -457,7 +461,8 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
         assert [ended(pid, float("inf")) for pid in finals] == ["done"] * 3
     finally:
         feeder.close()
-        spawner.stdin.close()
+        if spawner.stdin is not None:
+            spawner.stdin.close()
         spawner.wait(timeout=60)
         for workers in live.values():
             for pid in workers:
@@ -534,7 +539,7 @@ def test_an_async_consume_transform_produce_loop_commits_its_offsets_with_its_re
         consumer = AsyncConsumer("in", root=root, group_id="ag", enable_auto_commit=False, auto_offset_reset="earliest")
         async with AsyncProducer(root, transactional_id="async-loop") as p:
             await p.start()
-            batch = {}
+            batch: dict[TopicPartition, list[Any]] = {}
             while sum(len(rs) for rs in batch.values()) < 6:
                 for tp, rs in (await consumer.getmany(timeout_ms=1000)).items():
                     batch.setdefault(tp, []).extend(rs)

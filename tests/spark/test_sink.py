@@ -30,7 +30,7 @@ def test_batch_write_with_keys_headers_and_partitions(spark, tmp_path):
         if i % 2:
             assert r.partition == i % 3
     # Rows without a partition go by key hash: one key, one partition.
-    by_key = {}
+    by_key: dict[bytes, set[int]] = {}
     for r in rows:
         if not int(bytes(r.value)) % 2:
             by_key.setdefault(bytes(r.key), set()).add(r.partition)

@@ -121,8 +121,7 @@ def test_executors_read_offloaded_ranges_without_the_channel_folder(spark, tmp_p
     with executor_env(spark, credentials(seaweed)):
         ends = filechannel.spark.uploaded_end_offsets(str(root), ["t"])
         assert ends == {"t": {str(p): off for p, off in uploaded_end.items()}}
-        ends = json.dumps(ends)
-        df = read(spark, root, "t", endingOffsets=ends)
+        df = read(spark, root, "t", endingOffsets=json.dumps(ends))
         assert df.rdd.getNumPartitions() == len(tier)  # planned now, on the driver, with the root there
         # What guarantees the workers never touched the folder: it is gone before any task
         # runs. A task that opened the channel (or a plan made again) would fail: no root, no topic.

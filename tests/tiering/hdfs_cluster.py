@@ -32,6 +32,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 from filechannel.bench.seaweed import die_with_parent, free_ports
@@ -272,7 +273,11 @@ class HdfsCluster:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _overwrite() -> object:
+if TYPE_CHECKING:
+    from hdfs_native import WriteOptions
+
+
+def _overwrite() -> WriteOptions:
     from hdfs_native import WriteOptions
 
     options = WriteOptions()

@@ -7,8 +7,15 @@ from filechannel import FileChannel
 from filechannel.engine.record import Record
 from filechannel.engine.retention import delete_sealed_prefix
 from filechannel.receiver import Receiver
+from filechannel.tiering.context import TierContext
 from filechannel.tiering.layout import SegmentRecord
 from filechannel.tiering.uploader import SegmentToUpload, upload_segment
+
+
+def tier_of(ch: FileChannel) -> TierContext:
+    """The channel's tier-2 (it must have one: its topic names a ``tier``)."""
+    assert ch._tier is not None, f"{ch.path} has no tier-2"
+    return ch._tier
 
 
 def offload(ch: FileChannel, keep_local: int, drop_first: int = 0) -> list[SegmentRecord]:
@@ -16,8 +23,7 @@ def offload(ch: FileChannel, keep_local: int, drop_first: int = 0) -> list[Segme
     the last ``keep_local`` local segments (the active one always stays); then remove the
     first ``drop_first`` uploaded segments from tier-2 too (total retention). Returns the
     segments left in tier-2, oldest first."""
-    ctx, log = ch._tier, ch._log
-    assert ctx is not None
+    ctx, log = tier_of(ch), ch._log
     epoch = ctx.metadata.take_epoch("test")
     refs = log.local_segments()
     uploaded = []

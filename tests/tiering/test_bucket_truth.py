@@ -44,7 +44,7 @@ from filechannel.tiering.rebuild import rebuild_root
 from .test_daemon import HELPERS, tier_for
 from .test_defrag import Child
 from .test_rebuild import read_all as read_partition
-from .tier_helpers import SMALL
+from .tier_helpers import SMALL, manifest_of
 
 RECORDS = 400
 
@@ -203,9 +203,9 @@ def test_a_rebuilt_root_owns_the_prefix_and_the_old_root_back_refuses_to_tier(tm
 
     os.replace(tmp_path / "old-copy", old)  # the old root comes back
     with TieringDaemon(old) as daemon:
-        report = daemon.run(once=True)
-    assert report.failures and "owned by another root" in report.failures[0]
-    assert report.uploaded == 0 and report.deleted_remote == 0
+        refused = daemon.run(once=True)
+    assert refused.failures and "owned by another root" in refused.failures[0]
+    assert refused.uploaded == 0 and refused.deleted_remote == 0
     assert objects(url).keys() - {n for n in objects(url) if n.startswith(".epochs/")} == before.keys() - {
         n for n in before if n.startswith(".epochs/")
     }
@@ -265,7 +265,7 @@ def _manifests_agree_with_the_index(root: Path, url: str) -> list:
     with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as storage:
         rows = metadata.segments("t/0")
         for r in rows:
-            assert decode_manifest(storage.read(r.manifest, 0, 1 << 20), r.manifest) == r
+            assert decode_manifest(storage.read(manifest_of(r), 0, 1 << 20), manifest_of(r)) == r
     return rows
 
 
@@ -328,7 +328,7 @@ def test_garbage_a_late_manifest_still_names_is_deleted_only_after_the_manifest_
         garbage = metadata.garbage("t/0")
         assert garbage and metadata.segments("t/0") != before
     with open_storage(url) as storage:  # an overtaken merger's late write: the layout before the merge
-        storage.write(before[0].manifest, encode_manifest(before[0]))
+        storage.write(manifest_of(before[0]), encode_manifest(before[0]))
     with TieringDaemon(root) as daemon:  # its first pass deletes the due garbage
         assert daemon.run(once=True).failures == []
     with TierMetadata(root / ROOT_METADATA) as metadata:

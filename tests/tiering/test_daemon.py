@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -264,7 +265,7 @@ def test_standalone_channel_is_tiered_by_its_own_daemon(tmp_path: Path) -> None:
     """A standalone FileChannel's settings are stored nowhere: the daemon is given them, and uses
     the channel's own metadata (CHANNEL/tier/metadata.db) under the folder's name, as the channel does."""
     url = f"file://{tmp_path}/tier"
-    settings = {"tier": url, "segment_bytes": 4096, "tier_chunk_bytes": 1024, "local_retention_bytes": 0}
+    settings: dict[str, Any] = {"tier": url, "segment_bytes": 4096, "tier_chunk_bytes": 1024, "local_retention_bytes": 0}
     sent = values(200)
     with FileChannel(tmp_path / "solo", maintenance_interval=0, **settings) as ch, ch.sender() as tx:
         for value in sent:

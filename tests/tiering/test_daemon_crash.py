@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from filechannel.client.topics import TopicStore
+from filechannel.engine.record import Record
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
 from filechannel.tiering.daemon import TieringDaemon
@@ -130,7 +131,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
     with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch:
         start = local_bases(root)[0]
         rx = ch.receiver(start)
-        local_records = []
+        local_records: list[Record] = []
         while len(local_records) < len(sent) - start:
             local_records += rx.recv_many(1000, timeout=5)
     assert [r.value for r in remote_records + local_records] == sent  # nothing lost, nothing twice, in order

@@ -47,7 +47,7 @@ from filechannel.tiering.status import tier_status
 from .test_daemon import tier_for
 from .test_rebuild import read_all
 from .test_tier_cli import fc
-from .tier_helpers import segment_objects
+from .tier_helpers import manifest_of, segment_objects
 
 SMALL: dict[str, Any] = {"segment_bytes": 8192, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}
 KILLS = int(os.environ.get("FC_DEFRAG_KILLS", "24"))
@@ -280,8 +280,8 @@ def test_sigkill_in_the_middle_of_merges_leaves_data_readable_and_fsck_clean(tmp
         assert daemon.run(once=True).failures == []  # and deletes what the last merges replaced
     report = fsck(root, deep=True)
     assert report.findings == [], [f.line() for f in report.findings]
-    records = uploaded(root)
-    assert objects_per_segment(records)[0] <= 5 * len(records)  # 8 chunks a segment before, 4 or 5 after
+    segments = uploaded(root)
+    assert objects_per_segment(segments)[0] <= 5 * len(segments)  # 8 chunks a segment before, 4 or 5 after
     assert read_all(root, "t", 0) == list(enumerate(sent))
 
 
@@ -309,7 +309,7 @@ def test_merged_names_and_version_2_manifests_round_trip() -> None:
     assert b'"version":1' in encode_manifest(plain)  # never defragmented: version 1, readable by older readers
     merged = replace(plain, chunks=(ChunkRecord(name, 0, 80, 500), ChunkRecord(plain.chunks[2].name, 80, 20)))
     data = encode_manifest(merged)
-    assert b'"version":2' in data and decode_manifest(data, plain.manifest) == merged
+    assert b'"version":2' in data and decode_manifest(data, manifest_of(plain)) == merged
     outside = replace(plain, base_offset=60, end_offset=70, manifest=manifest_name("t/0", 60, 1))
     with pytest.raises(ConfigError, match="holds other offsets"):
         encode_manifest(replace(outside, chunks=(ChunkRecord(name, 0, 100, 0),)))
@@ -336,7 +336,7 @@ def test_a_merge_cut_short_after_its_manifests_is_consistent_then_abandoned(tmp_
         metadata.begin_merge(epoch, merge)
         storage.concat(name, list(run.sources))
         for r in run.records:
-            storage.write(r.manifest, encode_manifest(replace(r, chunks=merge.layout[r.base_offset])))
+            storage.write(manifest_of(r), encode_manifest(replace(r, chunks=merge.layout[r.base_offset])))
     assert fsck(root, deep=True).findings == []  # both layouts are whole; the object is named by the merge
     rebuilt = tmp_path / "rebuilt"  # from a copy of the bucket: a rebuild takes the prefix over
     shutil.copytree(tmp_path / "tier", tmp_path / "tier-copy")
@@ -349,4 +349,4 @@ def test_a_merge_cut_short_after_its_manifests_is_consistent_then_abandoned(tmp_
     assert uploaded(root) == before and fsck(root, deep=True).findings == []
     with open_storage(url) as storage, TierMetadata(root / ROOT_METADATA) as metadata:
         assert name in metadata.garbage("t/0")  # deleted once due: an overtaken merger may still name it
-        assert all(decode_manifest(storage.read(r.manifest, 0, 1 << 20), r.manifest) == r for r in before)
+        assert all(decode_manifest(storage.read(manifest_of(r), 0, 1 << 20), manifest_of(r)) == r for r in before)

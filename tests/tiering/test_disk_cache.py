@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from filechannel import ConfigError, FileChannel
 from filechannel.tiering.block_cache import DiskBlockCache
 
-from .read_helpers import offload, read_all
+from .read_helpers import offload, read_all, tier_of
 
 
 def on_disk(cache: DiskBlockCache) -> int:
@@ -60,6 +60,7 @@ def test_a_cache_folder_left_by_a_killed_process_is_removed_by_the_next_cache(tm
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     try:
         folder = proc.stdout.readline().strip()
         assert os.path.isdir(folder) and os.listdir(folder)
@@ -96,7 +97,7 @@ def test_a_tiered_channel_reads_through_the_disk_cache_and_removes_it_on_close(t
         assert len(offload(ch, keep_local=1)) >= 5
         got = read_all(ch.receiver("earliest"), len(values))
         assert [r.value for r in got] == values
-        cache = ch._tier.reader.cache
+        cache = tier_of(ch).reader.cache
         assert isinstance(cache, DiskBlockCache) and os.path.dirname(cache.folder) == str(cache_dir)
         assert 0 < cache.peak_bytes <= 16 * 1024 and on_disk(cache) == cache.nbytes
         again = read_all(ch.receiver("earliest"), len(values))  # served by the cache or fetched again: the same

@@ -17,7 +17,7 @@ from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
 from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.defrag import DefragSettings, defrag_root
-from filechannel.tiering.fsck import fsck, referenced_by_manifests
+from filechannel.tiering.fsck import fsck
 from filechannel.tiering.layout import (
     UPLOADED,
     ChunkRecord,
@@ -29,10 +29,11 @@ from filechannel.tiering.layout import (
 )
 from filechannel.tiering.metadata import SCHEMA_VERSION, TierMetadata
 from filechannel.tiering.rebuild import rebuild_root
+from filechannel.tiering.reindex import referenced_by_manifests
 
 from .test_rebuild import kind_url, read_all
 from .test_tier_cli import fc
-from .tier_helpers import SMALL, produce
+from .tier_helpers import SMALL, manifest_of, produce
 
 
 def kinds(proc_stderr: str) -> list[str]:
@@ -66,8 +67,8 @@ def test_each_kind_of_damage_is_found_and_repair_marks_what_has_no_local_copy_lo
         flip(storage, segs[2].chunks[1].name, 30)  # one byte flipped inside a block
         orphan = f"t/0/{segs[-1].end_offset + 10**6:020d}.E0000000001.{0:020d}.chunk"
         storage.write(orphan, b"left by a fenced uploader")  # an orphan
-        storage.write(segs[3].manifest, encode_manifest(replace(segs[3], max_timestamp=segs[3].max_timestamp + 1)))
-        storage.write(segs[4].manifest, b'{"not": "a manifest"}')
+        storage.write(manifest_of(segs[3]), encode_manifest(replace(segs[3], max_timestamp=segs[3].max_timestamp + 1)))
+        storage.write(manifest_of(segs[4]), b'{"not": "a manifest"}')
 
     shallow = fc("tier", "fsck", "--root", str(root), check=False)
     assert shallow.returncode == 1
@@ -276,7 +277,7 @@ def test_objects_a_manifest_keeps_are_never_orphans_whatever_the_metadata_store_
         )
         for old, new in zip(fresh.chunks, fenced.chunks, strict=True):
             storage.write(new.name, storage.read(old.name, 0, 1 << 30))
-        storage.write(fenced.manifest, encode_manifest(fenced))
+        storage.write(manifest_of(fenced), encode_manifest(fenced))
         orphans = {  # true orphans: no manifest in the bucket names them
             chunk_name("t/0", far, 1, 0): b"a chunk whose manifest was never written",
             chunk_name("t/0", in_merged.base_offset, 1, 0): b"a chunk of an epoch with no manifest of that segment",
@@ -285,7 +286,7 @@ def test_objects_a_manifest_keeps_are_never_orphans_whatever_the_metadata_store_
         }
         for name, data in orphans.items():
             storage.write(name, data)
-    expected = set(orphans) | {c.name for c in fenced.chunks} | {fenced.manifest}
+    expected = set(orphans) | {c.name for c in fenced.chunks} | {manifest_of(fenced)}
     checked = fsck(root)  # with the metadata intact first
     assert {f.name for f in checked.findings if f.kind == "orphan"} == expected
     assert all(f.kind == "orphan" for f in checked.findings)
@@ -302,7 +303,7 @@ def test_objects_a_manifest_keeps_are_never_orphans_whatever_the_metadata_store_
     repairs = [line for line in repaired.stderr.splitlines() if " repaired: " in line]
     lines = [line for line in repaired.stderr.splitlines() if " repaired: " not in line]  # the findings
     unindexed = [line for line in lines if line.startswith("unindexed:")]
-    assert sorted(line.split()[2] for line in unindexed) == sorted(s.manifest for s in segs)  # readable, not indexed
+    assert sorted(line.split()[2] for line in unindexed) == sorted(manifest_of(s) for s in segs)  # readable, not indexed
     assert all("tier rebuild" in line for line in unindexed)
     assert sorted(line.split()[2].rstrip(":") for line in lines if line.startswith("orphan:")) == sorted(expected)
     assert len(lines) == len(segs) + len(expected)
@@ -337,12 +338,12 @@ def test_referenced_by_manifests_follows_the_bucket_alone(tmp_path: Path) -> Non
     undecodable = segment(50, 2, [100])
     with open_storage(f"file://{tmp_path}/tier") as storage:
         for s in (whole, superseded, half_deleted, short, *in_merged, undecodable):
-            storage.write(s.manifest, encode_manifest(s))
+            storage.write(manifest_of(s), encode_manifest(s))
             for c in s.chunks:
                 storage.write(c.name, b"x" * (c.object_offset + c.length))
         storage.delete(half_deleted.chunks[1].name)
         storage.write(short.chunks[0].name, b"x" * 50)
-        storage.write(undecodable.manifest, encode_manifest(undecodable)[:-1])
+        storage.write(manifest_of(undecodable), encode_manifest(undecodable)[:-1])
         strays = [
             chunk_name(ch, 1000, 1, 0),  # no manifest of its own
             chunk_name(ch, 0, 2, 5000),  # its manifest exists but does not name it
@@ -361,5 +362,5 @@ def test_referenced_by_manifests_follows_the_bucket_alone(tmp_path: Path) -> Non
             merged,
             *(s.manifest for s in in_merged),
         }
-        assert referenced_by_manifests(storage, listing, ch, [whole.manifest, strays[0]]) == {whole.manifest}
+        assert referenced_by_manifests(storage, listing, ch, [manifest_of(whole), strays[0]]) == {whole.manifest}
         assert referenced_by_manifests(storage, listing, ch, []) == set()

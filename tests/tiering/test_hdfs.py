@@ -80,6 +80,7 @@ def test_a_panic_of_the_client_library_is_a_tier_error(hdfs_url: str, monkeypatc
         monkeypatch.setattr(fs, "info", panicking_info)
         with pytest.raises(TierError, match=r"info 'obj' in hdfs://.*client library failed \(Cannot seek beyond") as info:
             storage.info("obj")
+        assert info.value.__cause__ is not None
         assert type(info.value.__cause__.__cause__).__name__ == "PanicException"
 
         def interrupted(path: str, **kwargs: object) -> dict[str, object]:

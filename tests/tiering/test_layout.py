@@ -54,14 +54,15 @@ def test_chunk_names_parse_back_to_what_made_them(channel, base, epoch, start):
 @given(channels, offsets, epochs)
 def test_manifest_names_parse_back_to_what_made_them(channel, base, epoch):
     name = manifest_name(channel, base, epoch)
-    assert parse_object_name(name) == ObjectName("manifest", channel, base, epoch, None)
-    assert parse_object_name(name).name == name
+    parsed = parse_object_name(name)
+    assert parsed == ObjectName("manifest", channel, base, epoch, None)
+    assert parsed.name == name
 
 
 @given(st.lists(offsets, min_size=2, max_size=10, unique=True), epochs)
 def test_a_listing_sorted_by_name_is_sorted_by_base_offset(bases, epoch):
     names = [manifest_name("t/0", b, epoch) for b in bases]
-    assert [parse_object_name(n).base_offset for n in sorted(names)] == sorted(bases)
+    assert [p.base_offset for n in sorted(names) if (p := parse_object_name(n))] == sorted(bases)
 
 
 @given(channels, offsets, epochs, offsets, st.data())

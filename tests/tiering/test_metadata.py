@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
@@ -134,15 +135,15 @@ class MetadataMachine(RuleBasedStateMachine):
         self.meta.begin_upload(self.epoch, channel, base, end, size, ts, chunks)
         self.model[channel, base] = SegmentRecord(channel, base, end, size, ts, "uploading", self.epoch, chunks, None)
 
-    def pick(self, data):
+    def pick(self, data) -> tuple[str, int]:
         """A key of the model, or now and then one that is not there."""
         keys = [*sorted(self.model), ("a", 99), ("t/0", 98)]
         return data.draw(st.sampled_from(keys))
 
-    def keys_in(self, state, epoch=None):
+    def keys_in(self, state, epoch=None) -> list[tuple[str, int]]:
         return sorted(k for k, s in self.model.items() if s.state == state and epoch in (None, s.epoch))
 
-    def finish(self, key):
+    def finish(self, key: tuple[str, int]):
         seg = self.model[key]
         manifest = manifest_name(*key, seg.epoch)
         self.model[key] = replace(seg, state="uploaded", manifest=manifest)
@@ -156,7 +157,7 @@ class MetadataMachine(RuleBasedStateMachine):
         self.meta.finish_delete(self.epoch, *key)
         del self.model[key]
 
-    def abandon(self, key):
+    def abandon(self, key: tuple[str, int]):
         seg = self.model.pop(key)
         assert self.meta.abandon_upload(self.epoch, *key) == [c.name for c in seg.chunks] + [manifest_name(*key, seg.epoch)]
 
@@ -209,7 +210,7 @@ class MetadataMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.keys_in("uploading", self.epoch))
     @rule(data=st.data(), damage=st.sampled_from(["drop last", "shift", "rename", "manifest"]))
     def finish_upload_with_other_chunks_or_manifest(self, data, damage):
-        key = data.draw(st.sampled_from(self.keys_in("uploading", self.epoch)))
+        key: tuple[str, int] = data.draw(st.sampled_from(self.keys_in("uploading", self.epoch)))
         chunks, manifest = self.model[key].chunks, manifest_name(*key, self.epoch)
         first = chunks[0]
         if damage == "drop last":
@@ -589,7 +590,7 @@ def check_consistent(path):
 
 # After the child printed EVENT for a segment, the kill may still have let the next commit of that
 # segment through (unprinted): the states it can be in.
-AFTER = {
+AFTER: dict[str, set[str | None]] = {
     "uploading": {"uploading", "uploaded"},
     "uploaded": {"uploaded", "deleting"},
     "deleting": {"deleting", None},
@@ -607,7 +608,7 @@ def test_sigkill_in_a_stream_of_transactions_leaves_a_consistent_database(tmp_pa
     for kill in range(10):
         proc = child("stream", path, stdout=subprocess.PIPE)
         try:
-            events = []
+            events: list[list[str]] = []
             for _ in range(3 + kill * 5):
                 line = proc.stdout.readline()
                 assert line, f"the child ended early after {events[-3:]}"
@@ -689,7 +690,12 @@ def _stream(path):
 
 
 if __name__ == "__main__":
-    {"take_epochs": _take_epochs, "paused_uploader": _paused_uploader, "stream": _stream}[sys.argv[1]](*sys.argv[2:])
+    mains: dict[str, Callable[..., object]] = {
+        "take_epochs": _take_epochs,
+        "paused_uploader": _paused_uploader,
+        "stream": _stream,
+    }
+    mains[sys.argv[1]](*sys.argv[2:])
 
 
 def _open_and_take_epoch(path, go, results):

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 import fsspec
 import pytest
@@ -30,6 +31,7 @@ from filechannel.errors import (
     TierError,
 )
 from filechannel.tiering import ChunkStorage, ObjectInfo, open_storage
+from filechannel.tiering.fsspec_storage import FsspecStorage
 from filechannel.tiering.s3_storage import MIN_PART, plan_concat
 from filechannel.tiering.storage import redact_url
 
@@ -254,11 +256,29 @@ def test_listing_after_create_new_is_sorted_and_skips_temporary_files(storage: C
         left = [f for _, _, files in os.walk(tmp_path / "objects") for f in files]
         assert sorted(left) == ["1", "2", "a=0", "b", "c"]
     if kind == "hdfs":  # nor in HDFS, where they are renamed into place too
+        assert isinstance(storage, FsspecStorage)
         left = [p.rpartition("/")[2] for p in storage._fs.find(storage._root)]
         assert sorted(left) == ["1", "2", "a=0", "b", "c"]
 
 
-BAD_NAMES = ["", "/a", "a/", "a//b", "..", "../a", "a/../b", "a/./b", ".", "a b", "a\x00b", "é", "a~b", "a" * 1025, 5, None]
+BAD_NAMES: list[Any] = [
+    "",
+    "/a",
+    "a/",
+    "a//b",
+    "..",
+    "../a",
+    "a/../b",
+    "a/./b",
+    ".",
+    "a b",
+    "a\x00b",
+    "é",
+    "a~b",
+    "a" * 1025,
+    5,
+    None,
+]
 
 
 def test_invalid_arguments_are_refused_before_any_io(make_storage: Factory) -> None:
@@ -280,14 +300,14 @@ def test_invalid_arguments_are_refused_before_any_io(make_storage: Factory) -> N
             assert repr(name) in str(info.value)
     for prefix in ["/", "/a", "a//", "../", 3]:
         with pytest.raises(InvalidNameError):
-            storage.list(prefix)
+            storage.list(prefix)  # type: ignore[arg-type]
     for offset, length in [(-1, 1), (0, -1), (1.5, 1), (0, None), (True, 1)]:
         with pytest.raises(ConfigError):
-            storage.read("ok", offset, length)
+            storage.read("ok", offset, length)  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
-        storage.write("ok", "text")
+        storage.write("ok", "text")  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
-        storage.create_new("ok", "text")
+        storage.create_new("ok", "text")  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         storage.concat("ok", [])
     with pytest.raises(TierError, match="closed"):
@@ -526,8 +546,10 @@ def test_local_create_new_racing_processes_have_one_winner(tmp_path, backend: st
     ]
     try:
         for child in children:
+            assert child.stdout is not None and child.stderr is not None
             assert child.stdout.readline() == "ready\n", child.stderr.read()
         for child in children:
+            assert child.stdin is not None
             child.stdin.write("go\n")
             child.stdin.flush()
         outputs = [child.communicate(timeout=60) for child in children]
@@ -562,8 +584,10 @@ def test_local_create_new_on_a_folder_name_is_refused(make_storage: Factory, kin
 def _s3_error(code: str, status: int) -> Exception:
     import botocore.exceptions
 
+    # botocore's stubs want every ResponseMetadata key; what the storage translates reads only these.
     return botocore.exceptions.ClientError(
-        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject"
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},  # type: ignore[typeddict-item]
+        "PutObject",
     )
 
 

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from filechannel import FileChannel
-from filechannel.client import Admin, AsyncConsumer, Consumer, Producer, TopicPartition
+from filechannel.client import Admin, AsyncConsumer, Consumer, ConsumerRecord, Producer, TopicPartition
 from filechannel.errors import CorruptRecordError, MissingSegmentError, OffsetOutOfRangeError, StorageUnavailableError
 from filechannel.tiering.context import TierContext
 from filechannel.tiering.daemon import TieringDaemon
 
-from .read_helpers import offload, read_all
+from .read_helpers import offload, read_all, tier_of
 
 N = 3000
 
@@ -73,6 +73,7 @@ def test_receiver_from_earliest_reads_every_record_once_across_tiers(tmp_path, t
         local = ch._log.local_segments()
         remote = [r for r in ch._log.list_segments() if r.remote is not None]
         assert len(remote) == len(uploaded) - 1  # the last uploaded one is still local: read locally
+        assert remote[-1].remote is not None
         assert remote[-1].remote.end_offset == local[0].base_offset  # the old segments are only in tier-2
         assert ch.first_offset == 0 == uploaded[0].base_offset
         records = read_all(ch.receiver("earliest"), N)
@@ -144,7 +145,7 @@ def test_a_flipped_byte_in_a_chunk_raises_naming_the_object(tmp_path, tier) -> N
         seg = uploaded[1]
         chunk = seg.chunks[-1]
         # a byte inside the last block's body (past the table): a record's CRC or zstd catches it
-        _flip(ch._tier, chunk.name, chunk.length - 20)
+        _flip(tier_of(ch), chunk.name, chunk.length - 20)
         with pytest.raises(CorruptRecordError) as info:
             ch.check()
         assert chunk.name in str(info.value)
@@ -159,7 +160,7 @@ def test_a_missing_chunk_raises_naming_the_object_and_the_offsets(tmp_path, tier
         uploaded = offload(ch, keep_local=2)
         seg = uploaded[2]
         gone = seg.chunks[1]
-        ch._tier.storage.delete(gone.name)
+        tier_of(ch).storage.delete(gone.name)
         with pytest.raises(CorruptRecordError) as info:
             ch.check()
         assert gone.name in str(info.value) and "missing" in str(info.value)
@@ -191,7 +192,7 @@ def test_the_block_cache_stays_within_its_bound(tmp_path, tier) -> None:
         uploaded = offload(ch, keep_local=1)
         records = read_all(ch.receiver("earliest"), N)
         assert [r.offset for r in records] == list(range(N))
-        reader = ch._tier.reader
+        reader = tier_of(ch).reader
         assert 0 < reader.cache.peak_bytes <= cache
         assert sum(s.size for s in uploaded) > 5 * cache  # far more was read than the cache holds
 
@@ -247,7 +248,7 @@ def test_a_segment_both_local_and_uploaded_is_read_locally(tmp_path, tier) -> No
         assert all(r.remote is None for r in ch._log.list_segments())
         for seg in uploaded:
             for c in seg.chunks:
-                ch._tier.storage.delete(c.name)  # tier-2 copies gone: reads never touch them
+                tier_of(ch).storage.delete(c.name)  # tier-2 copies gone: reads never touch them
         assert ch.check() == N
         assert len(read_all(ch.receiver("earliest"), N)) == N
 
@@ -256,7 +257,7 @@ def test_a_gap_between_tiers_is_a_hole(tmp_path, tier) -> None:
     with filled(str(tmp_path / "ch"), tier) as ch:
         uploaded = offload(ch, keep_local=2)
         # the metadata of the last segment only in tier-2 removed: offsets between the tiers are missing
-        ctx = ch._tier
+        ctx = tier_of(ch)
         last = uploaded[-2]
         epoch = ctx.metadata.take_epoch("test")
         ctx.metadata.begin_delete(epoch, ctx.name, last.base_offset)
@@ -294,7 +295,7 @@ def test_a_consumer_of_a_tiered_topic_reads_every_record_once_in_order(tmp_path,
         with Admin(root).open_partition("t", part, maintenance_interval=0) as ch:
             ch.compress_sealed()
             remote[part] = offload(ch, keep_local=1)
-            assert ch._tier.name == f"t/{part}"
+            assert tier_of(ch).name == f"t/{part}"
             assert remote[part] and os.path.exists(os.path.join(root, ".tier", "metadata.db"))
     with Consumer("t", root=root, auto_offset_reset="earliest", max_poll_records=500) as c:
         recs = []
@@ -332,7 +333,7 @@ def test_the_daemon_offloads_and_a_group_consumer_reads_across_tiers_in_another_
     assert len(segments) == 1  # local retention 0: every uploaded local copy went, the active segment stays
     half = N // 2
     with Consumer("t", root=root, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
-        got = []
+        got: list[ConsumerRecord] = []
         while len(got) < half:
             batch = c.poll(timeout_ms=5000, max_records=half - len(got))
             assert batch, f"no record within 5 s after {len(got)}"
@@ -413,7 +414,7 @@ def test_total_retention_deleting_a_segment_under_a_reader_is_out_of_range_not_d
         first = uploaded[0]
         with ch.receiver("earliest") as rx:  # positioned on the first segment: its table is read
             # total retention, as the daemon applies it: "deleting", then the objects, then the row
-            ctx = ch._tier
+            ctx = tier_of(ch)
             epoch = ctx.metadata.take_epoch("retention")
             ctx.metadata.begin_delete(epoch, ctx.name, first.base_offset)
             for c in first.chunks:
@@ -429,7 +430,7 @@ def test_total_retention_deleting_a_segment_under_a_reader_is_out_of_range_not_d
 def test_check_skips_what_total_retention_deletes_while_it_runs(tmp_path, tier) -> None:
     with filled(str(tmp_path / "ch"), tier) as ch:
         uploaded = offload(ch, keep_local=2)
-        ctx = ch._tier
+        ctx = tier_of(ch)
         calls = []
 
         def retention_after_the_first_segment(done: int, total: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from filechannel import FileChannel
 from filechannel.config import ChannelConfig
 from filechannel.errors import ConfigError, CorruptRecordError, FencedError, StorageUnavailableError
 from filechannel.tiering import ChunkStorage, open_storage
-from filechannel.tiering.context import tier_context_for
+from filechannel.tiering.context import TierContext, tier_context_for
 from filechannel.tiering.layout import UPLOADED, decode_manifest
 from filechannel.tiering.metadata import TierMetadata
 from filechannel.tiering.uploader import RateLimiter, SegmentToUpload, abandon, upload_segment
@@ -125,8 +126,9 @@ def test_tier_settings_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="storage URL"):
         ChannelConfig(tier="/no/scheme")
     for name, value in [("tier_chunk_bytes", 10), ("tier_concurrency", 0), ("local_retention_bytes", -1)]:
+        setting: dict[str, Any] = {name: value}
         with pytest.raises(ConfigError, match=name):
-            ChannelConfig(**{name: value})
+            ChannelConfig(**setting)
     assert tier_context_for(str(tmp_path / "c"), ChannelConfig()) is None
 
 
@@ -135,7 +137,7 @@ def test_channel_builds_its_tier_context_and_does_no_gc(tmp_path: Path) -> None:
     tier = f"file://{tmp_path}/tier"
     with FileChannel(tmp_path / "ch", tier=tier, segment_bytes=4096, retention_bytes=0, maintenance_interval=0) as ch:
         ctx = ch._log.tier
-        assert ctx is not None and ctx.name == "ch"
+        assert isinstance(ctx, TierContext) and ctx.name == "ch"
         assert ctx.metadata_path == str(tmp_path / "ch" / "tier" / "metadata.db")
         with ch.sender() as tx:
             for _ in range(200):
@@ -146,4 +148,5 @@ def test_channel_builds_its_tier_context_and_does_no_gc(tmp_path: Path) -> None:
         assert len(ch._log.list_segments()) == before
     name = f"x{uuid.uuid4().hex[:6]}"
     with FileChannel(tmp_path / name, tier=tier, tier_metadata=str(tmp_path / "m.db"), tier_name="t/3") as ch:
-        assert (ch._log.tier.name, ch._log.tier.metadata_path) == ("t/3", str(tmp_path / "m.db"))
+        ctx = ch._log.tier
+        assert isinstance(ctx, TierContext) and (ctx.name, ctx.metadata_path) == ("t/3", str(tmp_path / "m.db"))

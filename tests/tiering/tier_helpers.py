@@ -17,7 +17,7 @@ from filechannel.client.topics import Admin, TopicStore
 from filechannel.engine.compressed import CompressedSegment
 from filechannel.engine.record import Record, decode_records
 from filechannel.tiering import ChunkStorage
-from filechannel.tiering.layout import parse_object_name
+from filechannel.tiering.layout import SegmentRecord, parse_object_name
 from filechannel.tiering.metadata import TierMetadata
 
 SMALL: dict[str, Any] = {"segment_bytes": 4096, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}
@@ -32,6 +32,12 @@ def produce(root: Path, values: list[bytes], partition: int = 0, timestamp: int 
     with TopicStore(root).open_partition("t", partition, maintenance_interval=0) as ch, ch.sender() as tx:
         for value in values:
             tx.send(value, timestamp=timestamp)
+
+
+def manifest_of(segment: SegmentRecord) -> str:
+    """The name of an uploaded segment's manifest (an uploaded segment has one)."""
+    assert segment.manifest is not None, f"segment {segment.base_offset} of {segment.channel} has no manifest"
+    return segment.manifest
 
 
 def segment_objects(storage: ChunkStorage, prefix: str) -> set[str]:
@@ -71,7 +77,7 @@ def _daemon_main(argv: list[str]) -> int:
     from filechannel.tiering.daemon import TieringDaemon
 
     root, once = argv[0], "--once" in argv
-    grace = {"orphan_grace_ms": int(argv[argv.index("--grace-ms") + 1])} if "--grace-ms" in argv else {}
+    grace: dict[str, Any] = {"orphan_grace_ms": int(argv[argv.index("--grace-ms") + 1])} if "--grace-ms" in argv else {}
 
     def progress(line: str) -> None:
         print(line, flush=True)

@@ -12,25 +12,31 @@ import hashlib
 import os
 import sys
 from collections import deque
+from concurrent.futures import Future
+from functools import partial
 
 from filechannel import FileChannel
-from filechannel.client import Admin, Producer
+from filechannel.client import Admin, Producer, RecordMetadata
 
 
 def value(seed: int, index: int) -> bytes:
     return hashlib.sha256(b"%d-%d" % (seed, index)).digest() * (1 + index % 9)
 
 
+def report(seed: int, index: int, future: Future[RecordMetadata]) -> None:
+    os.write(1, b"%d %d %d\n" % (future.result().offset, seed, index))
+
+
 def produce_with_futures(root: str, seed: int) -> None:
     Admin(root).create_topic("t", exist_ok=True, fsync="always", segment_bytes=64 * 1024)
     producer = Producer(root)
-    window: deque = deque()
+    window: deque[Future[RecordMetadata]] = deque()
     i = 0
     while True:
         future = producer.send("t", value(seed, i))
         # Callbacks run in the thread that completes the future (or here): one write(2)
         # per line, so lines from two threads never interleave.
-        future.add_done_callback(lambda f, i=i: os.write(1, b"%d %d %d\n" % (f.result().offset, seed, i)))
+        future.add_done_callback(partial(report, seed, i))
         window.append(future)
         if len(window) > 500:
             window.popleft().result()
@@ -42,8 +48,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 3 and sys.argv[3] == "producer":
         produce_with_futures(path, seed)
     compress = len(sys.argv) > 3 and sys.argv[3] == "compress"
-    settings = dict(fsync="always", segment_bytes=64 * 1024, maintenance_interval=0.02 if compress else 0)
-    with FileChannel(path, **settings) as ch:
+    with FileChannel(path, fsync="always", segment_bytes=64 * 1024, maintenance_interval=0.02 if compress else 0) as ch:
         sender = ch.sender()
         i = 0
         while True:

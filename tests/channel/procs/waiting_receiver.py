@@ -11,4 +11,5 @@ with FileChannel(path) as ch:
     print("ready", flush=True)
     for _ in range(count):
         rec = rx.recv(timeout=60)
+        assert rec.value is not None
         print(rec.offset, rec.value.decode(), time.time() * 1000 - rec.timestamp, flush=True)

@@ -17,12 +17,13 @@ last poll's answer.
 import json
 import sys
 import time
+from typing import Any
 
 from filechannel.client import Consumer
 from filechannel.errors import CommitFailedError
 
 root, group, topic, settings = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-events = []
+events: list[list[Any]] = []
 
 
 class Listener:
@@ -46,6 +47,7 @@ for line in sys.stdin:
     try:
         if command == "poll":
             batch = consumer.poll(timeout_ms=int(args[0]))
+            assert consumer.coordinator.member is not None  # a member of its group
             answer(
                 {
                     "assigned": sorted(tp.partition for tp in consumer.assignment()),
