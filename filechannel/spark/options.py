@@ -160,6 +160,14 @@ def _bound(opts: Mapping[str, str], prefix: str, default: str) -> Bound:
     return Bound("offsets", opts.get(f"{prefix}offsets", default).strip(), f"{prefix}Offsets")
 
 
+def _isolation(opts: Mapping[str, str]) -> str:
+    """``kafka.isolation.level``, Kafka's consumer setting: read_uncommitted (the default) or read_committed."""
+    level = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    if level not in ("read_uncommitted", "read_committed"):
+        raise ConfigError(f'kafka.isolation.level must be "read_committed" or "read_uncommitted", not {level!r}')
+    return level
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     root: str
@@ -181,6 +189,9 @@ class SourceOptions:
     # endingOffsets=uploaded (a batch) or latestOffset=uploaded (a stream): "latest" is each
     # partition's uploaded end, so every task reads tier-2 and none needs the root (spark/tier.py)
     uploaded_only: bool = False
+    # kafka.isolation.level=read_committed: each "latest" is taken after the root's transactions
+    # a dead producer committed and did not finish are applied (client/transaction_log.py)
+    read_committed: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool | None) -> SourceOptions:
@@ -280,6 +291,7 @@ class SourceOptions:
             group_id=group_id,
             tier_direct_reads=parse_bool(opts, "tierDirectReads", True),
             uploaded_only=latest == "uploaded" or (ending.kind == "offsets" and ending.raw.lower() == "uploaded"),
+            read_committed=_isolation(opts) == "read_committed",
         )
         parsed.check_bounds(batch)
         return parsed

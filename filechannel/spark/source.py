@@ -24,6 +24,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ..client import Consumer, TopicPartition
 from ..client.topics import TopicStore
+from ..client.transaction_log import recover_transactions
 from ..errors import ConfigError
 from .errors import data_loss
 from .options import EARLIEST, LATEST, UPLOADED, Bound, Offsets, SourceOptions
@@ -45,6 +46,15 @@ def partition_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]
     return out
 
 
+def settle_transactions(opts: SourceOptions) -> None:
+    """With ``kafka.isolation.level=read_committed``: finish the commits dead transactional
+    producers of the root left half applied, so no offset planned falls between two parts of one
+    transaction (a transaction's records reach the partitions only once committed: there is no
+    other uncommitted record to hide). One ``listdir`` when there is nothing to do."""
+    if opts.read_committed:
+        recover_transactions(TopicStore(opts.root))
+
+
 def resolve(opts: SourceOptions, bound: Bound, *, starting: bool) -> Offsets:
     """``bound`` as concrete offsets of every partition.
 
@@ -55,7 +65,9 @@ def resolve(opts: SourceOptions, bound: Bound, *, starting: bool) -> Offsets:
 
     With ``opts.uploaded_only`` (endingOffsets or latestOffset ``uploaded``), "latest" and the
     end are each partition's uploaded end, and an ending timestamp found past it is that end.
+    With ``opts.read_committed``, after :func:`settle_transactions`.
     """
+    settle_transactions(opts)
     spec = opts.spec(bound)
     store = TopicStore(opts.root)
     uploaded = uploaded_ends(opts.root, opts.partitions()) if opts.uploaded_only else None
@@ -85,7 +97,11 @@ def resolve(opts: SourceOptions, bound: Bound, *, starting: bool) -> Offsets:
 
 
 def end_offsets(opts: SourceOptions) -> Offsets:
-    """Where each partition ends now: its end offset, or its uploaded end with ``opts.uploaded_only``."""
+    """Where each partition ends now: its end offset, or its uploaded end with ``opts.uploaded_only``.
+
+    With ``opts.read_committed``, first :func:`settle_transactions`.
+    """
+    settle_transactions(opts)
     if opts.uploaded_only:
         return uploaded_ends(opts.root, opts.partitions())
     return {t: {p: end for p, (_, end) in ps.items()} for t, ps in partition_bounds(opts).items()}

@@ -2,12 +2,17 @@
 
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from filechannel import FileChannel
 from filechannel.client import Admin, Producer
+from filechannel.engine import failpoints
 
+from ..client.test_transactions import COMMITTER
 from .helpers import make_topic, produce, read, stream
 
 pytestmark = pytest.mark.spark
@@ -174,3 +179,24 @@ def test_bad_options_fail_before_the_query_starts(spark, tmp_path, options, mess
             reader = reader.option(k, v)
         with pytest.raises(Exception, match=message):
             reader.load()
+
+
+@pytest.mark.crash
+def test_read_committed_finishes_a_dead_producers_commit_before_it_plans(spark, tmp_path):
+    """kafka.isolation.level=read_committed: a transaction whose producer died after its commit
+    record, before its records reached the partitions, is read whole; read_uncommitted (Kafka's
+    default) reads the partitions as they are. A bad level is refused naming the two."""
+    root = str(tmp_path / "root")
+    for topic in ("a", "b", "c", "in"):
+        Admin(root).create_topic(topic, partitions=2)
+    points = tmp_path / "points"
+    points.mkdir()
+    (points / "txn-record-written").write_bytes(b"")
+    env = {**os.environ, failpoints.ENV: str(points)}
+    proc = subprocess.run([sys.executable, "-c", COMMITTER, root, "3"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+    assert read(spark, root, "a", **{"kafka.isolation.level": "read_uncommitted"}).count() == 0
+    rows = read(spark, root, "a", **{"kafka.isolation.level": "read_committed"}).collect()
+    assert sorted(bytes(r.value) for r in rows) == [b"a-0", b"a-1", b"a-2"]
+    with pytest.raises(Exception, match=r'kafka\.isolation\.level must be "read_committed" or "read_uncommitted"'):
+        read(spark, root, "a", **{"kafka.isolation.level": "serializable"}).collect()
