@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -289,15 +290,21 @@ print("committed")
 """
 
 
-@pytest.mark.crash
-@pytest.mark.parametrize("point", ["txn-record-written", "txn-mid-append", "txn-partition-applied", "txn-offsets-stored"])
-def test_a_crash_at_each_point_after_the_commit_record_is_finished_once_by_the_next_reader(root, tmp_path, point):
+def crashed_commit(root: str, tmp_path: Path, point: str, n: int) -> None:
+    """Run COMMITTER (``n`` records to each of a, b, c, and group offsets) until failpoint ``point``
+    kills it inside its commit."""
     points = tmp_path / "points"
     points.mkdir()
     (points / point).write_bytes(b"")
     env = {**os.environ, failpoints.ENV: str(points)}
-    proc = subprocess.run([sys.executable, "-c", COMMITTER, root, "40"], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", COMMITTER, root, str(n)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("point", ["txn-record-written", "txn-mid-append", "txn-partition-applied", "txn-offsets-stored"])
+def test_a_crash_at_each_point_after_the_commit_record_is_finished_once_by_the_next_reader(root, tmp_path, point):
+    crashed_commit(root, tmp_path, point, 40)
     if point == "txn-mid-append":  # the first partition holds half its share: a reader that recovers nothing sees that
         assert 0 < len(read_all(root, "a", "read_uncommitted")) < 40
     # The next one to touch the root (here a read_committed consumer) finishes the commit, once.
@@ -501,12 +508,7 @@ def test_the_example_workers_demo_is_exactly_once_with_a_worker_killed():
 
 @pytest.mark.crash
 def test_a_topic_deleted_before_the_recovery_does_not_block_the_root(root, tmp_path):
-    points = tmp_path / "points"
-    points.mkdir()
-    (points / "txn-record-written").write_bytes(b"")
-    env = {**os.environ, failpoints.ENV: str(points)}
-    proc = subprocess.run([sys.executable, "-c", COMMITTER, root, "4"], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+    crashed_commit(root, tmp_path, "txn-record-written", 4)
     Admin(root).delete_topic("b")
     with transactional(root, "other") as p:  # recovers first: a's and c's shares, not b's
         p.begin_transaction()
@@ -516,12 +518,7 @@ def test_a_topic_deleted_before_the_recovery_does_not_block_the_root(root, tmp_p
 
 
 def test_consume_isolation_level_read_committed_finishes_a_dead_producers_commit(root, tmp_path):
-    points = tmp_path / "points"
-    points.mkdir()
-    (points / "txn-record-written").write_bytes(b"")
-    env = {**os.environ, failpoints.ENV: str(points)}
-    proc = subprocess.run([sys.executable, "-c", COMMITTER, root, "3"], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+    crashed_commit(root, tmp_path, "txn-record-written", 3)
     argv = [sys.executable, "-m", "filechannel", "--root", root, "consume", "a", "--from-beginning", "--timeout-ms", "500"]
     uncommitted = subprocess.run([*argv, "--isolation-level", "read_uncommitted"], capture_output=True, text=True, timeout=120)
     assert uncommitted.returncode == 0 and uncommitted.stdout == "", uncommitted.stderr  # nothing applied yet

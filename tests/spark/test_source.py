@@ -2,17 +2,13 @@
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from filechannel import FileChannel
 from filechannel.client import Admin, Producer
-from filechannel.engine import failpoints
 
-from ..client.test_transactions import COMMITTER
+from ..client.test_transactions import crashed_commit
 from .helpers import make_topic, produce, read, stream
 
 pytestmark = pytest.mark.spark
@@ -189,12 +185,7 @@ def test_read_committed_finishes_a_dead_producers_commit_before_it_plans(spark, 
     root = str(tmp_path / "root")
     for topic in ("a", "b", "c", "in"):
         Admin(root).create_topic(topic, partitions=2)
-    points = tmp_path / "points"
-    points.mkdir()
-    (points / "txn-record-written").write_bytes(b"")
-    env = {**os.environ, failpoints.ENV: str(points)}
-    proc = subprocess.run([sys.executable, "-c", COMMITTER, root, "3"], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == failpoints.EXIT_CODE, proc.stderr
+    crashed_commit(root, tmp_path, "txn-record-written", 3)
     assert read(spark, root, "a", **{"kafka.isolation.level": "read_uncommitted"}).count() == 0
     rows = read(spark, root, "a", **{"kafka.isolation.level": "read_committed"}).collect()
     assert sorted(bytes(r.value) for r in rows) == [b"a-0", b"a-1", b"a-2"]
