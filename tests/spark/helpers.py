@@ -28,3 +28,16 @@ def stream(spark, root, topic, **options):
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()
+
+
+def available_now_to_parquet(df, out, checkpoint):
+    """Run the streaming ``df`` once with ``availableNow`` into parquet files at ``out``, its
+    checkpoint at ``checkpoint`` (a later call with the same two resumes where it stopped)."""
+    q = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()

@@ -16,7 +16,7 @@ from filechannel.client import Admin, Producer
 from filechannel.spark.options import SourceOptions
 from filechannel.spark.source import FileChannelStreamReader
 
-from .helpers import make_topic, produce
+from .helpers import available_now_to_parquet, make_topic, produce
 
 pytestmark = pytest.mark.spark
 
@@ -76,17 +76,8 @@ def test_subscribe_pattern_matches_whole_names_and_picks_up_topics_created_later
     out, ck = tmp_path / "out", tmp_path / "ck"
 
     def run():
-        q = (
-            _reader(spark, root, stream=True, subscribePattern="ev.*", startingOffsets="earliest")
-            .load()
-            .select("topic", "partition", "offset")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(ck))
-            .trigger(availableNow=True)
-            .start()
-        )
-        q.awaitTermination()
+        df = _reader(spark, root, stream=True, subscribePattern="ev.*", startingOffsets="earliest").load()
+        available_now_to_parquet(df.select("topic", "partition", "offset"), out, ck)
         return sorted((r.topic, r.offset) for r in spark.read.parquet(str(out)).collect())
 
     assert len(run()) == 30

@@ -7,7 +7,7 @@ import pytest
 from filechannel.client import Admin, Producer
 from filechannel.tiering.daemon import TieringDaemon
 
-from .helpers import read, stream
+from .helpers import available_now_to_parquet, read, stream
 
 pytestmark = pytest.mark.spark
 
@@ -37,15 +37,7 @@ def test_batch_and_streaming_reads_of_a_partly_offloaded_topic_return_the_rows_o
     after = sorted((r.partition, r.offset, bytes(r.value)) for r in read(spark, root, "tiered").collect())
     assert len(before) == n and after == before
     out, ck = tmp_path / "out", tmp_path / "ck"
-    q = (
-        stream(spark, root, "tiered", startingOffsets="earliest", maxOffsetsPerTrigger="1500")
-        .select("partition", "offset", "value")
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(ck))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
+    df = stream(spark, root, "tiered", startingOffsets="earliest", maxOffsetsPerTrigger="1500")
+    available_now_to_parquet(df.select("partition", "offset", "value"), out, ck)
     streamed = sorted((r.partition, r.offset, bytes(r.value)) for r in spark.read.parquet(str(out)).collect())
     assert streamed == before

@@ -17,7 +17,7 @@ from filechannel.spark.tier import TierRange
 from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.rebuild import rebuild_root
 
-from .helpers import read, stream
+from .helpers import available_now_to_parquet, read, stream
 
 pytestmark = pytest.mark.spark
 
@@ -125,16 +125,8 @@ def test_an_available_now_stream_reads_the_uploaded_offsets_then_later_uploads_o
     out, ck = tmp_path / "out", tmp_path / "ck"
 
     def run_available_now() -> None:
-        q = (
-            stream(spark, root, "t", startingOffsets="earliest", latestOffset="uploaded", maxOffsetsPerTrigger="700")
-            .select("partition", "offset", "value")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(ck))
-            .trigger(availableNow=True)
-            .start()
-        )
-        q.awaitTermination()
+        df = stream(spark, root, "t", startingOffsets="earliest", latestOffset="uploaded", maxOffsetsPerTrigger="700")
+        available_now_to_parquet(df.select("partition", "offset", "value"), out, ck)
 
     first = {p: e for p, e in uploaded_end_offsets(str(root), ["t"])["t"].items()}
     run_available_now()
