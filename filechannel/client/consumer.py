@@ -179,6 +179,7 @@ class Consumer:
             ("max_poll_interval_ms", max_poll_interval_ms),
             ("max_partition_fetch_bytes", fetch_bytes),
             ("fetch_max_bytes", fetch_max_bytes),
+            ("tier_poll_ms", tier_poll_ms),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an int >= 1, not {value!r}")
@@ -187,8 +188,6 @@ class Consumer:
             raise ConfigError("heartbeat_interval_ms must be smaller than session_timeout_ms")
         check_codec("key_deserializer", key_deserializer, "deserialize")
         check_codec("value_deserializer", value_deserializer, "deserialize")
-        if isinstance(tier_poll_ms, bool) or not isinstance(tier_poll_ms, int) or tier_poll_ms < 1:
-            raise ConfigError(f"tier_poll_ms must be an int >= 1, not {tier_poll_ms!r}")
         self._bucket: BucketTopics | None = None
         self._topics: TopicSource
         if tier is None:

@@ -146,8 +146,6 @@ class Producer:
         if isinstance(linger_ms, bool) or not isinstance(linger_ms, (int, float)) or not 0 <= linger_ms < math.inf:
             # inf would keep the partitions' writer lock from other processes for good; nan is no time
             raise ConfigError(f"linger_ms must be a finite number >= 0, not {linger_ms!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"batch_size must be an int >= 1, not {batch_size!r}")
         if fsync not in (None, "never", "interval", "always"):
             raise ConfigError(f"fsync must be 'never', 'interval' or 'always', not {fsync!r}")
         acks = configs.get("acks", 1)
@@ -157,11 +155,14 @@ class Producer:
         if compression not in _COMPRESSIONS:
             raise ConfigError(f"compression_type must be one of {_COMPRESSIONS}, not {compression!r}")
         max_request = configs.get("max_request_size")
-        if max_request is not None and (isinstance(max_request, bool) or not isinstance(max_request, int) or max_request < 1):
-            raise ConfigError(f"max_request_size must be an int >= 1, not {max_request!r}")
         transaction_timeout_ms = configs.get("transaction_timeout_ms", 60_000)
-        if isinstance(transaction_timeout_ms, bool) or not isinstance(transaction_timeout_ms, int) or transaction_timeout_ms < 1:
-            raise ConfigError(f"transaction_timeout_ms must be an int >= 1, not {transaction_timeout_ms!r}")
+        for name, value in (
+            ("batch_size", batch_size),
+            ("max_request_size", 1 if max_request is None else max_request),
+            ("transaction_timeout_ms", transaction_timeout_ms),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an int >= 1, not {value!r}")
         auto_create_topics = configs.get("allow_auto_create_topics", auto_create_topics)
         if partitioner is not None and not callable(partitioner):
             raise ConfigError(f"partitioner must be callable, not {partitioner!r}")
