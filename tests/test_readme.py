@@ -6,8 +6,8 @@ all in one temp folder laid out like the checkout the set-up section leaves the 
 so two blocks creating one topic name, an absolute path or an undefined name fails here.
 Not run: the set-up block itself (it clones, builds the venv and runs this suite), and the
 blocks listed in NOT_RUN with the reason each cannot run as written yet.
-The Spark block needs a Spark session: the fast test runs every other block; the test
-marked ``spark`` runs them all.
+The Spark block starts a local Spark session, so the test that runs the README is marked
+``spark`` (one run of every block: a second run without the Spark block cost as much again).
 
 The S3 block runs against the session's SeaweedFS server: its placeholders (the endpoint
 ``http://localhost:8333`` and the bucket ``my-bucket``, S3_PLACEHOLDERS) are replaced by the
@@ -63,7 +63,7 @@ def _printed(shown: str, output: str) -> bool:
     return any(re.fullmatch(pattern, line) for line in output.splitlines())
 
 
-def _run_readme(folder: Path, s3: SeaweedServer, *, spark: bool) -> list[str]:
+def _run_readme(folder: Path, s3: SeaweedServer) -> list[str]:
     """Run the README's blocks in ``folder``, S3 on ``s3``; the first lines of those run, in order."""
     (folder / "examples").symlink_to(ROOT / "examples")
     (folder / ".venv").symlink_to(Path(sys.prefix))  # `.venv/bin/python`, as `make` makes it
@@ -81,7 +81,7 @@ def _run_readme(folder: Path, s3: SeaweedServer, *, spark: bool) -> list[str]:
     bucket = f"fc-readme-{uuid.uuid4().hex[:12]}"  # the session's server serves other tests too
     ran = []
     for lang, code in BLOCKS:
-        if _not_run(code) or (_is_spark(code) and not spark):
+        if _not_run(code):
             continue
         code = code.replace(S3_ENDPOINT, s3.endpoint).replace(S3_BUCKET, bucket)
         argv = [sys.executable, "-c", code] if lang == "python" else ["bash", "-ec", code]
@@ -96,23 +96,6 @@ def _run_readme(folder: Path, s3: SeaweedServer, *, spark: bool) -> list[str]:
     return ran
 
 
-@pytest.mark.s3
-def test_the_readme_runs_top_to_bottom_in_one_folder(tmp_path, seaweed):
-    ran = _run_readme(tmp_path, seaweed, spark=False)
-    others = [b for _, b in BLOCKS if not _not_run(b) and not _is_spark(b)]
-    assert len(ran) == len(others) >= 9
-    # What the blocks left behind is what they said: the topics of the Kafka-like examples.
-    from filechannel.client import Admin
-
-    assert {"clicks", "orders", "foobar", "my_topic"} <= set(Admin(tmp_path / "data").list_topics())
-    # The tiering block's records moved to tier-2 (`tier run --roll`): the root rebuilt from it alone has them.
-    rebuilt = Admin(tmp_path / "data-rebuilt").describe_topic("pageviews")
-    assert sum(p.end_offset - p.first_offset for p in rebuilt.partitions) == 3
-    # The S3 block's topic keeps the endpoint it was made with, and no credential, in its settings.
-    settings = (tmp_path / "data" / "invoices" / "topic.json").read_text()
-    assert seaweed.endpoint in settings and seaweed.access_key not in settings and seaweed.secret_key not in settings
-
-
 def test_the_s3_block_shows_what_it_prints():
     """The S3 block is there, uses the placeholders the test replaces, and shows its output."""
     (s3_block,) = [b for _, b in BLOCKS if "tier=s3://" in b and not _not_run(b)]
@@ -122,17 +105,26 @@ def test_the_s3_block_shows_what_it_prints():
 
 @pytest.mark.spark
 @pytest.mark.s3
-def test_the_readme_runs_top_to_bottom_with_its_spark_block(tmp_path, seaweed):
-    ran = _run_readme(tmp_path, seaweed, spark=True)
-    assert len(ran) == len([b for _, b in BLOCKS if not _not_run(b)])
+def test_the_readme_runs_top_to_bottom_in_one_folder(tmp_path, seaweed):
+    """Every block, the Spark one included (one run: each block's processes cost seconds)."""
+    ran = _run_readme(tmp_path, seaweed)
+    assert len(ran) == len([b for _, b in BLOCKS if not _not_run(b)]) >= 10
+    # What the blocks left behind is what they said: the topics of the Kafka-like examples.
     from filechannel.client import Admin
 
-    admin = Admin(tmp_path / "data")  # the stream copied every click, upper-cased, to clicks-upper
+    admin = Admin(tmp_path / "data")
+    assert {"clicks", "orders", "foobar", "my_topic"} <= set(admin.list_topics())
 
-    def records(topic: str) -> int:
+    def records(admin: Admin, topic: str) -> int:
         return sum(p.end_offset - p.first_offset for p in admin.describe_topic(topic).partitions)
 
-    assert records("clicks-upper") == records("clicks") > 0
+    # The tiering block's records moved to tier-2 (`tier run --roll`): the root rebuilt from it alone has them.
+    assert records(Admin(tmp_path / "data-rebuilt"), "pageviews") == 3
+    # The S3 block's topic keeps the endpoint it was made with, and no credential, in its settings.
+    settings = (tmp_path / "data" / "invoices" / "topic.json").read_text()
+    assert seaweed.endpoint in settings and seaweed.access_key not in settings and seaweed.secret_key not in settings
+    # The Spark stream copied every click, upper-cased, to clicks-upper.
+    assert records(admin, "clicks-upper") == records(admin, "clicks") > 0
 
 
 def test_the_spark_example_uses_real_options():

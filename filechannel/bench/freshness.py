@@ -41,7 +41,7 @@ def run_freshness(quick: bool) -> list[dict[str, Any]]:
 
     from .seaweed import running_seaweed
 
-    seconds = 4.0 if quick else 20.0
+    seconds = 2.5 if quick else 20.0
     with running_seaweed() as server, tempfile.TemporaryDirectory(prefix="fc-bench-fresh-") as folder:
         os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"] = server.access_key, server.secret_key
         url = f"s3://{server.new_bucket()}/fc"

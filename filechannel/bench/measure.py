@@ -71,6 +71,8 @@ def _payload_chunks(size: int, n: int) -> list[list[bytes]]:
 # 2.8 M and 3.7 M msgs/s in two full runs minutes apart).
 REPEAT_UNDER_S = 3.0
 REPEATS = 3
+# How long a timed row runs in --quick, the CI-sized run: long enough to show that the row works, not a figure.
+QUICK_SECONDS = 0.1
 
 
 @dataclass

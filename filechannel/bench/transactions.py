@@ -22,7 +22,7 @@ import tempfile
 import time
 from typing import Any
 
-from .measure import Row, in_child
+from .measure import QUICK_SECONDS, Row, in_child
 from .workloads import _durable, _fsync_per_message
 
 TXN_SIZES = (100, 1024)
@@ -113,7 +113,7 @@ def _consume_transform_produce(size: int, n: int) -> list[dict[str, Any]]:
 def workloads(quick: bool, seconds: float | None = None, references: bool = True) -> list[tuple[str, Any, tuple[Any, ...]]]:
     """(name, function, args) of the rows above. The harness adds them to its own without the
     ``references`` (its table has those rows already: ``--only transaction,durable`` shows both)."""
-    secs = seconds if seconds is not None else (0.3 if quick else 3.0)
+    secs = seconds if seconds is not None else (QUICK_SECONDS if quick else 3.0)
     out: list[tuple[str, Any, tuple[Any, ...]]] = []
     for size in TXN_SIZES:
         out += [("transactional produce", _transactional, (size, k, secs)) for k in PER_TRANSACTION]

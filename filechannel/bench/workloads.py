@@ -26,7 +26,7 @@ from filechannel.engine.files import folder_bytes
 
 from .cpu_bound import compressed_read_floor_s
 from .freshness import run_freshness
-from .measure import REPEATS, Row, in_child, peak_rss_mb
+from .measure import QUICK_SECONDS, REPEATS, Row, in_child, peak_rss_mb
 from .optional import NotInstalled
 from .peers import BENCH_CONFIG, DEFAULTS, NEVER
 from .tiering import run_tiering
@@ -614,7 +614,7 @@ SIZES = (100, 1024, 65536)
 
 def special(quick: bool) -> list[tuple[str, Workload, tuple[Any, ...]]]:
     """(name, function, args) of every workload beyond the throughput table, each size in turn."""
-    secs = 0.3 if quick else 5.0
+    secs = QUICK_SECONDS if quick else 5.0
     big = (256 << 20) if quick else (2 << 30)
 
     def count(size: int, small: int, large: int) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from filechannel.bench.freshness import TIER_AFTER_MS
 from filechannel.bench.peers import BACKENDS
 from filechannel.bench.seaweed import wait_for
 
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.s3
 def test_quick_run_writes_table_json_and_chart(tmp_path):
-    """Every workload, the tiering one on its own SeaweedFS server included; every server and
+    """Every workload, the tiering and freshness ones on their own SeaweedFS servers included; every server and
     the run's work folder gone afterwards, nothing written in the working directory."""
     temp, cwd, out = tmp_path / "temp", tmp_path / "cwd", tmp_path / "out"
     temp.mkdir()
@@ -65,6 +66,10 @@ def test_quick_run_writes_table_json_and_chart(tmp_path):
     assert all(r["extra"]["cpu_bound_ratio"] > 0 for r in zstd)
     assert (out / "throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     check_tier_rows(data)
+    # the freshness row (filechannel/bench/freshness.py): every record sent seen in tier-2, with its percentiles
+    [fresh] = [r for r in data["rows"] if r["workload"].endswith(f"tier_after_ms={TIER_AFTER_MS}")]
+    assert fresh["error"] is None and fresh["n"] > 10, fresh
+    assert 0 < fresh["extra"]["p50_ms"] <= fresh["extra"]["p99_ms"] <= fresh["extra"]["max_ms"], fresh
 
 
 TIER_ROWS = {
