@@ -17,27 +17,37 @@ Invariants:
   the head's first offset are dropped.
 - **Derived, so rebuilt at will.** The index is only a cache of manifests: deleted or
   damaged, it is made anew from the bucket (the base class's healing).
-- **Errors are the reader's.** A bucket that cannot be read, a damaged head or manifest
-  raise at the read that needed them (:class:`~filechannel.errors.TierError`,
+- **Errors are the reader's.** A damaged head or manifest, a bucket that refuses the
+  reader, raise at the read that needed them (:class:`~filechannel.errors.TierError`,
   :class:`~filechannel.errors.CorruptRecordError`, naming the object): nothing advanced,
-  the same read later tries again.
-
-Not followed: a manifest rewritten in place by ``tier defrag`` (its segment's chunks moved into
-a merged object) after this index took the segment in; the old chunks stay readable for
-the defragmenter's garbage delay, after which the index must be deleted to be made anew.
+  the same read later tries again. A bucket that cannot be reached *for a while*
+  (:class:`~filechannel.errors.StorageUnavailableError`, after the binding's retries) while
+  the index already holds the channel is not an error of the read: what is indexed is
+  served, a warning is logged once, and the head is tried again every ``follow_s`` (as a
+  Kafka consumer's poll goes on while a broker is away). An index that knows nothing of
+  the channel raises instead: "nothing" would be a silent answer.
+- **A segment follows its manifest.** ``tier defrag`` rewrites a segment's manifest in place
+  when it moves its chunks into a merged object, and deletes the old chunks after its
+  garbage delay. A read that finds a chunk gone reads the segment's manifest again: moved,
+  the index takes the new chunks (:meth:`~.metadata.TierMetadata.relocate`) and the read
+  goes on from there; gone, retention deleted the segment (the read raises
+  :class:`~filechannel.errors.OffsetOutOfRangeError`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, ObjectNotFoundError, StorageUnavailableError
 from .context import TierContext
 from .heads import head_name, read_head
-from .layout import parse_object_name
+from .layout import SegmentRecord, parse_object_name
 from .metadata import EpochRecord, TierMetadata
-from .reindex import usable_segments
+from .reindex import read_manifest, usable_segments
 from .storage import ChunkStorage, redact_url
+
+log = logging.getLogger("filechannel")
 
 
 def follow_head(storage: ChunkStorage, metadata: TierMetadata, channel: str) -> bool:
@@ -100,8 +110,43 @@ class FollowingTierContext(TierContext):
 
     def _bring_up(self, metadata: TierMetadata) -> None:
         self._checked_at = time.monotonic()
-        follow_head(self.storage, metadata, self.name)  # (the binding's errors name the storage and the object)
+        try:
+            follow_head(self.storage, metadata, self.name)  # (the binding's errors name the storage and the object)
+        except StorageUnavailableError as exc:
+            if metadata.bounds(self.name) is None:
+                raise  # an index that knows nothing of the channel must not answer "nothing"
+            if self._unchecked is None:
+                log.warning(
+                    "tier: cannot follow %s in %s (%s); reading what was indexed, trying again every %.1f s",
+                    self.name,
+                    redact_url(self.url),
+                    exc,
+                    self.follow_s,
+                )
+            self._unchecked = exc
+            return
+        if self._unchecked is not None:
+            log.warning("tier: following %s in %s again", self.name, redact_url(self.url))
+            self._unchecked = None
 
     def _checked(self, metadata: TierMetadata) -> None:
         if time.monotonic() - self._checked_at >= self.follow_s:
             self._bring_up(metadata)
+
+    def _current(self, record: SegmentRecord) -> SegmentRecord | None:
+        """Where the segment of ``record`` (a chunk of which is gone) is now: the index's row if it
+        already moved; otherwise its manifest, read again, moved into the index (None: the manifest
+        is gone with the segment, deleted by retention)."""
+        now = super()._current(record)
+        if now is None or now.chunks != record.chunks or record.manifest is None:
+            return now
+        try:
+            moved = read_manifest(self.storage, record.manifest)
+        except ObjectNotFoundError:
+            return None
+        same = (moved.channel, moved.base_offset, moved.end_offset, moved.size, moved.epoch)
+        if same != (record.channel, record.base_offset, record.end_offset, record.size, record.epoch):
+            return now
+        if moved.chunks != record.chunks and self.metadata.relocate(moved):
+            return super()._current(record)
+        return now

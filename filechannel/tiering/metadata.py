@@ -775,6 +775,24 @@ class TierMetadata:
             _insert_segments(db, [replace(r, state=UPLOADED) for r in added])
             return len(added), dropped
 
+    def relocate(self, record: SegmentRecord) -> bool:
+        """Give the listed row of ``record``'s segment (same channel, base offset, epoch, size and
+        offsets) ``record``'s chunks, in one transaction: a bucket reader following a manifest that
+        ``tier defrag`` rewrote after the reader indexed it. Whether the row was there to change;
+        a row that differs in anything but its chunks is left alone (False)."""
+        problem = segment_problem(record)
+        if problem:
+            raise TierError(f"relocate refused: {problem}")
+        with self._transaction(f"relocate {record.channel}@{record.base_offset}", write=True) as db:
+            row = db.execute(
+                "SELECT end_offset, size, epoch FROM segments WHERE channel = ? AND base_offset = ? AND state = ?",
+                (record.channel, record.base_offset, UPLOADED),
+            ).fetchone()
+            if row is None or tuple(row) != (record.end_offset, record.size, record.epoch):
+                return False
+            _replace_chunks(db, record.channel, record.base_offset, record.chunks)
+            return True
+
     def snapshot(self, topic: str | None = None) -> tuple[list[EpochRecord], list[SegmentRecord]]:
         """Every epoch, and every segment (all states, with its chunks) of the store or of one
         ``topic`` (its channels ``topic/N``, or a standalone channel of that name), read in one
@@ -864,15 +882,7 @@ class TierMetadata:
                 problem = _merge_problem(record, merge)
                 if problem:
                     raise TierError(f"finish_merge refused: {problem}")
-                db.execute("DELETE FROM chunks WHERE channel = ? AND base_offset = ?", (merge.channel, base))
-                db.executemany(
-                    _INSERT_CHUNK,
-                    [(merge.channel, base, seq, c.name, c.position, c.length, c.object_offset) for seq, c in enumerate(chunks)],
-                )
-                db.execute(
-                    "UPDATE segments SET updated_at_ms = ? WHERE channel = ? AND base_offset = ?",
-                    (now_ms(), merge.channel, base),
-                )
+                _replace_chunks(db, merge.channel, base, chunks)
             unused = [n for n in merge.sources if db.execute("SELECT 1 FROM chunks WHERE name = ?", (n,)).fetchone() is None]
             due = now_ms() + garbage_delay_ms
             db.executemany(
@@ -1024,6 +1034,16 @@ def _check_snapshot(what: str, epochs: Sequence[EpochRecord], segments: Sequence
                 f"@[{before.base_offset}, {before.end_offset})"
             )
         last[record.channel] = record
+
+
+def _replace_chunks(db: sqlite3.Connection, channel: str, base_offset: int, chunks: Sequence[ChunkRecord]) -> None:
+    """The segment's chunks become ``chunks`` (its bytes moved: a merge), in the caller's transaction."""
+    db.execute("DELETE FROM chunks WHERE channel = ? AND base_offset = ?", (channel, base_offset))
+    db.executemany(
+        _INSERT_CHUNK,
+        [(channel, base_offset, seq, c.name, c.position, c.length, c.object_offset) for seq, c in enumerate(chunks)],
+    )
+    db.execute("UPDATE segments SET updated_at_ms = ? WHERE channel = ? AND base_offset = ?", (now_ms(), channel, base_offset))
 
 
 def _insert_segments(db: sqlite3.Connection, segments: Sequence[SegmentRecord]) -> None:

@@ -52,6 +52,11 @@ INDEX_LOCK = "index.lock"
 _MANIFEST_MAX_BYTES = 1 << 24  # a manifest is a few KiB; a larger object is not one
 
 
+def read_manifest(storage: ChunkStorage, name: str) -> SegmentRecord:
+    """The segment record manifest ``name`` holds (ObjectNotFoundError if it is gone, CorruptRecordError if damaged)."""
+    return decode_manifest(storage.read(name, 0, _MANIFEST_MAX_BYTES), name)
+
+
 def own_chunks(record: SegmentRecord, found: list[tuple[int, str, int]]) -> tuple[ChunkRecord, ...] | None:
     """The chunks segment ``record`` was uploaded in (``found``: ``(start, name, length)`` of the
     objects named :func:`~.layout.chunk_name` of its channel, base offset and epoch), if they hold
@@ -99,7 +104,7 @@ def usable_segments(
         if counted is not None:
             counted(i, len(manifests))
         try:
-            record = decode_manifest(storage.read(name, 0, _MANIFEST_MAX_BYTES), name)
+            record = read_manifest(storage, name)
         except ObjectNotFoundError:
             notes.append(f"{name}: deleted since the listing (retention, or a superseded attempt swept)")
             continue
@@ -289,7 +294,7 @@ class _Manifests:
             record = None
             if name in self.sizes:
                 try:
-                    record = decode_manifest(self.storage.read(name, 0, _MANIFEST_MAX_BYTES), name)
+                    record = read_manifest(self.storage, name)
                 except (CorruptRecordError, ObjectNotFoundError):
                     record = None
             self.decoded[name] = record

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from filechannel.bench.seaweed import SeaweedServer
 from filechannel.client import Admin, AsyncConsumer, Consumer, Producer, TopicPartition
 from filechannel.client.bucket import ORIGIN_HEADER
 from filechannel.errors import (
@@ -31,11 +32,12 @@ from filechannel.root import RootLayout
 from filechannel.spark.tier import TierPlanner
 from filechannel.tiering import open_storage
 from filechannel.tiering.daemon import TieringDaemon
+from filechannel.tiering.defrag import DefragSettings, defrag_root
 from filechannel.tiering.heads import head_name
 from filechannel.tiering.rebuild import rebuild_root
 
 from ..client.cli_helpers import SCRIPT, fc
-from .conftest import wait_for
+from .conftest import FaultProxy, wait_for
 from .test_daemon import tier_for
 from .tier_helpers import SMALL
 
@@ -413,3 +415,62 @@ def test_a_damaged_manifest_of_a_new_upload_is_reported_naming_it(tmp_path: Path
             return False
 
         wait_for(reported, 30, "the damaged manifest to be reported")
+
+
+def test_a_bucket_reader_follows_segments_that_defrag_moved_after_it_indexed_them(tmp_path: Path) -> None:
+    """The reader indexed the segments, then ``tier defrag`` merged them and its next pass deleted the
+    old chunks (garbage delay 0): the rest is read from the merged objects, every record once."""
+    url = f"file://{tmp_path}/bucket"
+    root = edge_root(tmp_path, "edge-1", url, {}, partitions=1)
+    produce(root, "edge-1", 300, partitions=1)
+    upload_all(root)
+    tp = TopicPartition("edge-1.clicks", 0)
+    with Consumer(tier=url, state_dir=tmp_path / "reader", auto_offset_reset="earliest", tier_poll_ms=50) as consumer:
+        consumer.assign([tp])
+        got = list(consumer.poll(1000, max_records=10)[tp])
+        chunks_before = {p.name for p in (tmp_path / "bucket" / "edge-1" / "clicks" / "0").glob("*.chunk")}
+        report = defrag_root(root, DefragSettings(merge_below_bytes=3000, target_bytes=20_000, garbage_delay_ms=0))
+        with TieringDaemon(root) as daemon:  # deletes the chunks the merges replaced
+            assert daemon.run(once=True).failures == []
+        chunks_after = {p.name for p in (tmp_path / "bucket" / "edge-1" / "clicks" / "0").glob("*.chunk")}
+        assert report.merges > 0 and len(chunks_before - chunks_after) > 10  # the chunks it had indexed are gone
+        got += drain(consumer, 290)[tp]
+    assert [r.value for r in got] == expected("edge-1", 300, partitions=1)[tp]
+    assert [r.offset for r in got] == list(range(300))
+
+
+@pytest.mark.s3
+def test_a_bucket_unreachable_for_a_while_pauses_the_reader_it_does_not_fail_it(
+    tmp_path: Path,
+    seaweed: SeaweedServer,
+    bucket: str,
+    fault_proxy: FaultProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What is indexed is served, polls past it return nothing while every request for the head is
+    cut (a connection reset), one warning says so; once the bucket answers again, new uploads are read."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
+    url = f"s3://{bucket}/fc"
+    root = edge_root(tmp_path, "edge-1", url, {"endpoint_url": seaweed.endpoint, "region_name": "us-east-1"}, partitions=1)
+    produce(root, "edge-1", 30, partitions=1)
+    upload_all(root)
+    through = {"endpoint_url": fault_proxy.endpoint, "region_name": "us-east-1", "max_attempts": 1}
+    tp = TopicPartition("edge-1.clicks", 0)
+    with Consumer(
+        tier=url, tier_options=through, state_dir=tmp_path / "reader", auto_offset_reset="earliest", tier_poll_ms=50
+    ) as consumer:
+        consumer.assign([tp])
+        got = list(consumer.poll(1000, max_records=10)[tp])  # the head and manifests are indexed
+        fault_proxy.reset_requests_containing(b"head.json")  # every connection, the pooled ones too
+        caplog.set_level("WARNING", logger="filechannel")
+        got += drain(consumer, 20)[tp]  # from the blocks already read
+        for _ in range(5):
+            assert consumer.poll(100) == {}  # past the index: nothing, no error
+        assert [r for r in caplog.records if "cannot follow clicks/0 in s3://" in r.getMessage()]
+        produce(root, "edge-1", 10, start=30, partitions=1)
+        upload_all(root)
+        fault_proxy.reset_requests_containing(None)
+        got += drain(consumer, 10)[tp]
+    assert [r.value for r in got] == expected("edge-1", 40, partitions=1)[tp]
