@@ -18,7 +18,9 @@ Invariants:
   covers at planning, after retention, is data loss, never a task on a root).
 - **Read-only, nothing kept.** Nothing is written to the bucket. The indexes live in a private
   temporary folder of the driver's process, derived data removed when the catalog is closed
-  (a batch: after planning; a stream: at ``stop()``), collected, or the process exits.
+  (a batch: after planning; a stream: at ``stop()``), collected, or the process exits; one
+  left by a process killed first (Spark ends a stream's reader process without ``stop()``) is
+  removed by the next catalog made on the machine.
 - **Waits for what is not there yet.** A URL with nothing claimed yet, or no origin matching,
   lists no topic (a stream's micro-batches are empty until one appears; a batch refuses, in
   :meth:`BucketCatalog.require_topics`); the listing is repeated at most once per
@@ -36,6 +38,7 @@ from typing import Any, Self
 
 from ..channel import FileChannel
 from ..client.bucket import BucketTopic, BucketTopics
+from ..engine.files import private_folder
 from ..errors import UnknownTopicError
 from ..root import origin_url
 from ..tiering.layout import SegmentRecord
@@ -44,6 +47,7 @@ from .errors import data_loss
 from .ranges import OffsetRange
 from .tier import SegmentPlanner, TierRange
 
+STATE_PREFIX = "filechannel-spark-bucket-"  # a catalog's folder in the system's temp folder: <prefix><pid>-<random>
 FOLLOW_S = 1.0  # a partition's head is read again at most this often while one channel of it is open
 
 
@@ -57,7 +61,9 @@ class BucketCatalog:
         self.options = dict(options)
         self.origins = None if origins is None else tuple(origins)
         self._max_age_s = max_age_s
-        self._state = tempfile.mkdtemp(prefix="filechannel-spark-bucket-")
+        # (Spark may kill the process holding a stream's reader without stop(): the next catalog made
+        # on this machine removes the folders of dead processes)
+        self._state = private_folder(tempfile.gettempdir(), STATE_PREFIX)
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._state, ignore_errors=True)
         self._bucket: BucketTopics | None = None
 

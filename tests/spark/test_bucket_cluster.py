@@ -72,14 +72,19 @@ spark.stop()
 @contextlib.contextmanager
 def started(argv: list[str], log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     """``argv`` running as the leader of a new process group, its output in ``log``; the whole
-    group killed with SIGKILL on exit, whatever happened."""
+    group stopped on exit, whatever happened: SIGTERM (the JVMs' shutdown hooks remove their
+    temporary files), then SIGKILL for what is left after 30 s."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         yield proc
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group (the leader's children too)
         proc.wait()
 
 
@@ -106,7 +111,15 @@ def test_a_cluster_whose_worker_cannot_see_the_roots_streams_every_origin_from_t
 
     master_port, master_ui, worker_ui = free_ports(3)
     master = f"spark://127.0.0.1:{master_port}"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    (tmp_path / "tmp").mkdir()  # every temporary file of the cluster's processes, gone with tmp_path
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "TMPDIR": str(tmp_path / "tmp"),
+        "SPARK_LOCAL_DIRS": str(tmp_path / "tmp"),
+        "JDK_JAVA_OPTIONS": f"-Djava.io.tmpdir={tmp_path / 'tmp'}",
+    }
     env.pop("SPARK_HOME", None)  # spark-class finds pyspark's own
     hide = f"mount -t tmpfs -o size=1m filechannel-test-empty {roots}"
     worker = f'{hide} && exec "$0" org.apache.spark.deploy.worker.Worker {master} --host 127.0.0.1 --webui-port {worker_ui} '

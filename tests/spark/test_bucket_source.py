@@ -10,8 +10,10 @@ folder URL and a port nothing listens on.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from filechannel.bench.seaweed import SeaweedServer, free_ports, wait_for
 from filechannel.errors import ConfigError, StorageUnavailableError, UnknownTopicError
+from filechannel.spark.bucket import STATE_PREFIX, BucketCatalog
 from filechannel.spark.options import SourceOptions
 from filechannel.spark.source import FileChannelBatchReader, FileChannelStreamReader, read_partition
 from filechannel.spark.tier import TierRange
@@ -58,6 +61,18 @@ def expected(*origins: tuple[str, int]) -> list[Row]:
 def rows(df) -> list[Row]:
     got = df.select("origin", "topic", "partition", "offset", "value").collect()
     return sorted((r.origin, r.topic, r.partition, r.offset, bytes(r.value)) for r in got)
+
+
+def dead_catalog_folders() -> list[str]:
+    """The state folders of bucket catalogs (spark/bucket.py) whose process no longer runs."""
+    dead = []
+    for name in os.listdir(tempfile.gettempdir()):
+        if name.startswith(STATE_PREFIX):
+            try:
+                os.kill(int(name[len(STATE_PREFIX) :].split("-")[0]), 0)
+            except ProcessLookupError:
+                dead.append(name)
+    return dead
 
 
 def bucket_source(reader, url: str, options: dict, **extra: str):
@@ -149,6 +164,9 @@ def test_a_running_stream_follows_new_uploads_and_picks_up_new_origins(
         finally:
             query.stop()
     assert got == want
+    # Spark ends the reader's process without its stop(): the next catalog removes what it left.
+    BucketCatalog(url, options, None, max_age_s=1).close()
+    assert dead_catalog_folders() == []
 
 
 def test_a_stream_of_origins_not_there_yet_waits_and_a_batch_says_what_is_there(tmp_path: Path) -> None:
