@@ -92,9 +92,9 @@ class BucketCatalog:
             return {}
         return {name: entry for name, entry in bucket.entries().items() if self.matches(entry.origin)}
 
-    def require_topics(self, what: str, partitions: dict[str, list[int]]) -> None:
+    def require_topics(self, option: str, value: str, partitions: dict[str, list[int]]) -> None:
         """A batch's check: :class:`UnknownTopicError` saying what the URL holds if ``partitions``
-        (those ``what`` selects) is empty."""
+        (those option ``option`` = ``value`` selects) is empty."""
         if partitions:
             return
         bucket = self._topics()
@@ -102,27 +102,27 @@ class BucketCatalog:
         origins = sorted({e.origin or "(the default origin)" for e in found.values()})
         wanted = "every origin" if self.origins is None else f"origins {', '.join(self.origins)}"
         raise UnknownTopicError(
-            f"{redact_url(self.url)}: no topic of {wanted} matches {what} (origins there: {', '.join(origins) or 'none'}; "
-            f"topics: {', '.join(sorted(found)[:10]) or 'none'}); check the options tier, origins and {what.split(' ')[0]}, "
-            "or wait for the roots' first `filechannel tier run` pass"
+            f"{redact_url(self.url)}: no topic of {wanted} matches {option} {value} (origins there: "
+            f"{', '.join(origins) or 'none'}; topics: {', '.join(sorted(found)[:10]) or 'none'}); check the options tier, "
+            f"origins and {option}, or wait for the roots' first `filechannel tier run` pass"
         )
 
-    def topic(self, name: str) -> BucketTopic:
+    def _listed(self, name: str) -> BucketTopics:
+        """The bucket reader, which listed ``name`` (:class:`UnknownTopicError` if the URL holds nothing now)."""
         bucket = self._topics()
         if bucket is None:
             raise UnknownTopicError(f"{redact_url(self.url)} holds no tiered root (any more): {name!r} cannot be read")
-        return bucket.topic(name)
+        return bucket
+
+    def topic(self, name: str) -> BucketTopic:
+        return self._listed(name).topic(name)
 
     def open_partition(self, name: str, partition: int, *, read_only: bool = True) -> FileChannel:
         """A read-only channel over the partition's uploaded segments (``read_only`` is always so)."""
-        bucket = self._topics()
-        if bucket is None:
-            raise UnknownTopicError(f"{redact_url(self.url)} holds no tiered root (any more): {name!r} cannot be read")
-        return bucket.open_partition(name, partition)
+        return self._listed(name).open_partition(name, partition)
 
     def uploaded(self, name: str, partition: int) -> list[SegmentRecord]:
-        bucket = self._topics()
-        return [] if bucket is None else list(bucket.uploaded_segments(name, partition))
+        return list(self._listed(name).uploaded_segments(name, partition))
 
     def close(self) -> None:
         bucket, self._bucket = self._bucket, None

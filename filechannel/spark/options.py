@@ -394,7 +394,8 @@ class SourceOptions:
             return parsed
         with parsed.catalog() as catalog:  # the bucket is reached here: a wrong URL fails at load()
             if batch:
-                catalog.require_topics(f"{strategy} {value}", parsed.partitions(catalog))
+                name = {"subscribepattern": "subscribePattern"}.get(strategy, strategy)
+                catalog.require_topics(name, value, parsed.partitions(catalog))
             parsed.check_bounds(batch, catalog)
         return parsed
 

@@ -193,6 +193,31 @@ def test_a_stream_of_origins_not_there_yet_waits_and_a_batch_says_what_is_there(
         reader.stop()
 
 
+def test_bounds_by_timestamp_and_by_json_offsets_of_origin_partitions(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/bucket"
+    root = edge_root(tmp_path, "edge-1", url, {}, partitions=1)
+    produce(root, "edge-1", 100, partitions=1, timestamp=1_000_000)
+    produce(root, "edge-1", 100, start=100, partitions=1, timestamp=2_000_000)
+    upload_all(root)
+    shutil.rmtree(root)
+
+    def read(**bounds: str) -> list[tuple[str, str, int, bytes]]:
+        opts = SourceOptions.parse({"tier": url, "subscribe": "clicks", **bounds}, batch=True)
+        return [
+            (r["origin"], r["topic"], r["offset"], r["value"])
+            for t in FileChannelBatchReader(opts).partitions()
+            for b in read_partition(t)
+            for r in b.to_pylist()
+        ]
+
+    assert read(startingTimestamp="1500000", endingOffsetsByTimestamp='{"edge-1.clicks":{"0":3000000}}') == [
+        ("edge-1", "clicks", i, value("edge-1", i)) for i in range(100, 200)
+    ]
+    assert [r[2] for r in read(startingOffsets='{"edge-1.clicks":{"0":150}}', endingOffsets="uploaded")] == list(range(150, 200))
+    with pytest.raises(ConfigError, match=r'"startingOffsets" has no entry for topic \'edge-1.clicks\''):
+        read(startingOffsets='{"clicks":{"0":150}}')
+
+
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [
