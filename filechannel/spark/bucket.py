@@ -39,7 +39,7 @@ from typing import Any, Self
 from ..channel import FileChannel
 from ..client.bucket import BucketTopic, BucketTopics
 from ..engine.files import private_folder
-from ..errors import UnknownTopicError
+from ..errors import UnknownTopicError, os_errors
 from ..root import origin_url
 from ..tiering.layout import SegmentRecord
 from ..tiering.storage import redact_url
@@ -63,7 +63,8 @@ class BucketCatalog:
         self._max_age_s = max_age_s
         # (Spark may kill the process holding a stream's reader without stop(): the next catalog made
         # on this machine removes the folders of dead processes)
-        self._state = private_folder(tempfile.gettempdir(), STATE_PREFIX)
+        with os_errors("create the Spark bucket reader's folder", tempfile.gettempdir()):
+            self._state = private_folder(tempfile.gettempdir(), STATE_PREFIX)
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._state, ignore_errors=True)
         self._bucket: BucketTopics | None = None
 

@@ -152,8 +152,13 @@ def _origins(opts: Mapping[str, str]) -> tuple[str, ...] | None:
     if not out:
         raise ConfigError(f'option "origins" names no origin: {raw!r} (leave it out to read every origin)')
     for o in out:
-        if not any(c in o for c in "*?[") or not _GLOB.fullmatch(o):
-            validate_origin(o)  # a plain name, or not a glob of origin names: says what a name may be
+        if not any(c in o for c in "*?["):
+            validate_origin(o)  # a name: says what a name may be
+        elif not _GLOB.fullmatch(o):
+            raise ConfigError(
+                f'option "origins": {o!r} is not a glob of origin names (names are 1 to 100 of [A-Za-z0-9_-]; '
+                "a glob adds *, ?, [...], like edge-*)"
+            )
     return out
 
 

@@ -232,6 +232,7 @@ def test_bounds_by_timestamp_and_by_json_offsets_of_origin_partitions(tmp_path: 
         ({"groupId": "g"}, ConfigError, r'"groupId" .* a bucket, which has none'),
         ({"tierDirectReads": "false"}, ConfigError, r'"tierDirectReads" cannot be false with option "tier"'),
         ({"origins": "edge.1"}, ValueError, r"origin name 'edge.1' is not allowed"),
+        ({"origins": "edge-1, edge.*"}, ConfigError, r"'edge.\*' is not a glob of origin names"),
     ],
 )
 def test_tier_options_errors_say_what_to_do(tmp_path: Path, options: dict, error: type, message: str) -> None:
