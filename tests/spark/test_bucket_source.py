@@ -258,3 +258,6 @@ def test_errors_reach_spark_s_error_path(spark, tmp_path: Path) -> None:
     df = spark.read.format("filechannel").option("root", str(tmp_path)).option("tier", f"file://{tmp_path}/b")
     with pytest.raises(Exception, match=r'give option "root" .* or "tier" .*, not both'):
         df.option("subscribe", "clicks").load()
+    nothing = spark.read.format("filechannel").option("tier", f"file://{tmp_path}/b").option("subscribe", "clicks").load()
+    with pytest.raises(Exception, match=r"no topic of every origin matches subscribe clicks \(origins there: none"):
+        nothing.collect()  # (a batch is known to be one only when planned)
