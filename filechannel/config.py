@@ -174,7 +174,7 @@ class ChannelConfig:
             return
         if not isinstance(self.tier_options, dict) or not all(isinstance(k, str) for k in self.tier_options):
             raise ConfigError(f"tier_options must be a dict of str keys or None, not {self.tier_options!r}")
-        secret = sorted(k for k in _keys(self.tier_options) if _SECRET.search(k))
+        secret = credential_names(self.tier_options)
         if secret:
             raise ConfigError(
                 f"tier_options must not hold credentials ({', '.join(secret)}): they would be stored in topic.json; "
@@ -207,6 +207,12 @@ def _seconds(cfg: ChannelConfig, name: str, *, maximum: int) -> None:
     # Written so that nan and inf fail too (every comparison with nan is False).
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= maximum:
         raise ConfigError(f"{name} must be a finite number of seconds from 0 to {maximum}, not {value!r}")
+
+
+def credential_names(options: dict[str, Any]) -> list[str]:
+    """The names in storage ``options`` (nested dicts included) that look like credentials, sorted:
+    options that are kept or passed on (a topic's settings, Spark's plan) must not hold them."""
+    return sorted(k for k in _keys(options) if _SECRET.search(k))
 
 
 def _keys(options: dict[str, Any]) -> list[str]:

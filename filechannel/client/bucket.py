@@ -47,6 +47,7 @@ from ..errors import ConfigError, UnknownPartitionError, UnknownTopicError, os_e
 from ..root import origin_url, partition_name, validate_origin
 from ..tiering.bindings import StorageClients
 from ..tiering.follower import FollowingTierContext
+from ..tiering.layout import SegmentRecord
 from ..tiering.origins import bucket_origins, prefix_topics
 from ..tiering.storage import redact_url
 
@@ -178,12 +179,29 @@ class BucketTopics:
         """The reader's names of every topic found (``<origin>.<topic>``, or ``<topic>``), sorted."""
         return sorted(self._catalog_now())
 
+    def entries(self) -> dict[str, BucketTopic]:
+        """Every topic found, by the reader's name (listed again at most once per ``max_age_s``)."""
+        return dict(self._catalog_now())
+
     def partitions(self, topic: str) -> int:
         return self.topic(topic).partitions
 
     def open_partition(self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **_overrides: Any) -> FileChannel:
         """Partition ``partition`` of ``topic`` as a read-only channel over tier-2 only (the
         overrides, a writer's settings, mean nothing here)."""
+        path, context = self._partition(topic, partition)
+        return FileChannel(path, read_only=True, wakeup=wakeup, tier=context.url, tier_context=context)
+
+    def uploaded_segments(self, topic: str, partition: int) -> Sequence[SegmentRecord]:
+        """The uploaded segments of partition ``partition`` of ``topic``, by offset, as its channel
+        lists them (the index first brought up to the partition's head): what Spark's planner cuts
+        into tasks (spark/bucket.py)."""
+        _, context = self._partition(topic, partition)
+        with context:
+            return context.uploaded_segments()
+
+    def _partition(self, topic: str, partition: int) -> tuple[str, FollowingTierContext]:
+        """The state folder of a partition (made if missing) and a new context following its head."""
         entry = self.topic(topic)
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < entry.partitions:
             raise UnknownPartitionError(
@@ -196,8 +214,7 @@ class BucketTopics:
         url = origin_url(self.url, entry.origin)
         storage = self._storages.get(url, self._options)
         name = partition_name(entry.topic, partition)
-        context = FollowingTierContext(storage, url, os.path.join(folder, "metadata.db"), name, follow_s=self.follow_s)
-        return FileChannel(path, read_only=True, wakeup=wakeup, tier=url, tier_context=context)
+        return path, FollowingTierContext(storage, url, os.path.join(folder, "metadata.db"), name, follow_s=self.follow_s)
 
     def origin_header(self, topic: str) -> tuple[str, bytes]:
         """The header every record of ``topic`` carries: (:data:`ORIGIN_HEADER`, the origin's name)."""

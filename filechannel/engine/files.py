@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -176,3 +178,27 @@ def folder_bytes(path: str) -> int:
             except FileNotFoundError:
                 pass
     return total
+
+
+def private_folder(parent: str, prefix: str) -> str:
+    """A new folder ``<parent>/<prefix><pid>-<random>`` of this process (``parent`` made if
+    missing), after removing those of processes that no longer run: a process killed before
+    its cleanup leaves its folder, and the next one made in ``parent`` removes it."""
+    os.makedirs(parent, exist_ok=True)
+    for name in os.listdir(parent):
+        if not name.startswith(prefix):
+            continue
+        pid = name[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True

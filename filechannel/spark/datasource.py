@@ -24,7 +24,8 @@ class FileChannelDataSource(DataSource):
         # fail there, before any query starts. pyspark does not say here whether the query is a
         # batch or a stream, so what only one of them refuses fails when it is planned (a batch's
         # first action, a stream's start()), before any row is read. Writes never ask.
-        return source_schema(SourceOptions.parse(self.options, batch=None).include_headers)
+        opts = SourceOptions.parse(self.options, batch=None)
+        return source_schema(opts.include_headers, include_origin=opts.tier is not None)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return FileChannelBatchReader(SourceOptions.parse(self.options, batch=True))

@@ -8,6 +8,10 @@ the batch-only ending options; the offset combinations Kafka rejects are rejecte
 with Kafka's meaning, so a query never returns zero rows quietly. ``kafka.*`` options mean
 nothing without a broker: they are accepted and ignored, except those Kafka's source itself
 refuses. Spark hands options over case-insensitively; we look them up lower-cased.
+
+A query reads a root (``root``) or a tier URL alone (``tier``, with ``tierOptions`` and
+``origins``: spark/bucket.py), never both; a tier query names its partitions
+``<origin>.<topic>`` in offsets, as the bucket Consumer does.
 """
 
 from __future__ import annotations
@@ -15,11 +19,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..client.topics import TopicStore
+from ..config import credential_names
 from ..engine.names import validate_name
 from ..errors import ConfigError, UnknownTopicError
+from ..root import validate_origin
+from .bucket import BucketCatalog
 
 EARLIEST, LATEST = -2, -1  # Kafka's sentinels in JSON offsets
 UPLOADED = -3  # endingOffsets "uploaded": each partition's uploaded end (never accepted in JSON offsets)
@@ -31,6 +39,9 @@ Offsets = dict[str, dict[str, int]]
 STRATEGIES = ("assign", "subscribe", "subscribepattern")
 SOURCE_OPTIONS = {
     "root",
+    "tier",
+    "tieroptions",
+    "origins",
     *STRATEGIES,
     "startingoffsets",
     "startingoffsetsbytimestamp",
@@ -72,6 +83,12 @@ REFUSED_KAFKA_SINK = {
     "kafka.value.serializer": "values are written as they are (binary or string); serialize them with DataFrame operations",
 }
 
+# kafka.metadata.max.age.ms: with option tier, how often the bucket's origins and topics are
+# listed again (a stream picks up new ones); the bucket Consumer's default.
+METADATA_MAX_AGE = "kafka.metadata.max.age.ms"
+DEFAULT_METADATA_MAX_AGE_MS = 1000
+_GLOB = re.compile(r"[A-Za-z0-9_\-*?\[\]!]{1,100}")
+
 _TIME_UNITS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000  # Kafka's source: "15m"
 
@@ -85,6 +102,64 @@ def require_root(opts: Mapping[str, str]) -> str:
     if not root:
         raise ConfigError('option "root" is required: .option("root", "/path/to/filechannel/root")')
     return root
+
+
+def _location(opts: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(root, tier): exactly one of the options ``root`` (or a path given to ``load``) and ``tier``."""
+    root, tier = opts.get("root") or opts.get("path"), opts.get("tier")
+    if root and tier:
+        raise ConfigError('give option "root" (a folder of topics) or "tier" (a tier URL read alone, nothing mounted), not both')
+    if tier is not None:
+        tier = tier.strip()
+        if "://" not in tier:
+            raise ConfigError(f'option "tier" must be a storage URL (s3://bucket/prefix, file:///path...), not {tier!r}')
+        return None, tier
+    if not root:
+        raise ConfigError(
+            'option "root" is required: .option("root", "/path/to/filechannel/root"), or option "tier" to read '
+            'what roots uploaded to a tier URL with nothing mounted: .option("tier", "s3://bucket/prefix")'
+        )
+    return root, None
+
+
+def _tier_options(opts: Mapping[str, str]) -> dict[str, Any]:
+    """``tierOptions``: a JSON object of non-secret storage options, like a topic's ``tier_options``."""
+    raw = opts.get("tieroptions")
+    if raw is None:
+        return {}
+    try:
+        given = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError(f'option "tierOptions" is not JSON like {{"endpoint_url": "http://s3:8333"}} ({exc})') from None
+    if not isinstance(given, dict):
+        raise ConfigError('option "tierOptions" must be a JSON object like {"endpoint_url": "http://s3:8333"}')
+    secret = credential_names(given)
+    if secret:  # (no value is repeated in a message: it may be one)
+        raise ConfigError(
+            f'option "tierOptions" must not hold credentials ({", ".join(secret)}): the options of Spark reach its plans and '
+            "logs; give them through the environment of the driver and the executors (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY; spark.executorEnv.*) or boto3's credential chain"
+        )
+    return given
+
+
+def _origins(opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """``origins``: a comma-separated list of origin names or globs (``edge-*``); None: every origin."""
+    raw = opts.get("origins")
+    if raw is None:
+        return None
+    out = tuple(o.strip() for o in raw.split(",") if o.strip())
+    if not out:
+        raise ConfigError(f'option "origins" names no origin: {raw!r} (leave it out to read every origin)')
+    for o in out:
+        if not any(c in o for c in "*?["):
+            validate_origin(o)  # a name: says what a name may be
+        elif not _GLOB.fullmatch(o):
+            raise ConfigError(
+                f'option "origins": {o!r} is not a glob of origin names (names are 1 to 100 of [A-Za-z0-9_-]; '
+                "a glob adds *, ?, [...], like edge-*)"
+            )
+    return out
 
 
 def refuse_kafka_options(opts: Mapping[str, str], refused: Mapping[str, str]) -> None:
@@ -170,7 +245,7 @@ def _isolation(opts: Mapping[str, str]) -> str:
 
 @dataclass(frozen=True)
 class SourceOptions:
-    root: str
+    root: str | None  # None: a query of the tier URL ``tier`` alone
     strategy: str  # "subscribe", "subscribepattern" or "assign"
     topics: tuple[str, ...]  # subscribe: the topics; subscribePattern: the pattern; assign: the topics
     assigned: dict[str, tuple[int, ...]] | None  # assign: the partitions of each topic
@@ -192,6 +267,15 @@ class SourceOptions:
     # kafka.isolation.level=read_committed: each "latest" is taken after the root's transactions
     # a dead producer committed and did not finish are applied (client/transaction_log.py)
     read_committed: bool = False
+    tier: str | None = None  # option tier: the URL read alone (spark/bucket.py), instead of root
+    tier_options: dict[str, Any] = field(default_factory=dict)  # option tierOptions: non-secret storage options
+    origins: tuple[str, ...] | None = None  # option origins: names or globs; None: every origin
+    metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS  # with tier: how often origins and topics are listed
+
+    def catalog(self) -> BucketCatalog:
+        """A new view of the tier URL (a query of ``tier``); close it when done."""
+        assert self.tier is not None
+        return BucketCatalog(self.tier, self.tier_options, self.origins, max_age_s=self.metadata_max_age_ms / 1000)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool | None) -> SourceOptions:
@@ -205,7 +289,19 @@ class SourceOptions:
         if unknown:
             raise ConfigError(f"unknown option(s) {', '.join(unknown)}; the source takes {', '.join(sorted(SOURCE_OPTIONS))}")
         refuse_kafka_options(opts, _REFUSED_KAFKA_SOURCE)
-        root = require_root(opts)
+        root, tier = _location(opts)
+        if tier is None:
+            for name in ("tierOptions", "origins"):
+                if name.lower() in opts:
+                    raise ConfigError(f'option "{name}" goes with option "tier" (a tier URL read alone), not with "root"')
+        else:
+            if "groupid" in opts:
+                raise ConfigError(
+                    'option "groupId" advances a consumer group of a root (so its garbage collection frees what Spark '
+                    'read); a query of option "tier" reads a bucket, which has none: leave it out'
+                )
+            if not parse_bool(opts, "tierDirectReads", True):
+                raise ConfigError('option "tierDirectReads" cannot be false with option "tier": no channel to read through')
         given = [s for s in STRATEGIES if s in opts]
         if not given:
             raise ConfigError(
@@ -234,7 +330,7 @@ class SourceOptions:
         else:
             assigned = _parse_assign(value)
             topics = tuple(assigned)
-        if strategy != "subscribepattern":
+        if strategy != "subscribepattern" and root is not None:
             store = TopicStore(root)
             for topic in topics:
                 if store.read(topic) is None:
@@ -290,14 +386,33 @@ class SourceOptions:
             include_headers=parse_bool(opts, "includeHeaders", False),
             group_id=group_id,
             tier_direct_reads=parse_bool(opts, "tierDirectReads", True),
-            uploaded_only=latest == "uploaded" or (ending.kind == "offsets" and ending.raw.lower() == "uploaded"),
+            # (a query of a tier URL always ends at the uploaded end: its channels hold nothing else)
+            uploaded_only=root is not None and (latest == "uploaded" or ending.raw.lower() == "uploaded"),
             read_committed=_isolation(opts) == "read_committed",
+            tier=tier,
+            tier_options=_tier_options(opts) if tier is not None else {},
+            origins=_origins(opts),
+            metadata_max_age_ms=parse_positive_int(opts, METADATA_MAX_AGE) or DEFAULT_METADATA_MAX_AGE_MS,
         )
-        parsed.check_bounds(batch)
+        if tier is None:
+            parsed.check_bounds(batch, None)
+            return parsed
+        with parsed.catalog() as catalog:  # the bucket is reached here: a wrong URL fails at load()
+            if batch:
+                name = {"subscribepattern": "subscribePattern"}.get(strategy, strategy)
+                catalog.require_topics(name, value, parsed.partitions(catalog))
+            parsed.check_bounds(batch, catalog)
         return parsed
 
-    def partitions(self) -> dict[str, list[int]]:
-        """The partitions read, as the topics are now: a pattern picks up topics created since."""
+    def partitions(self, catalog: BucketCatalog | None = None) -> dict[str, list[int]]:
+        """The partitions read, as the topics are now: a pattern picks up topics created since.
+
+        A query of a tier URL (``catalog``, required then) reads them in each origin it matches,
+        keyed by the reader's name ``<origin>.<topic>``."""
+        if self.tier is not None:
+            assert catalog is not None
+            return self._bucket_partitions(catalog)
+        assert self.root is not None
         store = TopicStore(self.root)
         if self.strategy == "assign":
             assert self.assigned is not None
@@ -310,9 +425,22 @@ class SourceOptions:
             names = [t for t in store.list() if pattern.fullmatch(t)]
         return {t: list(range(store.partitions(t))) for t in names}
 
-    def check_bounds(self, batch: bool | None) -> None:
+    def _bucket_partitions(self, catalog: BucketCatalog) -> dict[str, list[int]]:
+        """:meth:`partitions` of a tier URL: the strategy matched against each origin's plain topic names."""
+        pattern = re.compile(self.topics[0]) if self.strategy == "subscribepattern" else None
+        out = {}
+        for name, entry in sorted(catalog.topics().items()):
+            if pattern is not None and pattern.fullmatch(entry.topic):
+                out[name] = list(range(entry.partitions))
+            elif self.assigned is not None and entry.topic in self.assigned:
+                out[name] = [p for p in self.assigned[entry.topic] if p < entry.partitions]
+            elif self.strategy == "subscribe" and entry.topic in self.topics:
+                out[name] = list(range(entry.partitions))
+        return {name: ps for name, ps in out.items() if ps}
+
+    def check_bounds(self, batch: bool | None, catalog: BucketCatalog | None) -> None:
         """Reject now what Kafka's source rejects when the query is created."""
-        parts = self.partitions()
+        parts = self.partitions(catalog)
         start = self.spec(self.starting, parts)
         end = self.spec(self.ending, parts)
         if batch:
@@ -334,9 +462,9 @@ class SourceOptions:
                             "the query would read nothing"
                         )
 
-    def spec(self, bound: Bound, parts: dict[str, list[int]] | None = None) -> dict[str, dict[str, int]]:
-        """``bound`` as {topic: {partition: offset, EARLIEST/LATEST, or timestamp}} covering every partition."""
-        parts = self.partitions() if parts is None else parts
+    def spec(self, bound: Bound, parts: dict[str, list[int]]) -> dict[str, dict[str, int]]:
+        """``bound`` as {topic: {partition: offset, EARLIEST/LATEST, or timestamp}} covering every
+        partition of ``parts`` (:meth:`partitions`)."""
         name = bound.option
         if bound.kind == "timestamp":
             ts = parse_timestamp(name, bound.raw)

@@ -1,4 +1,5 @@
-"""The source's schema (Spark's Kafka source's, ``headers`` only with includeHeaders) and records as Arrow batches.
+"""The source's schema (Spark's Kafka source's, ``headers`` only with includeHeaders, ``origin`` only
+for a query of a tier URL, option ``tier``) and records as Arrow batches.
 
 ``read()`` yields Arrow record batches: pyspark 4 passes them to the JVM as they are, which
 is several times faster than yielding tuples. Their schema must equal, type for type, the
@@ -38,18 +39,26 @@ _COLUMNS = [
     StructField("timestamp", TimestampType()),
     StructField("timestampType", IntegerType()),
 ]
-# The headers column exists only with option includeHeaders=true, as in Kafka's source.
+# The headers column exists only with option includeHeaders=true, as in Kafka's source. The
+# origin column (the root that uploaded the record: its origin's name, "" for the default
+# origin) only in a query of a tier URL (option tier), last, so a root's query keeps Kafka's schema.
+_HEADERS = StructField("headers", ArrayType(HEADER_TYPE))
+_ORIGIN = StructField("origin", StringType())
 SCHEMA = StructType(_COLUMNS)
-SCHEMA_WITH_HEADERS = StructType([*_COLUMNS, StructField("headers", ArrayType(HEADER_TYPE))])
+SCHEMA_WITH_HEADERS = StructType([*_COLUMNS, _HEADERS])
 CREATE_TIME = 0  # Kafka's TimestampType.CREATE_TIME: the producer's timestamp (or the send time)
 
 
-def schema(include_headers: bool) -> StructType:
-    return SCHEMA_WITH_HEADERS if include_headers else SCHEMA
+def schema(include_headers: bool, include_origin: bool = False) -> StructType:
+    return StructType([*_COLUMNS, *([_HEADERS] if include_headers else []), *([_ORIGIN] if include_origin else [])])
 
 
-ARROW_SCHEMA: pa.Schema = to_arrow_schema(SCHEMA, timezone="UTC")
-ARROW_SCHEMA_WITH_HEADERS: pa.Schema = to_arrow_schema(SCHEMA_WITH_HEADERS, timezone="UTC")
+# The exact Arrow schemas pyspark derives from each declared one, by (include_headers, include_origin).
+_ARROW_SCHEMAS: dict[tuple[bool, bool], pa.Schema] = {
+    (h, o): to_arrow_schema(schema(h, o), timezone="UTC") for h in (False, True) for o in (False, True)
+}
+ARROW_SCHEMA = _ARROW_SCHEMAS[(False, False)]
+ARROW_SCHEMA_WITH_HEADERS = _ARROW_SCHEMAS[(True, False)]
 _HEADERS_ARROW = ARROW_SCHEMA_WITH_HEADERS.field("headers").type
 _TIMESTAMP_ARROW = ARROW_SCHEMA.field("timestamp").type
 
@@ -59,12 +68,14 @@ class BatchBuilder:
 
     Records go in a few hundred at a time and only their fields are kept: pyarrow's fixed
     cost per batch wants batches of thousands of rows, but thousands of live ``Record``
-    objects fall out of the CPU cache.
+    objects fall out of the CPU cache. ``origin``: the value of the ``origin`` column (a query of
+    a tier URL), or None for no such column.
     """
 
-    def __init__(self, topic: str, partition: int, include_headers: bool = False) -> None:
+    def __init__(self, topic: str, partition: int, include_headers: bool = False, origin: str | None = None) -> None:
         self.topic, self.partition = topic, partition
         self.include_headers = include_headers
+        self.origin = origin
         self._clear()
 
     def _clear(self) -> None:
@@ -104,8 +115,10 @@ class BatchBuilder:
         ]
         if self.include_headers:
             columns.append(_headers_column(self._headers))
+        if self.origin is not None:
+            columns.append(pa.repeat(pa.scalar(self.origin, pa.string()), n))
         self._clear()
-        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_WITH_HEADERS if self.include_headers else ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays(columns, schema=_ARROW_SCHEMAS[(self.include_headers, self.origin is not None)])
 
 
 def records_to_batch(topic: str, partition: int, records: Sequence[Record], include_headers: bool = False) -> pa.RecordBatch:

@@ -4,13 +4,19 @@ Offsets, as Spark checkpoints them, are ``{"topic": {"partition": next offset}}`
 checkpoint, not :meth:`FileChannelStreamReader.commit`, is what makes a restarted query
 resume exactly where it stopped: Spark calls ``commit`` one batch late, and we use it only to
 advance an optional consumer group so garbage collection can free what Spark processed.
+
+A query reads a root, or a tier URL alone (option ``tier``): then every function here takes the
+reader's :class:`~.bucket.BucketCatalog` (``catalog``; None for a root), whose partitions are
+tier-2 only channels, so the same resolving and planning give tier tasks only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -26,19 +32,33 @@ from ..client import Consumer, TopicPartition
 from ..client.topics import TopicStore
 from ..client.transaction_log import recover_transactions
 from ..errors import ConfigError
+from .bucket import BucketCatalog, BucketPlanner
 from .errors import data_loss
 from .options import EARLIEST, LATEST, UPLOADED, Bound, Offsets, SourceOptions
 from .ranges import OffsetRange, read_range, split
-from .tier import TierPlanner, TierRange, read_tier_range, uploaded_ends
+from .tier import SegmentPlanner, TierPlanner, TierRange, read_tier_range, uploaded_ends
 
 log = logging.getLogger(__name__)
 
 
-def partition_bounds(opts: SourceOptions) -> dict[str, dict[str, tuple[int, int]]]:
-    """(first offset, end offset) of every partition read, as the files show them now."""
-    store = TopicStore(opts.root)
+def topics_of(opts: SourceOptions, catalog: BucketCatalog | None) -> TopicStore | BucketCatalog:
+    """Where the partitions read are opened: the root's topics, or the tier URL's (``catalog``)."""
+    if catalog is not None:
+        return catalog
+    assert opts.root is not None
+    return TopicStore(opts.root)
+
+
+def open_catalog(opts: SourceOptions) -> contextlib.AbstractContextManager[BucketCatalog | None]:
+    """A new view of the tier URL of a query of option ``tier`` (closed on exit); None for a root."""
+    return opts.catalog() if opts.tier is not None else contextlib.nullcontext()
+
+
+def partition_bounds(opts: SourceOptions, catalog: BucketCatalog | None) -> dict[str, dict[str, tuple[int, int]]]:
+    """(first offset, end offset) of every partition read, as the files (or the bucket) show them now."""
+    store = topics_of(opts, catalog)
     out: dict[str, dict[str, tuple[int, int]]] = {}
-    for topic, parts in opts.partitions().items():
+    for topic, parts in opts.partitions(catalog).items():
         out[topic] = {}
         for p in parts:
             with store.open_partition(topic, p, read_only=True) as ch:
@@ -51,11 +71,11 @@ def settle_transactions(opts: SourceOptions) -> None:
     producers of the root left half applied, so no offset planned falls between two parts of one
     transaction (a transaction's records reach the partitions only once committed: there is no
     other uncommitted record to hide). One ``listdir`` when there is nothing to do."""
-    if opts.read_committed:
+    if opts.read_committed and opts.root is not None:  # (only committed records are ever uploaded)
         recover_transactions(TopicStore(opts.root))
 
 
-def resolve(opts: SourceOptions, bound: Bound, *, starting: bool) -> Offsets:
+def resolve(opts: SourceOptions, catalog: BucketCatalog | None, bound: Bound, *, starting: bool) -> Offsets:
     """``bound`` as concrete offsets of every partition.
 
     A timestamp becomes the first offset whose record's timestamp is at least it (Kafka's
@@ -68,9 +88,10 @@ def resolve(opts: SourceOptions, bound: Bound, *, starting: bool) -> Offsets:
     With ``opts.read_committed``, after :func:`settle_transactions`.
     """
     settle_transactions(opts)
-    spec = opts.spec(bound)
-    store = TopicStore(opts.root)
-    uploaded = uploaded_ends(opts.root, opts.partitions()) if opts.uploaded_only else None
+    parts = opts.partitions(catalog)
+    spec = opts.spec(bound, parts)
+    store = topics_of(opts, catalog)
+    uploaded = uploaded_ends(opts.root, parts) if opts.uploaded_only and opts.root is not None else None
     out: Offsets = {}
     for topic, offsets in spec.items():
         out[topic] = {}
@@ -96,27 +117,29 @@ def resolve(opts: SourceOptions, bound: Bound, *, starting: bool) -> Offsets:
     return out
 
 
-def end_offsets(opts: SourceOptions) -> Offsets:
-    """Where each partition ends now: its end offset, or its uploaded end with ``opts.uploaded_only``.
+def end_offsets(opts: SourceOptions, catalog: BucketCatalog | None) -> Offsets:
+    """Where each partition ends now: its end offset, or its uploaded end with ``opts.uploaded_only``
+    (a tier URL's partitions end there anyway).
 
     With ``opts.read_committed``, first :func:`settle_transactions`.
     """
     settle_transactions(opts)
-    if opts.uploaded_only:
-        return uploaded_ends(opts.root, opts.partitions())
-    return {t: {p: end for p, (_, end) in ps.items()} for t, ps in partition_bounds(opts).items()}
+    if opts.uploaded_only and opts.root is not None:
+        return uploaded_ends(opts.root, opts.partitions(catalog))
+    return {t: {p: end for p, (_, end) in ps.items()} for t, ps in partition_bounds(opts, catalog).items()}
 
 
-def plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartition]:
+def plan(opts: SourceOptions, catalog: BucketCatalog | None, start: Offsets, end: Offsets) -> list[InputPartition]:
     """The tasks that read ``start`` to ``end``; checks that no record in between is gone.
 
     A partition missing from ``start`` (a topic or partition created since the query began)
     is read from its first offset, as Kafka's source reads newly discovered partitions.
     With ``tierDirectReads`` (the default), the part of a range already uploaded to tier-2
     becomes :class:`~.tier.TierRange` tasks that executors read from the storage alone, and
-    only the rest (the local tail) is read through the channel, in one task (tier.py).
+    only the rest (the local tail) is read through the channel, in one task (tier.py). A tier
+    URL's partitions (``catalog``) have no local tail: every task is a tier range (bucket.py).
     """
-    bounds = partition_bounds(opts)
+    bounds = partition_bounds(opts, catalog)
     ranges = []
     for topic, ends in end.items():
         for p, stop in ends.items():
@@ -131,10 +154,12 @@ def plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartiti
                     raise data_loss(topic, int(p), begin, first)
                 log.warning("%s[%s]: offsets %d to %d are gone; going on from %d", topic, p, begin, first - 1, first)
                 begin = min(first, stop)
-            ranges.append(OffsetRange(opts.root, topic, int(p), begin, stop, opts.fail_on_data_loss, opts.include_headers))
+            # (with a tier URL, no root: its planner turns the whole range into tier ranges)
+            root = opts.root or ""
+            ranges.append(OffsetRange(root, topic, int(p), begin, stop, opts.fail_on_data_loss, opts.include_headers))
     if not opts.tier_direct_reads:
         return list(split(ranges, opts.min_partitions, opts.max_records_per_partition))
-    planner = TierPlanner(opts.root)
+    planner: SegmentPlanner = BucketPlanner(catalog) if catalog is not None else TierPlanner(opts.root or "")
     try:
         tasks = [piece for r in ranges for piece in planner.split_tiers(r)]
         tiered = {(t.topic, t.partition) for t in tasks if isinstance(t, TierRange)}
@@ -176,8 +201,12 @@ class FileChannelBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> list[InputPartition]:
-        start = resolve(self.opts, self.opts.starting, starting=True)
-        end = resolve(self.opts, self.opts.ending, starting=False)
+        with open_catalog(self.opts) as catalog:  # (made and removed here: this reader is pickled to the executors)
+            return self._plan(catalog)
+
+    def _plan(self, catalog: BucketCatalog | None) -> list[InputPartition]:
+        start = resolve(self.opts, catalog, self.opts.starting, starting=True)
+        end = resolve(self.opts, catalog, self.opts.ending, starting=False)
         for topic, offsets in start.items():
             for p, off in offsets.items():
                 if off > end[topic][p]:  # a timestamp found past the end, or an offset past it
@@ -185,7 +214,7 @@ class FileChannelBatchReader(DataSourceReader):
                         f"{topic}[{p}]: the query would start at offset {off}, after where it ends ({end[topic][p]}); "
                         "check startingOffsets/endingOffsets (or their timestamp forms)"
                     )
-        return plan(self.opts, start, end)
+        return plan(self.opts, catalog, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
@@ -200,6 +229,10 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     ``maxTriggerDelay`` has passed since the last batch. pyspark has no limit carrying a
     delay, so the reader keeps the time of the last batch itself (Spark keeps one reader
     alive for the whole query). An availableNow run never waits: it reads what is there.
+
+    A query of a tier URL keeps one :class:`~.bucket.BucketCatalog` for the reader's life (its
+    indexes follow each partition's head, so a trigger reads only what was uploaded since),
+    closed at :meth:`stop`.
     """
 
     def __init__(self, opts: SourceOptions, clock: Callable[[], float] = time.monotonic) -> None:
@@ -207,9 +240,26 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._target: Offsets | None = None  # the end of an availableNow run
         self._clock = clock
         self._last_trigger: float | None = None  # clock() of the last batch let through
+        self._catalog: BucketCatalog | None = None  # made on first use (option tier)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_catalog"] = None  # pyspark pickles the reader to run read(): the driver's catalog stays here
+        return state
+
+    def catalog(self) -> BucketCatalog | None:
+        """The view of the tier URL (option tier), made on first use; None for a root."""
+        if self._catalog is None and self.opts.tier is not None:
+            self._catalog = self.opts.catalog()
+        return self._catalog
+
+    def stop(self) -> None:
+        catalog, self._catalog = self._catalog, None
+        if catalog is not None:
+            catalog.close()
 
     def initialOffset(self) -> Offsets:
-        return resolve(self.opts, self.opts.starting, starting=True)
+        return resolve(self.opts, self.catalog(), self.opts.starting, starting=True)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
@@ -219,10 +269,10 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return ReadMinRows(m) if m else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = end_offsets(self.opts)
+        self._target = end_offsets(self.opts, self.catalog())
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
-        latest = self._target if self._target is not None else end_offsets(self.opts)
+        latest = self._target if self._target is not None else end_offsets(self.opts, self.catalog())
         if self.opts.uploaded_only:  # a start past the uploaded end (a timestamp found in the local tail) waits there
             latest = {t: {p: max(off, start.get(t, {}).get(p, off)) for p, off in ps.items()} for t, ps in latest.items()}
         if isinstance(limit, ReadAllAvailable):  # the highest priority, as in Kafka's source
@@ -247,10 +297,10 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return False
 
     def reportLatestOffset(self) -> Offsets | None:
-        return end_offsets(self.opts)
+        return end_offsets(self.opts, self.catalog())
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
-        return plan(self.opts, start, end)
+        return plan(self.opts, self.catalog(), start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
@@ -259,6 +309,7 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         """Advance the consumer group named by option groupId (lets GC free processed segments)."""
         if self.opts.group_id is None:
             return
+        assert self.opts.root is not None  # (option groupId is refused with option tier)
         offsets = {TopicPartition(t, int(p)): off for t, ps in end.items() for p, off in ps.items()}
         consumer = Consumer(root=self.opts.root, group_id=self.opts.group_id, enable_auto_commit=False)
         try:

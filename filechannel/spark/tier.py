@@ -18,7 +18,8 @@ Invariants:
   start is cut into tier ranges at segment boundaries, or at block boundaries when more
   tasks are asked than there are segments, and the rest of the range is one local range.
   Tasks never share an offset, and each yields its rows in offset order.
-- Planning reads only the root's tier-2 metadata (``ROOT/.tier/metadata.db``); it fetches
+- Planning reads only tier-2 metadata (the root's ``ROOT/.tier/metadata.db``, or a bucket's
+  indexes for a query of a tier URL alone: spark/bucket.py); it fetches
   a segment's header and block table (one ranged GET) only for a segment cut inside, which
   happens only when ``minPartitions``/``maxRecordsPerPartition`` ask for more tasks than
   there are segments.
@@ -86,6 +87,7 @@ class TierRange(InputPartition):
     concurrency: int = ChannelConfig.tier_concurrency
     fail_on_data_loss: bool = True
     include_headers: bool = False
+    origin: str | None = None  # the origin column's value (a query of a tier URL), None: no such column
 
     @property
     def size(self) -> int:
@@ -98,7 +100,8 @@ class TierRange(InputPartition):
         return [dataclasses.replace(self, start=a, end=b, segments=_holding(self.segments, a, b)) for a, b in pairs]
 
     def __repr__(self) -> str:  # never the options (they are not secret, but they are noise in Spark's logs)
-        where = f"{self.topic}[{self.partition}] {self.start}..{self.end - 1}"
+        origin = "" if not self.origin else f"{self.origin}."
+        where = f"{origin}{self.topic}[{self.partition}] {self.start}..{self.end - 1}"
         return f"TierRange({where} from {redact_url(self.storage_url)}, {len(self.segments)} segment(s))"
 
 
@@ -121,32 +124,28 @@ def snap(ideal: Sequence[int], candidates: Sequence[int]) -> list[int]:
     return out
 
 
-class TierPlanner:
-    """The driver's view of the root's tier-2: which offsets are uploaded, and block bounds on demand.
+class SegmentPlanner:
+    """Cuts offset ranges into tier ranges over uploaded segments: what a planner of tier-2 tasks
+    does, wherever its segments come from. A subclass answers :meth:`tier_config` and
+    :meth:`uploaded` (a root's index: :class:`TierPlanner`; a bucket read alone:
+    :class:`~filechannel.spark.bucket.BucketPlanner`) and may name a topic's rows
+    (:meth:`labels`). Opens a storage (with its reader) only for a segment it must cut inside.
+    Close it after planning."""
 
-    Opens the root's metadata store on first use, and a storage (with its reader) only for a
-    segment it must cut inside. Close it after planning.
-    """
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-        self.store = TopicStore(root)
-        self._metadata: TierMetadata | None = None
+    def __init__(self) -> None:
         self._readers: dict[str, RemoteReader] = {}
 
     def tier_config(self, topic: str) -> dict[str, Any] | None:
-        """The topic's settings if it has a tier, else None."""
-        config = self.store.tier_config(self.store.meta(topic).get("config", {}))
-        return config if config.get("tier") is not None else None
+        """The topic's settings (``tier``, ``tier_options``...) if it has a tier, else None."""
+        raise NotImplementedError
 
     def uploaded(self, topic: str, partition: int) -> list[SegmentRecord]:
         """The partition's segments in state uploaded, by offset (none if nothing was ever uploaded)."""
-        path = os.path.join(self.root, ROOT_METADATA)
-        if self._metadata is None:
-            if not os.path.exists(path):
-                return []  # nothing was ever uploaded under this root
-            self._metadata = open_index(path)  # a damaged index is moved aside and rebuilt, not a failed query
-        return self._metadata.segments(partition_name(topic, partition))
+        raise NotImplementedError
+
+    def labels(self, topic: str) -> tuple[str, str | None]:
+        """The ``topic`` column of ``topic``'s rows and their ``origin`` column (None: no such column)."""
+        return topic, None
 
     def split_tiers(self, r: OffsetRange) -> list[TierRange | OffsetRange]:
         """``r`` as tier ranges of at most about :data:`TASK_BYTES` over its uploaded run, then the local rest."""
@@ -157,10 +156,11 @@ class TierPlanner:
         if not run:
             return [r]
         upto = min(r.end, run[-1].end_offset)
+        topic, origin = self.labels(r.topic)
         whole = TierRange(
             redact_url(config["tier"]),
             dict(config.get("tier_options") or {}),
-            r.topic,
+            topic,
             r.partition,
             r.start,
             upto,
@@ -169,6 +169,7 @@ class TierPlanner:
             concurrency=config.get("tier_concurrency", ChannelConfig.tier_concurrency),
             fail_on_data_loss=r.fail_on_data_loss,
             include_headers=r.include_headers,
+            origin=origin,
         )
         bounds, total = [], 0
         for s in whole.segments[:-1]:
@@ -202,10 +203,36 @@ class TierPlanner:
 
     def close(self) -> None:
         readers, self._readers = list(self._readers.values()), {}
+        for reader in readers:
+            reader.close()  # its storage is this process's (storage_for): kept open
+
+
+class TierPlanner(SegmentPlanner):
+    """The driver's view of the root's tier-2: which offsets are uploaded (its index,
+    ``ROOT/.tier/metadata.db``, opened on first use), and block bounds on demand."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__()
+        self.root = root
+        self.store = TopicStore(root)
+        self._metadata: TierMetadata | None = None
+
+    def tier_config(self, topic: str) -> dict[str, Any] | None:
+        config = self.store.tier_config(self.store.meta(topic).get("config", {}))
+        return config if config.get("tier") is not None else None
+
+    def uploaded(self, topic: str, partition: int) -> list[SegmentRecord]:
+        path = os.path.join(self.root, ROOT_METADATA)
+        if self._metadata is None:
+            if not os.path.exists(path):
+                return []  # nothing was ever uploaded under this root
+            self._metadata = open_index(path)  # a damaged index is moved aside and rebuilt, not a failed query
+        return self._metadata.segments(partition_name(topic, partition))
+
+    def close(self) -> None:
         metadata, self._metadata = self._metadata, None
         try:
-            for reader in readers:
-                reader.close()  # its storage is this process's (storage_for): kept open
+            super().close()
         finally:
             if metadata is not None:
                 metadata.close()
@@ -321,7 +348,7 @@ def read_tier_range(r: TierRange, batch_rows: int = BATCH_ROWS, batch_bytes: int
     records = _holding(r.segments, r.start, r.end)
     segments = _Segments(reader, records)
     try:
-        builder = BatchBuilder(r.topic, r.partition, r.include_headers)
+        builder = BatchBuilder(r.topic, r.partition, r.include_headers, r.origin)
         pos = r.start
         for k, record in enumerate(records):
             try:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 
 from ..engine.compressed import BlockData
-from ..engine.files import unlink_if_exists
+from ..engine.files import private_folder, unlink_if_exists
 from ..errors import os_errors
 
 
@@ -88,9 +87,7 @@ class DiskBlockCache:
     def __init__(self, capacity: int, folder: str) -> None:
         self.capacity = capacity
         with os_errors("create the tier-2 cache folder", folder):
-            os.makedirs(folder, exist_ok=True)
-            _remove_dead_caches(folder, self.PREFIX)
-            self.folder = tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-", dir=folder)
+            self.folder = private_folder(folder, self.PREFIX)
         self._sizes: OrderedDict[Hashable, int] = OrderedDict()
         self._files: dict[Hashable, str] = {}
         self._lock = threading.Lock()
@@ -160,23 +157,3 @@ class DiskBlockCache:
             self._files.clear()
             self._bytes = 0
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _remove_dead_caches(folder: str, prefix: str) -> None:
-    """Remove cache folders of processes that no longer run (``<prefix><pid>-...``)."""
-    for name in os.listdir(folder):
-        if not name.startswith(prefix):
-            continue
-        pid = name[len(prefix) :].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
