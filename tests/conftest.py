@@ -20,11 +20,13 @@ def seaweed():
 
 
 def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (``--dist loadgroup``) every Spark test runs on one worker, which
-    starts the one local Spark session (tests/spark/conftest.py) instead of one per worker;
-    likewise every HDFS test, for the one HDFS (tests/tiering/conftest.py)."""
+    """Under pytest-xdist (``--dist loadgroup``) every test of the session's Spark (those that take
+    the ``spark`` fixture) runs on one worker, which starts the one local Spark session
+    (tests/spark/conftest.py) instead of one per worker; likewise every HDFS test, for the one
+    HDFS (tests/tiering/conftest.py). Tests marked ``spark`` that start Spark processes of their
+    own (the README's block, the standalone cluster) run on any worker."""
     for item in items:
-        if item.get_closest_marker("spark"):
+        if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif item.get_closest_marker("hdfs"):
             item.add_marker(pytest.mark.xdist_group("hdfs"))
