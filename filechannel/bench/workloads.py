@@ -24,6 +24,7 @@ from crc32c import crc32c
 
 from filechannel.engine.files import folder_bytes
 
+from .bucket_consumer import run_bucket_consumer
 from .cpu_bound import compressed_read_floor_s
 from .freshness import run_freshness
 from .measure import QUICK_SECONDS, REPEATS, Row, in_child, peak_rss_mb
@@ -655,5 +656,6 @@ def special(quick: bool) -> list[tuple[str, Workload, tuple[Any, ...]]]:
         out.append(("consumer group", _group, (size, count(size, 300_000, 6_000))))
     out.append(("RSS bound", _rss_bound, (big,)))
     out.append(("tiering: upload and read on SeaweedFS", run_tiering, (quick,)))
+    out.append(("tiering: a bucket-only consumer on SeaweedFS", run_bucket_consumer, (quick,)))
     out.append(("freshness: produce -> visible in tier-2", run_freshness, (quick,)))
     return out

@@ -79,6 +79,8 @@ TIER_ROWS = {
     ("tier read, local copies deleted", "boto3 ranged get_object (raw, no decoding)"),
     ("tier read, same segments local", "filechannel Receiver (local .seg.z)"),
     ("tier read RSS", "filechannel Receiver from tier-2"),
+    ("tier read, bucket only (no root)", "filechannel Consumer(tier=URL), no root"),
+    ("tier read, bucket only (no root)", "boto3 ranged get_object (raw, no decoding)"),
 }
 
 
