@@ -21,9 +21,10 @@ whose settings have ``tier``:
    partition's first pass of this epoch, bring the index up to the bucket if it is behind
    the partition's head, delete objects of older epochs that no row and no manifest
    names, older than ``ORPHAN_GRACE_MS`` (late writes of a fenced uploader), write the
-   partition's head, and copy the topic's description to
+   partition's head; and on every pass where it differs from what this daemon last wrote
+   (so on the first pass of an epoch, then after an alter), copy the topic's description to
    ``<topic>/topic.json`` in tier-2, in the shape of the local one (name, partitions,
-   settings): the bucket describes itself, and ``tier rebuild`` reads it;
+   settings): the bucket describes itself, and ``tier rebuild`` (and a replica's refresh) reads it;
 1. compress sealed raw segments (under the channel's ``maintenance.lock``, as the
    channel's maintenance thread does);
 2. upload the eligible ones, oldest first (see :mod:`.uploader`): sealed, in ``.seg.z``
@@ -183,6 +184,7 @@ class TieringDaemon:
         self._storages = StorageClients()
         self._last_errors: dict[str, str] = {}
         self._swept: set[str] = set()  # partitions whose orphans this epoch deleted
+        self._described: dict[str, bytes] = {}  # topic -> the topic.json this epoch last wrote to tier-2
         self._guards: dict[tuple[str, str], PrefixGuard] = {}  # storages entered: claimed, this epoch marked
         self.root_id = ""
         self.origin: str | None = None if channel is not None else RootLayout(self.root).origin()  # objects under <url>/<origin>
@@ -290,13 +292,17 @@ class TieringDaemon:
 
     def _copy_settings(self, part: TieredChannel, storage: ChunkStorage) -> None:
         """Write the topic's description beside its partitions in tier-2 (``<topic>/topic.json``, the
-        local file's shape: name, partitions, settings), so the bucket describes itself; once per
-        epoch (settings change rarely and writes are atomic)."""
+        local file's shape: name, partitions, settings), so the bucket describes itself: when it
+        differs from what this epoch last wrote there (its first pass, then a change of settings
+        or partitions: one PUT per change, none per pass; writes are atomic)."""
         topic = part.name.rpartition("/")[0]
         if topic:
             settings = {k: v for k, v in part.config.as_dict().items() if k in TOPIC_SETTINGS}
             meta = {"name": topic, "partitions": part.partitions, "config": settings}
-            storage.write(f"{topic}/{TOPIC_FILE}", json.dumps(meta, sort_keys=True).encode())
+            data = json.dumps(meta, sort_keys=True).encode()
+            if self._described.get(topic) != data:
+                storage.write(f"{topic}/{TOPIC_FILE}", data)
+                self._described[topic] = data
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current partition (thread- and signal-safe)."""
@@ -354,6 +360,7 @@ class TieringDaemon:
             self.epoch = self._metadata.take_epoch(self.owner, above=self._newest_in_buckets())
             self._guards.clear()
             self._swept.clear()
+            self._described.clear()
             self._progress(f"epoch {self.epoch} taken by {self.owner}")
         if self._channel is None:
             self._purge_deleted_topics(report)
@@ -423,8 +430,8 @@ class TieringDaemon:
                 if note is not None:
                     self._progress(f"{part.name}: {note}")
                 self._sweep_orphans(part, storage)
-                self._copy_settings(part, storage)
                 self._swept.add(part.name)
+            self._copy_settings(part, storage)
             try:
                 self._upload(part, log_, storage, report, guard)
             except FencedError:

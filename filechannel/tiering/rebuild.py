@@ -63,6 +63,7 @@ from ..root import (
     TOPIC_FILE,
     TOPIC_SETTINGS,
     RootLayout,
+    effective_settings,
     partition_name,
     split_partition_name,
     validate_topic_config,
@@ -206,6 +207,7 @@ def refresh_replica(
         report = RebuildReport()
         bucket = _read_bucket(storage, replica.tier, report, say, counted)
         _make_topics(layout, bucket, replica.tier, replica.tier_options, report, say)
+        _follow_settings(layout, bucket, report, say)
         for topic in sorted(set(layout.list()) - set(bucket.topics)):
             report.notes.append(f"topic {topic}: no longer in {redact_url(storage.url)}; nothing of it is listed now")
         with TierMetadata(os.path.join(layout.root, ROOT_METADATA)) as metadata:
@@ -319,6 +321,23 @@ def _make_topics(
             report.notes.append(f"topic {topic}: settings unknown to this filechannel dropped: {', '.join(dropped)}")
         layout.create(topic, partitions, config)
         say(f"topic {topic}: {partitions} partition(s)")
+
+
+def _follow_settings(layout: RootLayout, bucket: _Bucket, report: RebuildReport, say: Progress) -> None:
+    """A replica's refresh: each topic's settings become those its description in tier-2 has now
+    (the owner's daemon writes it again after an alter), but ``tier`` and ``tier_options`` (the
+    replica's own). A topic the bucket has no description of keeps its settings."""
+    for topic, meta in sorted(bucket.topics.items()):
+        described = {k: v for k, v in meta["config"].items() if k in TOPIC_SETTINGS and k not in ("tier", "tier_options")}
+        have = layout.read(topic)
+        if not described or have is None:
+            continue
+        current = effective_settings(have.get("config", {}))
+        changes = {k: v for k, v in described.items() if current.get(k) != v}
+        if changes:
+            layout.alter(topic, changes)
+            report.notes.append(f"topic {topic}: settings changed by the owner: {', '.join(sorted(changes))}")
+            say(f"topic {topic}: settings now as the owner's: {', '.join(f'{k}={v!r}' for k, v in sorted(changes.items()))}")
 
 
 def _count(bucket: _Bucket, report: RebuildReport, say: Progress) -> None:

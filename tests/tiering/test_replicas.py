@@ -11,7 +11,7 @@ import pytest
 from filechannel.client import Consumer, Producer, TopicPartition
 from filechannel.client.topics import Admin
 from filechannel.errors import ReadOnlyError
-from filechannel.root import ROOT_METADATA
+from filechannel.root import ROOT_METADATA, RootLayout
 from filechannel.tiering import open_storage
 from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.metadata import TierMetadata
@@ -96,6 +96,7 @@ def test_a_replica_reads_the_owners_bucket_never_claims_it_and_refreshes(
         for p in range(2):
             send(owner, p, more[p])
         Admin(owner).delete_records_before("t", 0, 100)
+        Admin(owner).alter_topic("t", {"retention_ms": 123_456_789})  # the owner's daemon copies it to tier-2
         run = fc("tier", "run", "--root", str(owner), "--once", "--roll")
         assert "pass done" in run.stdout and "owned by another root" not in run.stdout + run.stderr
         owner_bounds = bounds(owner)
@@ -103,6 +104,9 @@ def test_a_replica_reads_the_owners_bucket_never_claims_it_and_refreshes(
 
         refreshed = fc("tier", "rebuild", "--refresh", "--root", str(replica))
         assert "refreshed 1 topic(s), 2 partition(s)" in refreshed.stdout
+        settings = RootLayout(replica).meta("t")["config"]  # the owner's new setting, the replica's own tier
+        assert settings["retention_ms"] == 123_456_789 and settings["tier"] == url
+        assert "settings now as the owner's: retention_ms=123456789" in refreshed.stdout + refreshed.stderr
         assert bounds(replica) == owner_bounds
         whole = {p: list(enumerate(sent[p] + more[p])) for p in range(2)}
         assert poll_all(consumer) == {p: whole[p][200:] for p in range(2)}  # the open reader goes on with the new uploads
