@@ -16,7 +16,9 @@ How an append works:
    sent since the previous one. A sender that finds a record waiting longer than
    ``flush_interval`` drains itself (a busy sender thread may keep the flusher from
    the GIL). A full buffer,
-   ``flush()``, and ``fsync="always"`` senders drain at once.
+   ``flush()``, and ``fsync="always"`` senders drain at once. Under ``fsync="interval"``
+   the flusher fsyncs after its drain, not inside it (``_sync_interval``), so no sender
+   waits for that fsync.
 4. Group commit: a drain is done by one leader at a time. Senders that need their
    records durable wait for a drain that covers them; records buffered while the
    leader writes go into the next drain, so concurrent senders share fsyncs.
@@ -126,6 +128,7 @@ class Appender(_Core):
         self._wall_offset_ns = 0  # the wall clock minus the monotonic one, in ns (see _append)
         self._written_offset = 0
         self._durable_offset = 0
+        self._interval_synced = 0  # the end of what the flusher's last interval fsync covered
         self._flushing = False
         self._kept_at: float | None = None  # when a sender's drain kept writer.lock, nothing buffered
         self._sync_waiters = 0  # threads waiting in a sync drain for the fsync in flight
@@ -531,9 +534,16 @@ class Appender(_Core):
                 os.ftruncate(self._seg_fd, good_size)
             except OSError as exc:
                 log.error("channel %s: could not cut %s back (%s); the next open trims it", self._log.path, seg, exc)
+        self._stop_failed(error)
+
+    def _stop_failed(self, error: BaseException) -> None:
+        """Under the mutex, no drain in flight: stop for good after ``error``. What is buffered
+        is dropped and ``writer.lock`` let go; every later call raises :class:`SenderFailedError`."""
+        self._failed = error
         self._pending, self._index, self._pending_bytes = [], [], 0
-        self._state = None
-        self._lock.release()
+        if self._state is not None:
+            self._state = None
+            self._lock.release()
 
     def _release_if_idle(self) -> None:
         if self._state is not None and not self._pending and not self._flushing:
@@ -569,7 +579,9 @@ class Appender(_Core):
                         continue  # close() drains what is left
             self._last_drain = time.monotonic()
             try:
-                self.drain(sync=self._fsync_due(fsync_every))
+                self.drain(sync=False)
+                if self._fsync_due(fsync_every):
+                    self._sync_interval()
             except Exception as exc:
                 # No sender is waiting to see this error: it must reach the log.
                 log.error("channel %s: background flush failed: %s", self._log.path, exc, exc_info=True)
@@ -577,7 +589,51 @@ class Appender(_Core):
                     return  # every later send raises SenderFailedError; nothing left to write
 
     def _fsync_due(self, every: float | None) -> bool:
-        return every is not None and self._durable_offset < self._written_offset and time.monotonic() - self._last_fsync >= every
+        return (
+            every is not None
+            and max(self._durable_offset, self._interval_synced) < self._written_offset
+            and time.monotonic() - self._last_fsync >= every
+        )
+
+    def _sync_interval(self) -> None:
+        """The flusher's fsync under ``fsync="interval"``: of the active segment, after its drain.
+
+        Senders go on buffering, and drains (a sender's full buffer, the flusher's next) go
+        on writing meanwhile. Inside a drain the fsync held ``_flushing`` for its whole
+        length (a second's records: hundreds of MB at full rate), and a sender whose buffer
+        filled waited for all of it. The fsync covers what was written before it began
+        (``_interval_synced``). It does not move ``_durable_offset``, which only sync drains
+        (``flush()``, ``fsync="always"``) move: a roll since may have left records in a
+        sealed segment it does not cover (the sealer's fsync does). It fsyncs a duplicate of
+        the segment's descriptor, which a roll may close meanwhile.
+        """
+        with self._cond:
+            if self._seg_fd < 0 or self._failed is not None:
+                return
+            end = self._written_offset
+            seg = self._log.segment_path(self._seg_base)
+            with os_errors("fsync", seg):
+                fd = os.dup(self._seg_fd)
+            self._last_fsync = time.monotonic()
+        try:
+            with os_errors("fsync", seg):
+                os.fsync(fd)
+        except BaseException as exc:
+            # The kernel may have dropped the pages it could not write: fail as after a
+            # failed write (the drain this fsync was part of did), so no sender goes on
+            # believing its records will be on disk within the interval.
+            with self._cond:
+                while self._flushing:
+                    self._cond.wait()
+                if self._failed is None:
+                    log.error("channel %s: fsync of %s failed (%s)", self._log.path, seg, exc)
+                    self._stop_failed(exc)
+                self._cond.notify_all()
+            raise
+        finally:
+            os.close(fd)
+        with self._cond:
+            self._interval_synced = max(self._interval_synced, end)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from filechannel import (
     InvalidNameError,
     MessageTooLargeError,
     Record,
+    SenderFailedError,
     Timeout,
 )
 from filechannel.engine.lock import FileLock
@@ -400,6 +401,84 @@ def test_a_sending_thread_keeps_the_writer_lock_across_its_own_drains_and_it_is_
         s.send(b"after")  # takes it anew
         s.flush()
         assert [r.value for r in read_all(ch)] == [b"first", *(b"%03d" % i * 30 for i in range(500)), b"after"]
+
+
+def test_senders_do_not_wait_for_the_flushers_interval_fsync(tmp_path, monkeypatch):
+    """Under fsync="interval" the flusher fsyncs outside its drain: a sender goes on sending
+    (and its full buffers go on being written) while that fsync is in flight. Inside the
+    drain, a sender whose buffer filled waited for the whole fsync (a second's records)."""
+    in_fsync, release = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def held_fsync(fd: int) -> None:
+        if threading.current_thread().name == "filechannel-flusher" and not release.is_set():
+            in_fsync.set()
+            release.wait(600)  # set as soon as the sender is done (or not, after 30 s)
+        real_fsync(fd)
+
+    monkeypatch.setattr("filechannel.engine.appender.os.fsync", held_fsync)
+    with FileChannel(tmp_path, fsync_interval=0, buffer_bytes=1024, maintenance_interval=0) as ch:
+        s = ch.sender()
+        s.send(b"first")
+        assert in_fsync.wait(10)  # the flusher wrote it and now fsyncs, held
+        sent = threading.Event()
+        values = [b"%04d" % i * 25 for i in range(1000)]  # 100 KB through 1 KiB buffers
+
+        def send_all() -> None:
+            for v in values:
+                s.send(v)
+            sent.set()
+
+        sender = threading.Thread(target=send_all)
+        sender.start()
+        try:
+            assert sent.wait(30), "the sender waited for the flusher's fsync"
+        finally:
+            release.set()
+            sender.join()
+        s.flush()
+        assert [r.value for r in read_all(ch)] == [b"first", *values]
+
+
+def test_a_failed_interval_fsync_fails_the_channel_for_its_senders(tmp_path, monkeypatch):
+    """An fsync error may mean the kernel dropped pages it could not write: after the
+    flusher's interval fsync fails, sends raise SenderFailedError, as after a failed write."""
+
+    def failing_fsync(fd: int) -> None:
+        if threading.current_thread().name == "filechannel-flusher":
+            raise OSError(5, "Input/output error")
+        os.fdatasync(fd)
+
+    monkeypatch.setattr("filechannel.engine.appender.os.fsync", failing_fsync)
+    ch = FileChannel(tmp_path, fsync_interval=0, maintenance_interval=0)
+    s = ch.sender()
+    s.send(b"first")
+    appender = s._appender
+    deadline = time.monotonic() + 10
+    while appender._failed is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with pytest.raises(SenderFailedError, match="Input/output error"):
+        s.send(b"second")
+    ch.close()
+    assert FileLock(str(tmp_path / "writer.lock")).acquire(blocking=False)  # let go
+
+
+def test_the_maintenance_thread_runs_at_the_lowest_cpu_priority(tmp_path):
+    """Compression of sealed segments takes what CPU is idle: the maintenance thread runs at
+    nice 19 (Linux keeps a nice value per thread), the channel's other threads as before."""
+    with FileChannel(tmp_path) as ch:
+        s = ch.sender()
+        s.send(b"x")
+        assert ch._maintenance is not None and ch._maintenance.native_id is not None
+        tid = ch._maintenance.native_id
+        deadline = time.monotonic() + 10
+        while os.getpriority(os.PRIO_PROCESS, tid) != 19 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert os.getpriority(os.PRIO_PROCESS, tid) == 19
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == os.getpriority(os.PRIO_PROCESS, 0)
+        flusher = s._appender._flusher
+        assert flusher is not None and flusher.native_id is not None
+        assert os.getpriority(os.PRIO_PROCESS, flusher.native_id) == os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def test_concurrent_durable_sends_share_fsyncs(tmp_path, monkeypatch):
