@@ -477,10 +477,19 @@ class Appender(_Core):
                 state.created_ms,
             )
         self._flushing = True
+        sealed_below = self._seg_base  # (no roll while this drain is in flight)
         self._cond.release()
         error: BaseException | None = None
+        sealed_error: BaseException | None = None
         try:
             self._write(batch, index, snapshot, start_size, sync)
+            if sync:
+                # Records another thread's drain wrote before a roll sealed their segment are
+                # the sealer's to fsync: durable only once it has.
+                try:
+                    self._sealer.wait(sealed_below)
+                except Exception as exc:
+                    sealed_error = exc
         except BaseException as exc:
             error = exc
         finally:
@@ -492,6 +501,10 @@ class Appender(_Core):
             if isinstance(error, FileChannelError):
                 raise error  # e.g. DiskFullError, naming the file; later calls get SenderFailedError
             raise SenderFailedError(f"writing to channel {self._log.path!r} failed: {error}") from error
+        if sealed_error is not None:  # the write itself is whole: nothing to cut back
+            self._stop_failed(sealed_error)
+            self._cond.notify_all()
+            raise self._sealer_failed(sealed_error)
         self._written_offset = end
         if sync:
             self._durable_offset = end
@@ -646,10 +659,15 @@ class Appender(_Core):
                 "records sent since were not written; reopen the channel once the cause is fixed"
             ) from self._failed
         if self._sealer.error is not None:
-            raise SenderFailedError(
-                f"fsync of a sealed segment of channel {self._log.path!r} failed ({self._sealer.error}); "
-                "its records may not be on disk: check the disk, then reopen the channel"
-            ) from self._sealer.error
+            raise self._sealer_failed(self._sealer.error)
+
+    def _sealer_failed(self, error: BaseException) -> SenderFailedError:
+        failed = SenderFailedError(
+            f"fsync of a sealed segment of channel {self._log.path!r} failed ({error}); "
+            "its records may not be on disk: check the disk, then reopen the channel"
+        )
+        failed.__cause__ = error
+        return failed
 
     def close(self) -> None:
         """Write what is buffered (fsync unless the policy is "never"), stop the flusher.

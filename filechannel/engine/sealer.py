@@ -58,6 +58,19 @@ class Sealer:
                 self._done = target
                 self._cond.notify_all()
 
+    def wait(self, upto: int) -> None:
+        """Return once the sealed segments below ``upto`` that a roll asked for are fsynced (at once
+        if none is pending); raise the error of a failed fsync. A sync drain calls it: records
+        written, then sealed by a roll before any fsync covered them, are on disk only then."""
+        with self._cond:
+            while self._done < min(upto, self._target) and self.error is None:
+                thread = self._thread
+                if thread is None or not thread.is_alive():
+                    break  # (closed, or died: nothing more will be done; the error says why if it failed)
+                self._cond.wait(timeout=1.0)
+        if self.error is not None:
+            raise self.error
+
     def close(self) -> None:
         """Finish the fsyncs asked for so far, then stop the thread."""
         with self._cond:

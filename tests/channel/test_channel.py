@@ -638,3 +638,63 @@ def test_a_receiver_reads_in_a_callers_layout_after_records_recv_left_in_hand(tm
             ("t", 2, 3, b"k", b"d", [("h", b"v")]),
         ]
         assert rx.read_now(10, layout, 1 << 20) == [] and rx.position == 4
+
+
+def test_a_durable_write_waits_for_the_fsync_of_a_segment_sealed_under_it(tmp_path, monkeypatch):
+    """Records written to a segment, then sealed by a roll before any fsync covered them, are
+    durable only once the sealer fsynced that segment: ``sync()`` must not return before,
+    though the active segment's fsync is done. (A durable send of ``fsync="always"`` and a
+    Producer's durable future wait in the same sync drain: another thread's roll may have
+    written their records into the segment it sealed.)"""
+    from filechannel.engine import roll, sealer
+
+    release, sealing = threading.Event(), threading.Event()
+    real = roll.sync_sealed
+
+    def slow_sync_sealed(log_: Any, upto: int) -> None:
+        sealing.set()
+        assert release.wait(30)
+        real(log_, upto)
+
+    monkeypatch.setattr(sealer, "sync_sealed", slow_sync_sealed)
+    with FileChannel(tmp_path / "ch", segment_bytes=4096, fsync="never", maintenance_interval=0) as ch:
+        tx = ch.sender()
+        while not sealing.is_set():  # buffered and written, never fsynced, until a roll seals them
+            tx.send(b"x" * 100)
+        done = threading.Event()
+
+        def sync() -> None:
+            tx.sync()
+            done.set()
+
+        t = threading.Thread(target=sync)
+        t.start()
+        try:
+            assert not done.wait(0.5)  # the sealed segment's records are not on disk yet
+        finally:
+            release.set()
+            t.join(30)
+        assert done.is_set()
+        tx.close()
+
+
+def test_a_failed_fsync_of_a_sealed_segment_fails_the_sync_that_waited_for_it(tmp_path, monkeypatch):
+    from filechannel.engine import sealer
+
+    sealing = threading.Event()
+
+    def failing_sync_sealed(log_: Any, upto: int) -> None:
+        sealing.set()
+        time.sleep(0.2)  # the sync below is waiting for it
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(sealer, "sync_sealed", failing_sync_sealed)
+    with FileChannel(tmp_path / "ch", segment_bytes=4096, fsync="never", maintenance_interval=0) as ch:
+        tx = ch.sender()
+        while not sealing.is_set():
+            tx.send(b"x" * 100)
+        with pytest.raises(SenderFailedError, match=r"fsync of a sealed segment .* failed .*Input/output error"):
+            tx.sync()
+        with pytest.raises(SenderFailedError):  # and every later send
+            tx.send(b"y")
+        assert FileLock(str(tmp_path / "ch" / "writer.lock")).acquire(blocking=False)  # let go
