@@ -3,6 +3,7 @@ time or ratio is asserted."""
 
 import pytest
 
+from filechannel.bench.measure import QUICK_SECONDS
 from filechannel.bench.transactions import PER_TRANSACTION, _consume_transform_produce, _transactional, workloads
 
 
@@ -24,5 +25,5 @@ def test_the_harness_gets_every_size_and_transaction_length_with_its_references(
     names = [(name, args[:2]) for name, _, args in workloads(quick=True)]
     for size in (100, 1024):
         assert {a[1] for n, a in names if n == "transactional produce" and a[0] == size} == set(PER_TRANSACTION)
-        assert ("transactional produce (one fsync per message)", (size, 0.3)) in names
+        assert ("transactional produce (one fsync per message)", (size, QUICK_SECONDS)) in names
     assert not [n for n, _, _ in workloads(quick=True, references=False) if "fsync per message" in n or "futures" in n]
