@@ -1,6 +1,10 @@
 """Compacted topics through the Kafka-like client: Kafka's config names (admin API and CLI), a
 producer refusing records without a key, and a consumer group reading a cleaned topic."""
 
+import threading
+import time
+from typing import Any
+
 import pytest
 
 from filechannel import Record
@@ -84,3 +88,42 @@ def test_a_consumer_group_reads_a_cleaned_topic_seeks_into_holes_and_counts_lag_
         assert found is not None and found.offset == kept[0].offset
     with Consumer(root=tmp_path, group_id="g", enable_auto_commit=False) as c:
         assert c.committed(T0) == kept[0].offset + 1
+
+
+def test_a_group_member_reads_a_topic_while_it_is_written_and_cleaned(tmp_path):
+    Admin(tmp_path).create_topic("t", 1, cleanup_policy="compact", segment_bytes=4096, min_cleanable_dirty_ratio=0.01)
+    total, keys = 3000, 20
+    stop = threading.Event()
+    cleaned: list[int] = []
+
+    def produce() -> None:
+        with Producer(tmp_path) as p:
+            for i in range(total):
+                p.send("t", b"%d" % i, key=b"k%d" % (i % keys))
+
+    def clean() -> None:
+        with Admin(tmp_path).open_partition("t", 0, maintenance_interval=0) as ch:
+            while not stop.is_set():
+                cleaned.extend(ch.compact())
+
+    threads = [threading.Thread(target=produce), threading.Thread(target=clean)]
+    for t in threads:
+        t.start()
+    got: list[Any] = []
+    try:
+        with Consumer("t", root=tmp_path, group_id="g", auto_offset_reset="earliest", max_poll_records=50) as c:
+            deadline = time.monotonic() + 120
+            while (not got or got[-1].offset < total - 1) and time.monotonic() < deadline:
+                for records in c.poll(timeout_ms=200).values():
+                    got.extend(records)
+                time.sleep(0.01)  # slower than the writer: the cleaner gets ahead of the member
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert cleaned and len(got) < total  # segments were rewritten ahead of the member, which read them
+    offsets = [r.offset for r in got]
+    assert offsets == sorted(set(offsets)) and offsets[-1] == total - 1
+    assert all(r.value == b"%d" % r.offset and r.key == b"k%d" % (r.offset % keys) for r in got)
+    last = {r.key: r.offset for r in got}
+    assert sorted(last.values()) == list(range(total - keys, total))  # every key's last value was read
