@@ -62,6 +62,7 @@ KEY_ENTRY_BYTES = 128
 # zstd level of a cleaned segment of a channel with compression="none": a cleaned segment is
 # always a .seg.z (its table is where the holes are), and level 1 costs little CPU.
 UNCOMPRESSED_LEVEL = 1
+RAW_CHUNK = 1024 * 1024  # bytes of a raw segment read at once
 
 
 def key_digest(key: bytes) -> bytes:
@@ -197,14 +198,26 @@ def segment_records(log: Log, ref: SegmentRef) -> Iterator[tuple[Record, memoryv
 
 
 def _raw_records(ref: SegmentRef) -> Iterator[tuple[Record, memoryview]]:
-    with opened(ref.path, os.O_RDONLY, action="open segment") as fd, os_errors("read", ref.path):
+    """A sealed raw segment's records, read ``RAW_CHUNK`` bytes of whole frames at a time (a
+    longer frame whole), so that memory holds a chunk, not the segment."""
+    with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
         header = read_segment_header(fd, ref.path)
-        data = memoryview(os.pread(fd, os.fstat(fd).st_size, 0))
-    out: list[Record] = []
-    end, _n = decode_records(data, SEGMENT_HEADER_SIZE, header.base_offset, len(data), out)
-    if end != len(data):
-        raise CorruptRecordError(f"segment {ref.path!r} ends in a partial or damaged frame at byte {end}; not cleaned")
-    yield from _with_frames(data, SEGMENT_HEADER_SIZE, out)
+        with os_errors("read", ref.path):
+            size = os.fstat(fd).st_size
+        position, offset = SEGMENT_HEADER_SIZE, header.base_offset
+        while position < size:
+            with os_errors("read", ref.path):
+                head = os.pread(fd, FRAME_HEADER_SIZE, position)
+                want = FRAME_HEADER_SIZE + FRAME_HEADER.unpack(head)[0] if len(head) == FRAME_HEADER_SIZE else 0
+                data = memoryview(os.pread(fd, min(size - position, max(RAW_CHUNK, want)), position))
+            out: list[Record] = []
+            end, n = decode_records(data, 0, offset, len(data), out)
+            if n == 0:
+                raise CorruptRecordError(
+                    f"segment {ref.path!r} ends in a partial or damaged frame at byte {position}; not cleaned"
+                )
+            yield from _with_frames(data, 0, out)
+            position, offset = position + end, offset + n
 
 
 def _with_frames(data: memoryview, position: int, records: list[Record]) -> Iterator[tuple[Record, memoryview]]:
@@ -219,33 +232,39 @@ def _rewrite(log: Log, s: _Sealed, key_map: dict[bytes, int], horizon: int) -> C
     """Rewrite one segment keeping what the rules keep and swap it in; None if it was left as it
     was (a clean segment losing nothing, or a damaged one: logged, not cleaned)."""
     ref = s.ref
-    kept: list[tuple[int, int, memoryview]] = []
-    total = 0
-    try:
+    counts = [0, 0]  # records read, records kept
+
+    def kept() -> Iterator[tuple[int, int, memoryview]]:
+        """The kept records streamed into the writer: memory holds a block, not the segment."""
         for record, frame in segment_records(log, ref):
-            total += 1
+            counts[0] += 1
             if _keeps(record, key_map, horizon):
-                kept.append((record.offset, record.timestamp, frame))
+                counts[1] += 1
+                yield record.offset, record.timestamp, frame
+
+    target = log.compressed_path(ref.base_offset)
+    tmp = target + names.TEMP_SUFFIX
+    config = log.config
+    level = config.compression_level if config.compression == "zstd" else UNCOMPRESSED_LEVEL
+    try:
         origin: CompressedInfo | SegmentHeader
         if ref.compressed:
             origin = log.compressed_info(ref)
         else:
             with opened(ref.path, os.O_RDONLY, action="open segment") as fd:
                 origin = read_segment_header(fd, ref.path)
+        info = write_cleaned(tmp, origin, s.end_offset, kept(), level=level, block_bytes=config.compression_block_bytes)
     except CorruptRecordError as exc:
+        unlink_if_exists(tmp)
         logger.error("channel %s: not cleaning %s: %s", log.path, ref.path, exc)
         return None
-    if s.clean and len(kept) == total:
-        return None
-    target = log.compressed_path(ref.base_offset)
-    tmp = target + names.TEMP_SUFFIX
-    config = log.config
-    level = config.compression_level if config.compression == "zstd" else UNCOMPRESSED_LEVEL
-    try:
-        info = write_cleaned(tmp, origin, s.end_offset, kept, level=level, block_bytes=config.compression_block_bytes)
     except BaseException:
         unlink_if_exists(tmp)
         raise
+    total = counts[0]
+    if s.clean and counts[1] == total:  # nothing to remove: the segment stays as it is
+        unlink_if_exists(tmp)
+        return None
     failpoints.hit("cleaner-written")
     with os_errors("rename", tmp):
         os.rename(tmp, target)  # atomic: the old .seg.z or the new one, never neither
@@ -253,7 +272,7 @@ def _rewrite(log: Log, s: _Sealed, key_map: dict[bytes, int], horizon: int) -> C
     failpoints.hit("cleaner-renamed")
     if not ref.compressed:
         remove_raw(log, ref.base_offset)
-    return CleanedSegment(ref.base_offset, total, len(kept), s.raw_bytes, info.raw_size)
+    return CleanedSegment(ref.base_offset, total, counts[1], s.raw_bytes, info.raw_size)
 
 
 def _keeps(record: Record, key_map: dict[bytes, int], horizon: int) -> bool:

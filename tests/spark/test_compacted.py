@@ -11,7 +11,7 @@ def test_a_batch_reads_a_cleaned_topic_in_split_ranges_and_from_inside_a_hole(sp
     make_topic(tmp_path, "c", cleanup_policy="compact", segment_bytes=4096)
     produce(tmp_path, "c", range(600))  # keys k0..k4, every key sent 120 times
     with Admin(tmp_path).open_partition("c", 0, maintenance_interval=0) as ch:
-        assert ch.compact()
+        ch.compact()  # (the producer's maintenance thread may have cleaned already: reads below check it)
         with ch.receiver() as rx:
             kept: list[tuple[int, bytes | None, bytes | None]] = []
             while batch := rx.recv_many(10_000, timeout=0.2):
