@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from .config import ChannelConfig, ChannelSettings
-from .engine import compression, recovery, retention, roll, time_search, verify
+from .engine import cleaner, compression, recovery, retention, roll, time_search, verify
 from .engine.appender import Appender
 from .engine.files import folder_bytes
 from .engine.log import Log
@@ -47,7 +47,18 @@ if TYPE_CHECKING:  # imported lazily at run time, only when the config has a tie
 log = logging.getLogger("filechannel")
 
 # Settings an open channel takes when they change at its source (see FileChannel.apply_settings).
-_LIVE_SETTINGS = frozenset({"retention_bytes", "retention_ms", "segment_bytes", "segment_ms"})
+_LIVE_SETTINGS = frozenset(
+    {
+        "retention_bytes",
+        "retention_ms",
+        "segment_bytes",
+        "segment_ms",
+        "delete_retention_ms",
+        "min_cleanable_dirty_ratio",
+        "min_compaction_lag_ms",
+        "max_compaction_lag_ms",
+    }
+)
 # Settings only the tiering daemon uses, which it reads again at each pass.
 _DAEMON_SETTINGS = frozenset(
     {"local_retention_bytes", "local_retention_ms", "tier_after_ms", "tier_upload_bytes_per_s", "tier_chunk_bytes"}
@@ -238,6 +249,15 @@ class FileChannel:
         with self._log.maintenance_lock.holding():
             return compression.compress_sealed(self._log)
 
+    def compact(self) -> list[int]:
+        """Run one pass of the cleaner of a compacted channel now (``cleanup_policy`` "compact" or
+        "compact,delete"), whatever the dirty ratio; return the base offsets of the segments it
+        rewrote. Keeps the last record of each key in the sealed segments (README, "Compacted
+        topics"); a channel that is not compacted is left as it is ([])."""
+        self._check_writable()
+        with self._log.maintenance_lock.holding():
+            return [c.base_offset for c in cleaner.clean(self._log, force=True)]
+
     def collect_garbage(self) -> list[int]:
         """Delete the sealed segments that every durable position and retention allow."""
         self._check_writable()
@@ -286,9 +306,11 @@ class FileChannel:
         to this open channel; return the names of those that changed and wait for a reopen.
 
         Applied at once: ``retention_bytes`` and ``retention_ms`` (at the next garbage
-        collection), ``segment_bytes`` and ``segment_ms`` (the writer's next roll). The tiering
-        daemon reads the settings it uses itself at each pass. The others (the codec, fsync,
-        record and index sizes, tier-2 reads) are fixed for an open channel: one log line
+        collection), the cleaner's ``delete_retention_ms``, ``min_cleanable_dirty_ratio``,
+        ``min_compaction_lag_ms`` and ``max_compaction_lag_ms`` (its next pass), ``segment_bytes``
+        and ``segment_ms`` (the writer's next roll). The tiering daemon reads the settings it
+        uses itself at each pass. The others (the codec, fsync, record and index sizes, tier-2
+        reads, the cleanup policy) are fixed for an open channel: one log line
         names them, once, and a process that opens the channel again gets them.
         """
         stored = effective_settings({k: v for k, v in settings.items() if k in TOPIC_SETTINGS})
@@ -335,6 +357,7 @@ class FileChannel:
             if not self._log.maintenance_lock.acquire(blocking=False):
                 continue
             try:
+                cleaner.clean(self._log)
                 compression.compress_sealed(self._log)
                 retention.collect_garbage(self._log, self.positions.minimum())
             except Exception:

@@ -10,8 +10,10 @@ from .errors import ConfigError
 
 FsyncPolicy = Literal["never", "interval", "always"]
 Compression = Literal["zstd", "none"]
+CleanupPolicy = Literal["delete", "compact", "compact,delete"]
 FSYNC_POLICIES: tuple[FsyncPolicy, ...] = get_args(FsyncPolicy)
 COMPRESSIONS: tuple[Compression, ...] = get_args(Compression)
+CLEANUP_POLICIES: tuple[CleanupPolicy, ...] = get_args(CleanupPolicy)
 # Index entries hold a byte position as a u32, and a segment may pass segment_bytes by one
 # batch (itself at most MAX_BATCH_BYTES, record.py): 2 GiB each keeps every position below 4 GiB.
 MAX_SEGMENT_BYTES = 2**31
@@ -49,6 +51,11 @@ class TopicSettings(TypedDict, total=False):
     tier_cache_dir: str | None  # folder for that cache (None: in memory)
     tier_upload_bytes_per_s: int | None  # upload rate limit (None: unlimited)
     tier_concurrency: int  # chunk uploads and remote reads in flight, 1 to 256
+    cleanup_policy: CleanupPolicy  # "delete" (retention only), "compact" (latest value per key), or both
+    delete_retention_ms: int  # a tombstone is kept by compaction until it is this old (by its timestamp)
+    min_cleanable_dirty_ratio: float  # clean once this share of the sealed bytes was never cleaned (0 to 1)
+    min_compaction_lag_ms: int  # a segment is cleaned only once its newest record is this old
+    max_compaction_lag_ms: int | None  # ...and at the latest once its first record is this old (None: no bound)
 
 
 class ChannelSettings(TopicSettings, total=False):
@@ -60,6 +67,7 @@ class ChannelSettings(TopicSettings, total=False):
     flush_interval: float  # the background flusher writes at most once per this many seconds (0 to 3600)
     buffer_bytes: int  # the buffer is written at once when it reaches this size
     maintenance_interval: float  # seconds between background compress/collect passes; 0: no thread
+    cleaner_dedupe_buffer_bytes: int  # memory of the cleaner's key map (Kafka's log.cleaner.dedupe.buffer.size)
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,20 @@ class ChannelConfig:
     hour for ``flush_interval`` (a writer holds ``writer.lock`` up to twice that) and a day
     for the other two: ``inf`` or ``nan`` once kept other processes out of the channel for
     good, or silently stopped compression and garbage collection.
+
+    Compaction (Kafka's ``cleanup.policy=compact``, see README "Compacted topics"):
+    cleanup_policy: "delete" keeps every record until retention deletes its segment; "compact"
+        keeps, in sealed segments, only the last record of each key (a send without a key is
+        refused); "compact,delete" does both. A compacted channel has no tier: compaction of
+        tier-2 history is not done, so ``tier`` with "compact" is refused.
+    delete_retention_ms: a tombstone (a record with value None) stays through compaction until
+        its own timestamp is this old, so that readers behind see the delete.
+    min_cleanable_dirty_ratio: the cleaner runs once the bytes of sealed segments never cleaned
+        are at least this share of all sealed bytes. min_compaction_lag_ms: a segment whose
+        newest record is younger than this is not cleaned yet. max_compaction_lag_ms: a segment
+        never cleaned whose first record is older than this is cleaned whatever the ratio.
+    cleaner_dedupe_buffer_bytes: the memory of the cleaner's map of keys (about
+        ``cleaner.KEY_ENTRY_BYTES`` a key): a pass cleans as many segments as their keys fit.
 
     Tier-2 (see DESIGN.md "Tier-2: uploads, retention and the daemon"):
     tier: storage URL of tier-2 (file:///path, s3://bucket/prefix, another fsspec URL);
@@ -136,6 +158,12 @@ class ChannelConfig:
     tier_cache_dir: str | None = None
     tier_upload_bytes_per_s: int | None = None
     tier_concurrency: int = 4
+    cleanup_policy: CleanupPolicy = "delete"
+    delete_retention_ms: int = 86_400_000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int | None = None
+    cleaner_dedupe_buffer_bytes: int = 128 * 1024 * 1024
 
     def __post_init__(self) -> None:
         _int(self, "segment_bytes", minimum=4096, maximum=MAX_SEGMENT_BYTES)
@@ -154,7 +182,29 @@ class ChannelConfig:
         if not isinstance(self.compression, str) or self.compression not in COMPRESSIONS:
             raise ConfigError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {self.compression!r}")
         _int(self, "compression_level", minimum=1, maximum=22)
+        self._check_compaction()
         self._check_tier()
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the cleaner keeps only the last record of each key (``cleanup_policy`` has "compact")."""
+        return self.cleanup_policy != "delete"
+
+    def _check_compaction(self) -> None:
+        if not isinstance(self.cleanup_policy, str) or self.cleanup_policy not in CLEANUP_POLICIES:
+            raise ConfigError(f"cleanup_policy must be one of {', '.join(CLEANUP_POLICIES)}, not {self.cleanup_policy!r}")
+        _int(self, "delete_retention_ms", minimum=0, maximum=_MAX_I64)
+        _int(self, "min_compaction_lag_ms", minimum=0, maximum=_MAX_I64)
+        _int(self, "max_compaction_lag_ms", minimum=0, maximum=_MAX_I64, optional=True)
+        _int(self, "cleaner_dedupe_buffer_bytes", minimum=1024, maximum=_MAX_I64)
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise ConfigError(f"min_cleanable_dirty_ratio must be a number from 0 to 1, not {ratio!r}")
+        if self.compacted and self.tier is not None:
+            raise ConfigError(
+                f"cleanup_policy={self.cleanup_policy!r} cannot go with a tier: compaction of tier-2 history is not "
+                "done, so a compacted topic keeps its log local (leave tier unset, or use cleanup_policy='delete')"
+            )
 
     def _check_tier(self) -> None:
         _int(self, "local_retention_bytes", minimum=0, maximum=_MAX_I64, optional=True)

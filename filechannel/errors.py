@@ -33,6 +33,11 @@ class MessageTooLargeError(FileChannelError, ValueError):
     """A record is larger than the configured ``max_record_bytes``; nothing was written."""
 
 
+class InvalidRecordError(FileChannelError, ValueError):
+    """A record the channel cannot take as it is: a record without a key sent to a compacted
+    channel (Kafka's InvalidRecordException), where compaction keeps records by key."""
+
+
 class ChannelClosedError(FileChannelError):
     """The channel, sender or receiver was used after it was closed."""
 
@@ -87,7 +92,7 @@ class IllegalStateError(ConfigError):
 
 
 class UnsupportedError(ConfigError):
-    """A Kafka feature filechannel does not provide (transactions, compaction)."""
+    """A Kafka feature filechannel does not provide (broker timestamps, ...)."""
 
 
 class GroupNotFoundError(ConfigError):

@@ -206,6 +206,7 @@ class AckReceiver(Receiver):
         if stored is None:
             channel.positions.set(self._key, start)
         self._acked = start
+        self._ack_log = log
         super().__init__(channel, log, wakeup, start)
 
     @property
@@ -223,9 +224,21 @@ class AckReceiver(Receiver):
                 f"ack receiver {self.name!r} was asked to acknowledge {n} records but only "
                 f"{delivered - self._acked} delivered records are unacknowledged"
             )
-        self._acked += n
+        self._acked = self._after(n, delivered) if self._ack_log.config.compacted else self._acked + n
         self._channel.positions.set(self._key, self._acked)
         self._on_ack()
+
+    def _after(self, n: int, delivered: int) -> int:
+        """Where acknowledging ``n`` records leaves the position on a compacted channel, whose
+        offsets have holes: one past the ``n``-th record from the acknowledged position, read
+        again (cached pages: they were just delivered). Records the cleaner removed meanwhile
+        count as acknowledged, never past what was delivered."""
+        cursor = Cursor(self._ack_log, self._acked)
+        try:
+            records = [r for r in cursor.read(n) if r.offset < delivered]
+        finally:
+            cursor.close()
+        return records[n - 1].offset + 1 if len(records) == n else delivered
 
     def seek(self, offset: int) -> None:
         """Deliver from ``offset`` next; acknowledgements restart there too."""

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import click
 
-from . import machine, report, spark_source, transactions, workloads
+from . import compaction, machine, report, spark_source, transactions, workloads
 from .measure import QUICK_SECONDS, REPEATS, Row, throughput
 from .peers import BACKENDS
 from .workloads import SIZES
@@ -86,7 +86,8 @@ def run(*, quick: bool, out: str | None, work: str | None, only: str | None, spa
         for key, size, n, cap in _throughput_plan(quick):
             if _selected(f"produce consume {key} {BACKENDS[key]().name}", only):
                 rows += throughput(key, size, n, cap, best_of=1 if quick else REPEATS)
-        for name, fn, fargs in [*workloads.special(quick), *transactions.workloads(quick, references=False)]:
+        specials = [*workloads.special(quick), *transactions.workloads(quick, references=False), *compaction.workloads(quick)]
+        for name, fn, fargs in specials:
             if _selected(name, only):
                 rows += workloads.run(name, fn, *fargs)
         if spark:

@@ -24,6 +24,7 @@ from ..errors import (
     IllegalStateError,
     InvalidNameError,
     InvalidPartitionsError,
+    InvalidRecordError,
     MessageTooLargeError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
@@ -40,6 +41,7 @@ KafkaError = FileChannelError
 KafkaTimeoutError = Timeout
 MessageSizeTooLargeError = MessageTooLargeError
 RecordTooLargeError = MessageTooLargeError
+InvalidRecordException = InvalidRecordError
 TopicAlreadyExistsError = TopicExistsError
 UnknownTopicOrPartitionError = UnknownTopicError  # UnknownPartitionError derives from it
 NoBrokersAvailable = RootUnavailableError
@@ -59,6 +61,8 @@ __all__ = [
     "IllegalStateError",
     "InvalidConfigurationError",
     "InvalidPartitionsError",
+    "InvalidRecordError",
+    "InvalidRecordException",
     "InvalidTopicError",
     "KafkaError",
     "KafkaTimeoutError",

@@ -6,7 +6,7 @@ Kafka's names are taken by ``KafkaAdminClient.create_topics``/``alter_configs`` 
 (``retention.ms=-1`` is no limit, ``flush.ms`` becomes seconds); an underscore name is ours,
 its value passed on as it is. A Kafka config with no meaning on one machine is accepted and
 dropped (:data:`IGNORED` is None for it); one asking for a Kafka feature filechannel lacks
-(compaction, broker time stamps) is an :class:`UnsupportedError`; an unknown dotted name is a
+(broker time stamps) is an :class:`UnsupportedError`; an unknown dotted name is a
 :class:`ConfigError` listing the known ones.
 """
 
@@ -47,9 +47,26 @@ def _flush_messages(name: str, raw: Any) -> str:
     return "always"
 
 
-def _cleanup(name: str, raw: Any) -> None:
-    if str(raw).lower() != "delete":
-        raise UnsupportedError(f"{name}={raw}: only delete is supported (old segments are deleted; there is no compaction)")
+def _cleanup(name: str, raw: Any) -> str:
+    """Kafka's list ``compact,delete`` in either order (and with spaces), as our one spelling."""
+    parts = sorted({p.strip().lower() for p in str(raw).split(",")})
+    policy = {("delete",): "delete", ("compact",): "compact", ("compact", "delete"): "compact,delete"}.get(tuple(parts))
+    if policy is None:
+        raise ConfigError(f"{name}={raw}: must be delete, compact, or compact,delete")
+    return policy
+
+
+def _ratio(name: str, raw: Any) -> float:
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"topic config {name} must be a number from 0 to 1, not {raw!r}") from None
+
+
+def _max_lag(name: str, raw: Any) -> int | None:
+    """Kafka's default, Long.MAX_VALUE (and -1 here), is no bound."""
+    value = _int(name, raw)
+    return None if value in (_UNLIMITED, 2**63 - 1) else value
 
 
 def _timestamp_type(name: str, raw: Any) -> None:
@@ -71,7 +88,11 @@ KAFKA_TOPIC_CONFIGS: dict[str, tuple[str | None, Callable[[str, Any], Any] | Non
     "flush.ms": ("fsync_interval", lambda name, raw: _int(name, raw) / 1000),
     "local.retention.ms": ("local_retention_ms", _limit),
     "local.retention.bytes": ("local_retention_bytes", _limit),
-    "cleanup.policy": (None, _cleanup),
+    "cleanup.policy": ("cleanup_policy", _cleanup),
+    "delete.retention.ms": ("delete_retention_ms", _int),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _int),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _max_lag),
     "message.timestamp.type": (None, _timestamp_type),
     # Replication and broker housekeeping: nothing to do on one machine.
     "min.insync.replicas": (None, None),

@@ -37,12 +37,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from crc32c import crc32c
 
 from ..config import ChannelConfig
-from ..errors import ChannelClosedError, FileChannelError, SenderFailedError, os_errors, storage_error
+from ..errors import ChannelClosedError, FileChannelError, InvalidRecordError, SenderFailedError, os_errors, storage_error
 from .clock import now_ms, wall_ns
 from .files import write_pieces
 from .log import Log
@@ -141,6 +141,10 @@ class Appender(_Core):
         self._last_fsync = time.monotonic()
         self._last_drain = float("-inf")  # not 0.0: the monotonic clock may be younger than an interval
         self._sealer = Sealer(log_)
+        if config.compacted:  # every record needs a key: the key-less short paths refuse
+            self.append = self._append_keyed  # type: ignore[method-assign]
+            self.append_stamped = self._refuse_keyless  # type: ignore[method-assign,assignment]
+            self.append_values = self._refuse_keyless  # type: ignore[method-assign,assignment]
         self._flusher: threading.Thread | None = None
         if config.fsync != "always":
             self._flusher = threading.Thread(target=self._flush_loop, name="filechannel-flusher", daemon=True)
@@ -234,6 +238,21 @@ class Appender(_Core):
         def append_stamped(self, value: bytes) -> tuple[int, int]:
             """Buffer one key-less, header-less record stamped now; return its offset and timestamp."""
             return self._append_stamped(value)
+
+    def _append_keyed(
+        self, value: bytes | None, *, key: bytes | None = None, headers: Headers | None = None, timestamp: int | None = None
+    ) -> int:
+        """``append`` of a compacted channel: a record without a key is refused (the cleaner
+        keeps the last record of each key, so a key-less record has no meaning there)."""
+        if key is None:
+            self._refuse_keyless()
+        return self._append_stamped(value, key=key, headers=headers, timestamp=timestamp)[0]
+
+    def _refuse_keyless(self, *_args: object) -> NoReturn:
+        raise InvalidRecordError(
+            f"channel {self._log.path!r} is compacted (cleanup_policy={self._config.cleanup_policy!r}): "
+            "every record needs a key; send it with key=..."
+        )
 
     def append_values(self, values: Iterable[bytes], timestamp: int | None) -> range:
         """Buffer key-less records sharing one timestamp; return their offsets.

@@ -4,7 +4,7 @@ Layout (little-endian), chosen so that a reader needs two ranged reads to reach 
 offset: the fixed header, then the block table, then the one block it wants::
 
     offset 0   4s   magic b"FCHZ"
-           4   u16  format version (1)
+           4   u16  format version (1: dense offsets; 2: runs, see below)
            6   u8   method (1 = zstd)
            7   u8   reserved (0)
            8   u32  segment id
@@ -26,15 +26,27 @@ own checksum (an XXH64 of the block): readers check every frame's CRC-32C anyway
 the second check cost a measurable share of decompression time (DESIGN.md,
 "Compressed segment"). Blocks with the checksum (written before) still read, and zstd
 still checks it.
+
+Version 2 is a segment the cleaner rewrote (cleaner.py): its offsets have holes. After the
+header (version 2) come a u32 run count R, the N block entries as above, then R run entries
+``[u64 first offset][u64 raw position][u32 count]``: a run is ``count`` frames of offsets
+``first..first+count-1`` back to back from that raw position. Runs lie inside one block, and
+every block starts with a run (a block entry's first offset is its first run's). A reader
+bisects the runs and hands each run to the same dense decoder as version 1; a version-1
+file has one run per block, derived from the blocks (:attr:`CompressedInfo.runs`), so every
+reader works on runs alike. The header's end offset stays one past the segment's last
+offset before cleaning, where the next segment begins; the runs may end before it, and a
+cleaned segment may have no run at all.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -47,10 +59,13 @@ from .record import Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, read_segment_header
 
 Z_MAGIC = b"FCHZ"
-Z_VERSION = 1
+Z_VERSION = 1  # dense offsets: a block's records run up to the next block's first offset
+Z_VERSION_RUNS = 2  # a cleaned segment: offsets with holes, a table of runs
 METHOD_ZSTD = 1
 Z_HEADER = struct.Struct("<4sHBBIIQQqqQ")
 Z_BLOCK = struct.Struct("<QqQQII")
+Z_RUN_COUNT = struct.Struct("<I")
+Z_RUN = struct.Struct("<QQI")
 _CRC = struct.Struct("<I")
 
 
@@ -65,8 +80,25 @@ class Block:
 
 
 @dataclass(frozen=True)
+class Run:
+    """``count`` records of offsets ``first_offset`` onward, frames back to back from ``raw_position``."""
+
+    first_offset: int
+    raw_position: int
+    count: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.first_offset + self.count
+
+
+@dataclass(frozen=True)
 class CompressedInfo:
-    """What the header and block table of a ``.seg.z`` file say."""
+    """What the header and block table of a ``.seg.z`` file say.
+
+    ``stored_runs`` is a version-2 file's run table (empty for version 1); :attr:`runs` is
+    the runs of either version, which every reader uses (see the module docstring).
+    """
 
     segment_id: int
     base_offset: int
@@ -75,10 +107,72 @@ class CompressedInfo:
     max_timestamp: int
     raw_size: int
     blocks: tuple[Block, ...]
+    version: int = Z_VERSION
+    stored_runs: tuple[Run, ...] = ()
 
     @property
     def table_size(self) -> int:
-        return Z_HEADER.size + Z_BLOCK.size * len(self.blocks) + _CRC.size
+        if self.version == Z_VERSION:
+            return Z_HEADER.size + Z_BLOCK.size * len(self.blocks) + _CRC.size
+        return Z_HEADER.size + Z_RUN_COUNT.size + Z_BLOCK.size * len(self.blocks) + Z_RUN.size * len(self.stored_runs) + _CRC.size
+
+    @cached_property
+    def runs(self) -> tuple[Run, ...]:
+        """The dense runs of offsets, oldest first: version 2's table, or one per block of version 1."""
+        if self.version != Z_VERSION:
+            return self.stored_runs
+        ends = [b.first_offset for b in self.blocks[1:]] + [self.end_offset]
+        return tuple(Run(b.first_offset, b.raw_position, end - b.first_offset) for b, end in zip(self.blocks, ends, strict=True))
+
+    @cached_property
+    def _run_firsts(self) -> list[int]:
+        return [r.first_offset for r in self.runs]
+
+    @cached_property
+    def _run_positions(self) -> list[int]:
+        return [r.raw_position for r in self.runs]
+
+    def start_for(self, offset: int) -> tuple[int, int]:
+        """Where a read of ``offset`` (in this segment) starts: the first offset and raw position
+        of the run that holds it, or of the next run if it is in a hole (removed by the cleaner),
+        or ``(end_offset, raw_size)`` if no record at or after it is left here."""
+        i = bisect.bisect_right(self._run_firsts, offset) - 1
+        if i < 0 or offset >= self.runs[i].end_offset:
+            i += 1
+        if i >= len(self.runs):
+            return self.end_offset, self.raw_size
+        return self.runs[i].first_offset, self.runs[i].raw_position
+
+    def offset_at(self, raw_position: int, offset: int) -> int:
+        """The offset of the frame at ``raw_position``, for a reader whose last frame ended there
+        with the next offset ``offset``: a run's first offset where a run starts (past a hole),
+        the end offset at the end of the segment, else ``offset`` (the run goes on)."""
+        if raw_position >= self.raw_size:
+            return self.end_offset
+        i = bisect.bisect_left(self._run_positions, raw_position)
+        return self.runs[i].first_offset if i < len(self.runs) and self.runs[i].raw_position == raw_position else offset
+
+    def run_end(self, raw_position: int) -> int:
+        """The raw position where the run holding ``raw_position`` ends (a dense decode stops there)."""
+        i = bisect.bisect_right(self._run_positions, raw_position)
+        return self.runs[i].raw_position if i < len(self.runs) else self.raw_size
+
+    def runs_in_block(self, i: int) -> range:
+        """Indexes of the runs inside block ``i``."""
+        b = self.blocks[i]
+        lo = bisect.bisect_left(self._run_positions, b.raw_position)
+        return range(lo, bisect.bisect_left(self._run_positions, b.raw_position + b.raw_length))
+
+    def offset_after(self, i: int, records: int) -> int:
+        """The offset of record number ``records`` (from 0) of block ``i``: where a damaged block's
+        unreadable offsets start after the ``records`` that decoded."""
+        for r in self.runs_in_block(i):
+            run = self.runs[r]
+            if records < run.count:
+                return run.first_offset + records
+            records -= run.count
+        following = self.blocks[i + 1].first_offset if i + 1 < len(self.blocks) else self.end_offset
+        return following
 
     @property
     def blocks_end(self) -> int:
@@ -87,20 +181,12 @@ class CompressedInfo:
         return last.file_position + last.compressed_length if last is not None else self.table_size
 
     @cached_property
-    def _first_offsets(self) -> list[int]:
-        return [b.first_offset for b in self.blocks]
-
-    @cached_property
     def _raw_positions(self) -> list[int]:
         return [b.raw_position for b in self.blocks]
 
     @cached_property
     def _max_timestamps(self) -> list[int]:
         return [b.max_timestamp for b in self.blocks]
-
-    def block_for_offset(self, offset: int) -> int:
-        """Index of the block holding ``offset`` (which must lie in the segment)."""
-        return max(0, bisect.bisect_right(self._first_offsets, offset) - 1)
 
     def block_for_raw_position(self, raw_position: int) -> int:
         return max(0, bisect.bisect_right(self._raw_positions, raw_position) - 1)
@@ -164,11 +250,87 @@ def compress_segment(raw_path: str, out_path: str, *, level: int, block_bytes: i
     return info
 
 
+def write_cleaned(
+    out_path: str,
+    origin: CompressedInfo | SegmentHeader,
+    end_offset: int,
+    frames: Iterable[tuple[int, int, bytes | memoryview]],
+    *,
+    level: int,
+    block_bytes: int,
+) -> CompressedInfo:
+    """Write a cleaned segment (version 2) to ``out_path`` and fsync it: ``frames`` are the kept
+    ``(offset, timestamp, frame bytes)``, offsets increasing, each frame exactly as it was (its
+    CRC with it). ``origin`` is the segment it replaces (its id, base offset and creation time
+    are kept), ``end_offset`` where that segment's offsets end.
+
+    A block is cut once it holds ``block_bytes`` raw bytes; a run ends at a hole or a block's
+    end, so runs lie inside one block (the module docstring)."""
+    compressor = zstandard.ZstdCompressor(level=level, write_checksum=False)
+    blocks: list[Block] = []
+    runs: list[Run] = []
+    bodies: list[bytes] = []
+    pending: list[bytes | memoryview] = []
+    block_raw = raw_pos = file_pos = 0
+    max_ts = run_max = -(2**63)
+    block_first = next_offset = -1
+
+    def cut() -> None:
+        nonlocal block_raw, file_pos
+        body = compressor.compress(b"".join(pending))
+        blocks.append(Block(block_first, run_max, raw_pos - block_raw, file_pos, block_raw, len(body)))
+        bodies.append(body)
+        file_pos += len(body)
+        pending.clear()
+        block_raw = 0
+
+    for offset, timestamp, frame in frames:
+        if block_raw >= block_bytes:
+            cut()
+        if not pending:
+            block_first = offset
+        if not pending or offset != next_offset:
+            runs.append(Run(offset, raw_pos, 0))
+        runs[-1] = Run(runs[-1].first_offset, runs[-1].raw_position, runs[-1].count + 1)
+        pending.append(frame)
+        block_raw += len(frame)
+        raw_pos += len(frame)
+        next_offset = offset + 1
+        max_ts = max(max_ts, timestamp)
+        run_max = max_ts  # a block's max timestamp is that of every record through it (as version 1)
+    if pending:
+        cut()
+    draft = CompressedInfo(
+        origin.segment_id,
+        origin.base_offset,
+        end_offset,
+        origin.created_ms,
+        max_ts if runs else -(2**63),
+        raw_pos,
+        (),
+        Z_VERSION_RUNS,
+        tuple(runs),
+    )
+    shift = Z_HEADER.size + Z_RUN_COUNT.size + Z_BLOCK.size * len(blocks) + Z_RUN.size * len(runs) + _CRC.size
+    placed = tuple(
+        Block(b.first_offset, b.max_timestamp, b.raw_position, b.file_position + shift, b.raw_length, b.compressed_length)
+        for b in blocks
+    )
+    info = dataclasses.replace(draft, blocks=placed)
+    with os_errors("write cleaned segment", out_path), open(out_path, "wb") as f:
+        f.write(_encode_table(info))
+        for body in bodies:
+            f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
+    return info
+
+
 def _encode_table(info: CompressedInfo) -> bytes:
     parts = [
         Z_HEADER.pack(
             Z_MAGIC,
-            Z_VERSION,
+            info.version,
             METHOD_ZSTD,
             0,
             info.segment_id,
@@ -180,10 +342,13 @@ def _encode_table(info: CompressedInfo) -> bytes:
             info.raw_size,
         )
     ]
+    if info.version != Z_VERSION:
+        parts.append(Z_RUN_COUNT.pack(len(info.stored_runs)))
     parts.extend(
         Z_BLOCK.pack(b.first_offset, b.max_timestamp, b.raw_position, b.file_position, b.raw_length, b.compressed_length)
         for b in info.blocks
     )
+    parts.extend(Z_RUN.pack(r.first_offset, r.raw_position, r.count) for r in info.stored_runs)
     body = b"".join(parts)
     return body + _CRC.pack(crc32c(body))
 
@@ -201,16 +366,20 @@ def decode_table(data: bytes, path: str) -> CompressedInfo:
     if len(data) < Z_HEADER.size:
         raise CorruptRecordError(f"compressed segment {path!r} is shorter than its header")
     magic, version, method, _r, seg_id, count, base, end, created, max_ts, raw_size = Z_HEADER.unpack_from(data, 0)
-    if magic != Z_MAGIC or version != Z_VERSION or method != METHOD_ZSTD:
+    if magic != Z_MAGIC or version not in (Z_VERSION, Z_VERSION_RUNS) or method != METHOD_ZSTD:
         raise CorruptRecordError(f"compressed segment {path!r} has a bad magic, version or method")
-    table_end = Z_HEADER.size + Z_BLOCK.size * count
-    if len(data) < table_end + _CRC.size:
+    length = table_length(data)
+    if len(data) < length:
         raise CorruptRecordError(f"compressed segment {path!r} is shorter than its block table ({count} blocks)")
+    table_end = length - _CRC.size
     (crc,) = _CRC.unpack_from(data, table_end)
     if crc32c(memoryview(data)[:table_end]) != crc:
         raise CorruptRecordError(f"compressed segment {path!r}: the CRC-32C of its header and block table does not match")
-    blocks = tuple(Block(*Z_BLOCK.unpack_from(data, Z_HEADER.size + i * Z_BLOCK.size)) for i in range(count))
-    info = CompressedInfo(seg_id, base, end, created, max_ts, raw_size, blocks)
+    at = Z_HEADER.size if version == Z_VERSION else Z_HEADER.size + Z_RUN_COUNT.size
+    blocks = tuple(Block(*Z_BLOCK.unpack_from(data, at + i * Z_BLOCK.size)) for i in range(count))
+    at += Z_BLOCK.size * count
+    runs = tuple(Run(*Z_RUN.unpack_from(data, at + i * Z_RUN.size)) for i in range((table_end - at) // Z_RUN.size))
+    info = CompressedInfo(seg_id, base, end, created, max_ts, raw_size, blocks, version, runs)
     _check_table(info, path)
     return info
 
@@ -228,23 +397,58 @@ def _check_table(info: CompressedInfo, path: str) -> None:
             bad = f"block {i} ({b.compressed_length} bytes at byte {b.file_position}) is not where the file's blocks go"
         elif b.raw_position != raw_pos or b.raw_length < 1 or raw_pos + b.raw_length > info.raw_size:
             bad = f"block {i} ({b.raw_length} raw bytes at raw byte {b.raw_position}) does not fit its raw size {info.raw_size}"
-        elif not first <= b.first_offset < info.end_offset or (i == 0 and b.first_offset != info.base_offset):
+        elif not first <= b.first_offset < info.end_offset or (
+            i == 0 and info.version == Z_VERSION and b.first_offset != info.base_offset
+        ):
             bad = f"block {i} starts at offset {b.first_offset}, out of order or outside {info.base_offset}-{info.end_offset}"
         file_pos += b.compressed_length
         raw_pos += b.raw_length
         first = b.first_offset + 1
     if bad is None and raw_pos != info.raw_size:
         bad = f"its blocks hold {raw_pos} raw bytes, not the {info.raw_size} its header says"
-    if bad is None and not info.blocks and info.end_offset != info.base_offset:
+    if bad is None and not info.blocks and info.end_offset != info.base_offset and info.version == Z_VERSION:
         bad = f"it has no block but offsets {info.base_offset} to {info.end_offset}"
+    if bad is None and info.version != Z_VERSION:
+        bad = _bad_runs(info)
     if bad is not None:
         raise CorruptRecordError(f"compressed segment {path!r} is corrupt: {bad}; restore it from a copy")
 
 
+def _bad_runs(info: CompressedInfo) -> str | None:
+    """What is wrong with a version-2 run table, or None: runs at increasing raw positions from
+    0, each inside one block, offsets increasing within base and end, each block starting with a run."""
+    prev_end, prev_pos = info.base_offset, -1
+    block_ends = [b.raw_position + b.raw_length for b in info.blocks]
+    for j, r in enumerate(info.runs):
+        if r.count < 1 or r.first_offset < prev_end or r.end_offset > info.end_offset:
+            return (
+                f"run {j} (offsets {r.first_offset} +{r.count}) is out of order or outside {info.base_offset}-{info.end_offset}"
+            )
+        if r.raw_position <= prev_pos or (j == 0 and r.raw_position != 0) or r.raw_position >= info.raw_size:
+            return f"run {j} starts at raw byte {r.raw_position}, not after the run before it inside {info.raw_size} raw bytes"
+        k = bisect.bisect_right(block_ends, r.raw_position)
+        stop = info.runs[j + 1].raw_position if j + 1 < len(info.runs) else info.raw_size
+        if k >= len(block_ends) or stop > block_ends[k]:
+            return f"run {j} (raw bytes {r.raw_position} to {stop}) crosses the end of its block"
+        prev_end, prev_pos = r.end_offset, r.raw_position
+    starts = {r.raw_position: r.first_offset for r in info.runs}
+    for i, b in enumerate(info.blocks):
+        if starts.get(b.raw_position) != b.first_offset:
+            return f"block {i} does not start with a run of its first offset {b.first_offset}"
+    return None
+
+
 def table_length(header: bytes) -> int:
-    """From the first ``Z_HEADER.size`` bytes, how many bytes the header and table span."""
+    """From the first bytes of a ``.seg.z`` (``Z_HEADER.size``, and for version 2 the run
+    count after it), how many bytes the header and table span."""
+    version: int = Z_HEADER.unpack_from(header, 0)[1]
     count: int = Z_HEADER.unpack_from(header, 0)[5]
-    return Z_HEADER.size + Z_BLOCK.size * count + _CRC.size
+    if version != Z_VERSION_RUNS:
+        return Z_HEADER.size + Z_BLOCK.size * count + _CRC.size
+    if len(header) < Z_HEADER.size + Z_RUN_COUNT.size:
+        return Z_HEADER.size + Z_RUN_COUNT.size + _CRC.size  # too short to say: at least this much
+    runs: int = Z_RUN_COUNT.unpack_from(header, Z_HEADER.size)[0]
+    return Z_HEADER.size + Z_RUN_COUNT.size + Z_BLOCK.size * count + Z_RUN.size * runs + _CRC.size
 
 
 # A first read that holds the header and, usually, the whole table (256 blocks of a 64 MiB
@@ -396,27 +600,36 @@ def check_block(
     data: BlockData, info: CompressedInfo, i: int, where: str, out: list[Record]
 ) -> tuple[int, CorruptRecordError | None]:
     """Decode block ``i``'s records (its decompressed ``data``) into ``out`` and check them: every
-    frame's CRC, and that they end whole exactly where the next block (or the segment) starts.
+    frame's CRC, and that each run of the block (one for a version-1 block) holds exactly its
+    offsets, whole frames ending where the next run (or the block) starts.
 
     Returns how many records decoded before any damage, and the damage (None if the block is
     whole). The one check of a block's records, for ``check()`` and ``tier fsck --deep``.
     """
     block = info.blocks[i]
-    following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else info.end_offset
+    view = memoryview(data)
     before = len(out)
-    try:
-        end, got = decode_records(data, 0, block.first_offset, len(data), out)
-    except CorruptRecordError as exc:
-        return len(out) - before, CorruptRecordError(
-            f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}"
-        )
-    if end != len(data):
-        return got, CorruptRecordError(
-            f"compressed segment {where!r}: block {i} ends in a partial frame at offset {block.first_offset + got}"
-        )
-    if block.first_offset + got != following:
-        return got, CorruptRecordError(
-            f"compressed segment {where!r}: block {i} holds offsets {block.first_offset} to "
-            f"{block.first_offset + got - 1}, but the next block or the segment's end is at {following}"
-        )
+    got = 0
+    for r in info.runs_in_block(i):
+        run = info.runs[r]
+        start = run.raw_position - block.raw_position
+        stop = min(info.run_end(run.raw_position), block.raw_position + block.raw_length) - block.raw_position
+        try:
+            end, n = decode_records(view[:stop], start, run.first_offset, stop, out)
+        except CorruptRecordError as exc:
+            return len(out) - before, CorruptRecordError(
+                f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}"
+            )
+        got += n
+        if end != stop:
+            return got, CorruptRecordError(
+                f"compressed segment {where!r}: block {i} ends in a partial frame at offset {run.first_offset + n}"
+            )
+        if n != run.count:
+            return got, CorruptRecordError(
+                f"compressed segment {where!r}: block {i} holds offsets {run.first_offset} to "
+                f"{run.first_offset + n - 1}, but its table says {run.first_offset} to {run.end_offset - 1}"
+            )
+    if got == 0:
+        return got, CorruptRecordError(f"compressed segment {where!r}: block {i} holds no run of records")
     return got, None

@@ -1,7 +1,8 @@
 """Compression of sealed segments into the ``.seg.z`` block form (:mod:`.compressed` is that
 format and its reader; this module is the maintenance that makes them), and the roll-forward
 or roll-back of a compression a dead process left behind. Not Kafka's log compaction, which
-keeps the newest record of each key: filechannel has none.
+keeps the newest record of each key: that is cleaner.py, whose swaps the same recovery
+finishes or rolls back (a cleaned segment is a ``.seg.z`` written the same way).
 
 Invariants: it runs under ``maintenance.lock`` and touches sealed segments only. A
 ``.seg.z`` is written to a temporary name, fsynced, renamed, and only then is the raw
@@ -48,7 +49,7 @@ def finish_interrupted_compressions(log: Log) -> None:
         if ref.compressed and os.path.exists(raw):
             if _valid_compressed(ref.path):
                 logger.warning("channel %s: finishing the interrupted compression of %s", log.path, raw)
-                _remove_raw(log, ref.base_offset)
+                remove_raw(log, ref.base_offset)
             else:
                 logger.warning("channel %s: rolling back the interrupted compression of %s", log.path, raw)
                 unlink_if_exists(ref.path)
@@ -88,14 +89,15 @@ def compress_sealed(log: Log) -> list[int]:
         with os_errors("rename", out):
             os.rename(out, log.compressed_path(ref.base_offset))
         fsync_dir(log.path)
-        _remove_raw(log, ref.base_offset)
+        remove_raw(log, ref.base_offset)
         done.append(ref.base_offset)
     if done:
         log.refresh_local()
     return done
 
 
-def _remove_raw(log: Log, base_offset: int) -> None:
+def remove_raw(log: Log, base_offset: int) -> None:
+    """Delete a raw segment and its indexes once its ``.seg.z`` (compressed or cleaned) is in place."""
     for suffix in (names.SEGMENT_SUFFIX, names.OFFSET_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
         unlink_if_exists(log.file(base_offset, suffix))
     fsync_dir(log.path)

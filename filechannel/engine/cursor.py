@@ -24,9 +24,13 @@ by ranged reads and prefetched (``Log.open_compressed``); one deleted from tier-
 retention under the cursor raises :class:`OffsetOutOfRangeError`, as one collected here
 before the cursor opened it does.
 
-Offsets are contiguous across segments: a segment's records end exactly where the next
-segment begins. A cursor that finds no segment where the previous one ended while a
-later one exists (a hole: a segment file deleted or lost) raises
+Offsets are contiguous across segments: a segment's offsets end exactly where the next
+segment begins. Inside a segment the cleaner of a compacted channel leaves holes (offsets
+whose records it removed): a cleaned segment's runs (compressed.py) say where each dense
+run of offsets starts, and the cursor takes a run's first offset when it reaches its first
+frame, a read of a run stopping at its end. A seek into a hole reads from the next record.
+A cursor that finds no segment where the previous one ended while a later one exists (a
+hole: a segment file deleted or lost) raises
 :class:`MissingSegmentError` naming the missing offsets; it never goes back.
 
 A read that meets damage (a bad frame, a block that does not decompress, a segment that
@@ -50,6 +54,7 @@ moment: a read in progress finishes first, and later reads raise
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 import threading
@@ -93,6 +98,10 @@ try:
     from ._codec import pread_nowait as _pread_nowait
 except ImportError:  # no C build, or a platform without RWF_NOWAIT
     _pread_nowait = _pread_nowait_py
+
+
+def _offset_of(record: Any) -> int:
+    return int(record.offset)
 
 
 class WouldBlock(Exception):
@@ -172,15 +181,25 @@ class _CompressedSource:
     def start_readahead(self) -> None:
         self._blocks.start()
 
+    def offset_at(self, position: int, offset: int) -> int:
+        """The offset of the frame at ``position`` for a reader at ``offset`` (past a hole of a
+        cleaned segment, the next run's first offset: :meth:`CompressedInfo.offset_at`)."""
+        return self.info.offset_at(position - SEGMENT_HEADER_SIZE, offset)
+
     def read(self, position: int, size: int) -> tuple[BlockData, int]:
+        """The decompressed block holding ``position``, cut where the run holding it ends (so a
+        dense decode never runs across a hole of a cleaned segment), and where in it to start."""
         if position >= self._end:
             return b"", 0
-        i = self.info.block_for_raw_position(position - SEGMENT_HEADER_SIZE)
+        raw = position - SEGMENT_HEADER_SIZE
+        i = self.info.block_for_raw_position(raw)
         if i != self._block:
             self._data = self._blocks.block(i)
             self._block = i
-        start = position - SEGMENT_HEADER_SIZE - self.info.blocks[i].raw_position
-        return self._data, start
+        b = self.info.blocks[i]
+        stop = self.info.run_end(raw) - b.raw_position
+        data = self._data if stop >= len(self._data) else memoryview(self._data)[:stop]
+        return data, raw - b.raw_position
 
     def size(self) -> int:
         return self._end
@@ -257,12 +276,9 @@ class Cursor:
         self._tail_seen = None
         if isinstance(source, _CompressedSource):
             info = source.info
-            if offset >= info.end_offset:  # the last segment, compressed (a lost roll): its end
-                start_offset, start_pos = info.end_offset, SEGMENT_HEADER_SIZE + info.raw_size
-            else:
-                b = info.blocks[info.block_for_offset(offset)] if info.blocks else None
-                start_offset = b.first_offset if b else info.base_offset
-                start_pos = SEGMENT_HEADER_SIZE + (b.raw_position if b else 0)
+            # the run holding offset, the next one past a hole, or the end (a lost roll's last segment)
+            start_offset, raw = info.start_for(offset)
+            start_pos = SEGMENT_HEADER_SIZE + raw
         elif ref.base_offset == offset:
             start_offset, start_pos = offset, SEGMENT_HEADER_SIZE
         else:
@@ -303,7 +319,8 @@ class Cursor:
                 if self._skip_to <= (out[0].offset if out else self.offset):
                     return out
                 if out and out[-1].offset >= self._skip_to:
-                    return out[self._skip_to - out[0].offset :]
+                    # by offset, not by count: a cleaned segment's offsets have holes
+                    return out[bisect.bisect_left(out, self._skip_to, key=_offset_of) :]
                 if not out:
                     return out
 
@@ -423,6 +440,8 @@ class Cursor:
                 raise WouldBlock
             data, start = source.read_cached(self._pos, need)
         else:
+            if isinstance(source, _CompressedSource) and not left:  # at a frame boundary: maybe past a hole
+                self.offset = source.offset_at(self._pos, self.offset)
             data, start = source.read(self._pos, need)
         if len(data) - start > left:
             self._buf, self._bpos = data, start

@@ -164,7 +164,8 @@ class Log:
         self._mutex = threading.Lock()
         self._bases: list[int] = []  # the local segments' base offsets, as last listed
         self._sealed_index: dict[int, tuple[tuple[int, int, int], OffsetIndex, TimeIndex]] = {}
-        self._z_info: dict[int, CompressedInfo] = {}
+        # (file identity, table) by base offset: the cleaner replaces a .seg.z by one of the same name
+        self._z_info: dict[int, tuple[tuple[int, int], CompressedInfo]] = {}
         self.recovery_point_path = os.path.join(path, RECOVERY_POINT_FILE)
         self.recovered = False  # this process's writer has not checked the log yet
 
@@ -473,14 +474,18 @@ class Log:
         if ref.remote is not None:  # tier-2 keeps its own bounded cache of tables: history is unbounded
             assert self.tier is not None
             return self.tier.info(ref.remote)
+        with os_errors("stat", ref.path):
+            st = os.stat(ref.path)
+        identity = (st.st_ino, st.st_mtime_ns)
         with self._mutex:
-            info = self._z_info.get(ref.base_offset)
-        if info is None:
-            seg = CompressedSegment.open(ref.path)
-            info = seg.info
-            seg.close()
-            with self._mutex:
-                self._z_info[ref.base_offset] = info
+            cached = self._z_info.get(ref.base_offset)
+        if cached is not None and cached[0] == identity:
+            return cached[1]
+        seg = CompressedSegment.open(ref.path)
+        info = seg.info
+        seg.close()
+        with self._mutex:
+            self._z_info[ref.base_offset] = (identity, info)
         return info
 
     def forget_sealed_index(self, base_offset: int) -> None:

@@ -131,7 +131,7 @@ def _check_segment(
                         raise bad
                     # the blocks are compressed apart: the next one is read from its own first offset
                     following = info.blocks[i + 1].first_offset if i + 1 < len(info.blocks) else after
-                    on_damage(DamagedRange(info.blocks[i].first_offset + got, following, str(bad)))
+                    on_damage(DamagedRange(info.offset_after(i, got), following, str(bad)))
                 n += got
             if info.base_offset != ref.base_offset:
                 raise _SegmentDamage(

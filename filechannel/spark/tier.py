@@ -38,6 +38,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import operator
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -392,7 +393,7 @@ def _segment_batches(
     ending whole where the next one starts), then added ``DECODE_ROWS`` rows at a time, so a
     batch ends at ``batch_rows`` rows or soon after ``batch_bytes``, as ``read_range``'s do."""
     info = segment.info
-    i = info.block_for_offset(start)
+    i = info.block_for_raw_position(info.start_for(start)[1])
     while i < len(info.blocks) and info.blocks[i].first_offset < end:
         if i >= len(info.blocks) - READAHEAD_BLOCKS:
             near_end()
@@ -400,8 +401,8 @@ def _segment_batches(
         _, bad = check_block(segment.block(i), info, i, segment.where(i), records)  # prefetches the next blocks
         if bad is not None:
             raise bad
-        first = info.blocks[i].first_offset  # records[k] is offset first + k
-        k, stop = max(0, start - first), max(0, end - first)
+        # by offset, not by count: a cleaned segment's offsets have holes
+        k, stop = bisect.bisect_left(records, start, key=_offset), bisect.bisect_left(records, end, key=_offset)
         while k < min(stop, len(records)):
             take = min(DECODE_ROWS, batch_rows - len(builder), stop - k)
             builder.add(records[k : k + take])
@@ -409,6 +410,9 @@ def _segment_batches(
             if len(builder) >= batch_rows or builder.nbytes >= batch_bytes:
                 yield builder.build()
         i += 1
+
+
+_offset = operator.attrgetter("offset")
 
 
 def _no_access(r: TierRange, exc: AccessDeniedError) -> AccessDeniedError:

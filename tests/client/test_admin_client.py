@@ -95,8 +95,8 @@ def test_each_error_name_catches_the_situation_it_names(tmp_path):
             p.send("t", b"x", partition=7)
         with pytest.raises(MessageSizeTooLargeError):
             p.send("t", b"x" * 2000).get(timeout=30)
-        with pytest.raises(UnsupportedVersionError, match="compact"):
-            admin.create_topics([NewTopic("compacted", 1, 1, topic_configs={"cleanup.policy": "compact"})])
+        with pytest.raises(UnsupportedVersionError, match="CreateTime"):
+            admin.create_topics([NewTopic("stamped", 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
     with pytest.raises(InvalidTopicError):
         admin.create_topic("../escape")
     with pytest.raises(InvalidConfigurationError, match="retention_ms"):
@@ -157,7 +157,7 @@ def test_create_topics_with_kafkas_config_names_and_describe_configs(tmp_path):
     )
     assert admin.list_topics() == ["a", "b"]
     assert len(admin.describe_topic("a").partitions) == 3
-    assert admin.describe_topic("a").config == {"retention_ms": 1000}
+    assert admin.describe_topic("a").config == {"retention_ms": 1000, "cleanup_policy": "delete"}
     described = admin.describe_configs(
         [ConfigResource(ConfigResourceType.TOPIC, "a"), ConfigResource("topic", "b", ["segment.bytes"])]
     )
@@ -171,6 +171,7 @@ def test_create_topics_with_kafkas_config_names_and_describe_configs(tmp_path):
     }
     assert a["retention.bytes"]["value"] == "-1" and a["retention.bytes"]["is_default"]
     assert a["compression.type"]["value"] == "zstd" and a["tier"]["value"] is None
+    assert a["cleanup.policy"]["value"] == "delete" and a["cleanup.policy"]["is_default"]
     assert described["topic"]["b"] == {
         "segment.bytes": {
             "value": "8192",
@@ -186,8 +187,10 @@ def test_create_topics_with_kafkas_config_names_and_describe_configs(tmp_path):
 
 def test_create_topics_checks_every_topic_before_creating_any(tmp_path):
     admin = KafkaAdminClient(root=tmp_path)
-    with pytest.raises(UnsupportedVersionError, match="compaction"):
-        admin.create_topics([NewTopic("ok", 1, 1), NewTopic("bad", 1, 1, topic_configs={"cleanup.policy": "compact"})])
+    with pytest.raises(UnsupportedVersionError, match="CreateTime"):
+        admin.create_topics(
+            [NewTopic("ok", 1, 1), NewTopic("bad", 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})]
+        )
     with pytest.raises(InvalidConfigurationError, match=r"unknown topic config 'retention\.msec'"):
         admin.create_topics([NewTopic("ok", 1, 1, topic_configs={"retention.msec": "5"})])
     admin.create_topics([NewTopic("ok", 1, 1)], validate_only=True)

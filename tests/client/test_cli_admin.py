@@ -71,7 +71,7 @@ def test_configs_alter_and_describe_as_kafka_configs(tmp_path):
 def test_configs_bad_values_exit_2_and_failed_operations_exit_1(tmp_path):
     fc(tmp_path, "topics", "create", "t")
     for args, message in [
-        (["--add-config", "cleanup.policy=compact"], "there is no compaction"),
+        (["--add-config", "message.timestamp.type=LogAppendTime"], "CreateTime"),
         (["--add-config", "retention.msec=5"], "unknown topic config 'retention.msec'"),
         (["--add-config", "retention.ms=soon"], "must be an integer"),
         (["--add-config", "novalue"], "is not KEY=VALUE"),

@@ -267,7 +267,7 @@ def test_topics_create_takes_kafkas_dotted_configs(tmp_path):
     assert config["segment_bytes"] == 1048576 and config["max_record_bytes"] == 2048 and config["compression"] == "none"
     for item, message in [
         ("compression.type=gzip", "zstd or not at all"),
-        ("cleanup.policy=compact", "no compaction"),
+        ("cleanup.policy=squash", "must be delete, compact, or compact,delete"),
         ("retention.msec=1", "unknown topic config 'retention.msec'"),
         ("segment.bytes=big", "must be an integer"),
     ]:
