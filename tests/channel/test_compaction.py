@@ -281,7 +281,7 @@ class CompactionMachine(RuleBasedStateMachine):
 
 
 TestCompactionMachine = CompactionMachine.TestCase
-TestCompactionMachine.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
+TestCompactionMachine.settings = settings(max_examples=20, stateful_step_count=20, deadline=None)
 
 
 CHILD = textwrap.dedent(
