@@ -38,7 +38,7 @@ CONFIG: dict[str, Any] = dict(
 def read_all(ch: FileChannel, start: int | str = "earliest") -> list[Record]:
     with ch.receiver(start) as rx:
         out: list[Record] = []
-        while batch := rx.recv_many(1000, timeout=0.05):
+        while batch := rx.recv_many(1000, timeout=0):  # everything was written before: no wait at the end
             out.extend(batch)
         return out
 
