@@ -54,15 +54,15 @@ from ..engine.readahead import READAHEAD_BLOCKS
 from ..engine.record import Record
 from ..errors import AccessDeniedError, OffsetOutOfRangeError
 from ..root import ROOT_METADATA, partition_name
-from ..tiering.bindings import StorageClients
 from ..tiering.layout import SegmentRecord
 from ..tiering.metadata import TierMetadata
 from ..tiering.reindex import open_index
 from ..tiering.remote_segment import RemoteReader, RemoteSegment
-from ..tiering.storage import ChunkStorage, redact_url
+from ..tiering.storage import redact_url
 from .errors import data_loss
 from .ranges import BATCH_BYTES, BATCH_ROWS, DECODE_ROWS, OffsetRange
 from .schema import BatchBuilder
+from .storages import PROCESS_STORAGES, storage_for
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ def uploaded_ends(root: str, partitions: Mapping[str, Sequence[int]]) -> dict[st
         for topic, parts in partitions.items():
             out[topic] = {}
             for p in parts:
-                with planner.store.open_partition(topic, p, read_only=True) as ch:
+                with planner.store.open_partition(topic, p, read_only=True, tier_storages=PROCESS_STORAGES) as ch:
                     first = ch.first_offset
                 run = _run_from(planner.uploaded(topic, p), first) if planner.tier_config(topic) else []
                 out[topic][str(p)] = run[-1].end_offset if run else first
@@ -276,20 +276,6 @@ def _run_from(uploaded: list[SegmentRecord], offset: int) -> list[SegmentRecord]
             break
         run.append(s)
     return run
-
-
-_STORAGES = StorageClients()  # never closed: the worker's process ends with them
-
-
-def storage_for(url: str, options: dict[str, Any]) -> ChunkStorage:
-    """This process's client of the storage at ``url`` with ``options``, made on first use and kept.
-
-    Spark reuses a Python worker for many tasks, and making a boto3 client is costly (it
-    loads the service's model; DESIGN.md, "Spark"): once per worker, not once per task. A
-    client is thread-safe, and its credentials come from the worker's environment, which
-    does not change.
-    """
-    return _STORAGES.get(url, options)
 
 
 class _Segments:

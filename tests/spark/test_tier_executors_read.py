@@ -21,7 +21,8 @@ from filechannel.spark.errors import DataLossError
 from filechannel.spark.options import SourceOptions
 from filechannel.spark.ranges import OffsetRange
 from filechannel.spark.source import FileChannelBatchReader, read_partition
-from filechannel.spark.tier import TierRange, read_tier_range, snap, storage_for
+from filechannel.spark.storages import storage_for
+from filechannel.spark.tier import TierRange, read_tier_range, snap
 from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.remote_segment import RemoteReader
 
