@@ -11,7 +11,11 @@ The tier-2 rows (:func:`_tier_run`, issue 21): one partition of 1 M records of 1
 read with 1, 2 and 4 input partitions (``minPartitions``) from three places: tier-2 on a
 SeaweedFS server on this machine (every record but the last uploaded and deleted locally:
 executors read the chunks with ranged GETs, spark/tier.py), the same records on local disk
-(compressed segments, read through the channel), and the in-memory Arrow source. On this
+(compressed segments, read through the channel), and the in-memory Arrow source. Against
+them, raw ranged GETs in Spark (issue 37): a bare Python data source whose tasks (as many
+as ours) GET the same chunk objects, in ranges of one compression block with as many in
+flight as a tier reader's prefetch threads, and yield each GET's bytes as one row, with no
+checking or decoding (``vs_raw_get`` of the tier-2 row: its rate over theirs, the same bytes). On this
 2-CPU machine Spark's two task slots, the server and the decompression share the two
 CPUs, so 4 input partitions cannot beat 2: the figure shows where it stops scaling; on a
 cluster each executor brings its own CPUs and the bucket serves them all.
