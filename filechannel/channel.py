@@ -42,6 +42,7 @@ from .root import TOPIC_SETTINGS, effective_settings
 from .sender import Sender
 
 if TYPE_CHECKING:  # imported lazily at run time, only when the config has a tier
+    from .tiering.bindings import StorageClients
     from .tiering.context import TierContext
 
 log = logging.getLogger("filechannel")
@@ -124,6 +125,7 @@ class FileChannel:
         tier_metadata: str | None = None,
         tier_name: str | None = None,
         tier_context: TierContext | None = None,
+        tier_storages: StorageClients | None = None,
         settings_source: Callable[[], Mapping[str, Any]] | None = None,
         **config: Unpack[ChannelSettings],
     ) -> None:
@@ -131,7 +133,9 @@ class FileChannel:
         ``topic.json``); the maintenance thread asks it at each pass and applies what changed
         (:meth:`apply_settings`). None: the settings stay those given here. ``tier_context``:
         the channel's tier-2 made by the caller (a bucket reader's, which follows the bucket
-        with no root), instead of the one ``tier`` and ``tier_metadata`` make; the channel closes it."""
+        with no root), instead of the one ``tier`` and ``tier_metadata`` make; the channel closes it.
+        ``tier_storages``: storage clients the caller shares across channels and closes (the tier
+        context made here takes its client from them: see :class:`~filechannel.tiering.context.TierContext`)."""
         raw = os.fspath(path).rstrip(os.sep)
         validate_name(os.path.basename(raw), "channel name (the folder's last component)")
         self.path = os.path.abspath(raw)
@@ -151,7 +155,7 @@ class FileChannel:
             # FileChannel composes the layers: the engine below it never imports tiering.
             from .tiering.context import tier_context_for
 
-            self._tier = tier_context_for(self.path, self.config, tier_metadata, tier_name)
+            self._tier = tier_context_for(self.path, self.config, tier_metadata, tier_name, tier_storages)
         self._log = Log(self.path, self.config, tier=self._tier, read_only=self.read_only)
         self._own_wakeup = wakeup is None
         self._wakeup = Wakeup(self.path) if wakeup is None else wakeup

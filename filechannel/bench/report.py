@@ -180,6 +180,14 @@ def targets(rows: list[Row], machine: dict[str, Any]) -> list[dict[str, Any]]:
             ours_spark.msgs_per_s / arrow.msgs_per_s if ours_spark and arrow else None,
             0.7,
         )
+    for r in rows:  # Spark over tier-2 against raw ranged GETs of the same objects in Spark (issue 37), per input partitions
+        if r.workload.startswith("spark availableNow") and "vs_raw_get" in r.extra and not r.error:
+            parts = r.extra["input_partitions"]
+            target(
+                f"Spark over tier-2 vs raw ranged GETs of the same objects in Spark, {parts} input partition(s)",
+                r.extra["vs_raw_get"],
+                0.8,
+            )
     big = next((r for r in rows if r.workload == "consume a large channel (RSS)" and not r.error), None)
     out.append(
         {

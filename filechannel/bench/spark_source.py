@@ -11,7 +11,11 @@ The tier-2 rows (:func:`_tier_run`, issue 21): one partition of 1 M records of 1
 read with 1, 2 and 4 input partitions (``minPartitions``) from three places: tier-2 on a
 SeaweedFS server on this machine (every record but the last uploaded and deleted locally:
 executors read the chunks with ranged GETs, spark/tier.py), the same records on local disk
-(compressed segments, read through the channel), and the in-memory Arrow source. On this
+(compressed segments, read through the channel), and the in-memory Arrow source. Against
+them, raw ranged GETs in Spark (issue 37): a bare Python data source whose tasks (as many
+as ours) GET the same chunk objects, in ranges of one compression block with as many in
+flight as a tier reader's prefetch threads, and yield each GET's bytes as one row, with no
+checking or decoding (``vs_raw_get`` of the tier-2 row: its rate over theirs, the same bytes). On this
 2-CPU machine Spark's two task slots, the server and the decompression share the two
 CPUs, so 4 input partitions cannot beat 2: the figure shows where it stops scaling; on a
 cluster each executor brings its own CPUs and the bucket serves them all.
@@ -19,11 +23,14 @@ cluster each executor brings its own CPUs and the bucket serves them all.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from .measure import Row, in_child
@@ -78,6 +85,101 @@ def _memory_source() -> Any:
             return MemoryReader(int(self.options["rows"]), int(self.options.get("parts", "2")))
 
     return MemorySource
+
+
+@functools.cache
+def _s3_client(endpoint: str, pool: int) -> Any:
+    """One boto3 client per Spark Python worker (a top-level function: the workers import it,
+    so its cache lives as long as the worker, as ``spark.tier.storage_for``'s clients do)."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(s3={"addressing_style": "path"}, max_pool_connections=max(10, pool))
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", config=config)
+
+
+def _raw_get_source() -> Any:
+    """A streaming source whose tasks do boto3 ranged GETs of given objects, ``threads`` in flight,
+    and yield each GET's bytes as one row of one binary column, undecoded (issue 37: "raw ranged
+    GETs in Spark", what a tier-2 read costs before any checking or decoding). Options: ``ranges``
+    (JSON ``[[key, start, length], ...]``), ``bucket``, ``endpoint``, ``parts`` and ``threads``.
+    Credentials come from the workers' environment, as for the tier-2 reads."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import ReadLimit
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    class Part(InputPartition):
+        def __init__(self, ranges: list[tuple[str, int, int]]) -> None:
+            self.ranges = ranges
+
+    class RawGetReader(DataSourceStreamReader):
+        def __init__(self, options: Mapping[str, str]) -> None:
+            self.ranges = [tuple(r) for r in json.loads(options["ranges"])]
+            self.bucket, self.endpoint = options["bucket"], options["endpoint"]
+            self.parts, self.threads = int(options["parts"]), int(options["threads"])
+
+        def initialOffset(self) -> dict[str, int]:
+            return {"offset": 0}
+
+        def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+            return {"offset": len(self.ranges)}  # every GET at once (availableNow)
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            a, b = start["offset"], end["offset"]
+            cuts = [a + (b - a) * i // self.parts for i in range(self.parts + 1)]
+            return [Part(self.ranges[x:y]) for x, y in itertools.pairwise(cuts) if y > x]
+
+        def read(self, partition: Any) -> Any:
+            client, bucket = _s3_client(self.endpoint, self.threads), self.bucket
+
+            def get(job: tuple[str, int, int]) -> bytes:
+                key, start, length = job
+                body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{start + length - 1}")["Body"]
+                try:
+                    data: bytes = body.read()
+                finally:
+                    body.close()
+                if len(data) != length:
+                    raise RuntimeError(f"a ranged GET of {key} at {start} returned {len(data)} bytes, not {length}")
+                return data
+
+            with ThreadPoolExecutor(self.threads) as pool:
+                for data in pool.map(get, partition.ranges):
+                    yield pa.RecordBatch.from_arrays([pa.array([data], pa.binary())], names=["bytes"])
+
+    class RawGetSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "fcbench_raw_get"
+
+        def schema(self) -> Any:
+            return StructType([StructField("bytes", BinaryType())])
+
+        def streamReader(self, schema: Any) -> Any:
+            return RawGetReader(self.options)
+
+    return RawGetSource
+
+
+def _block_ranges(root: str, topic: str, prefix: str, block_bytes: int) -> list[tuple[str, int, int]]:
+    """``(key, start, length)`` of every uploaded chunk of ``topic``'s partition 0 (its objects
+    under ``prefix/`` in the bucket), in ranges of ``block_bytes`` (one compression block's
+    size), as the tiering bench's raw GETs read them."""
+    from filechannel.root import ROOT_METADATA, partition_name
+    from filechannel.tiering.metadata import TierMetadata
+
+    with TierMetadata(os.path.join(root, ROOT_METADATA)) as metadata:
+        records = metadata.segments(partition_name(topic, 0))
+    return [
+        (f"{prefix}/{c.name}", c.object_offset + start, min(block_bytes, c.length - start))
+        for r in records
+        for c in r.chunks
+        for start in range(0, c.length, block_bytes)
+    ]
 
 
 def _timed_query(df: Any) -> tuple[int, float]:
@@ -186,6 +288,7 @@ def _tier_run(n: int, turns: int) -> list[dict[str, Any]]:
         from filechannel.spark.options import SourceOptions
         from filechannel.spark.source import FileChannelBatchReader
         from filechannel.spark.tier import TierRange
+    from filechannel.config import ChannelConfig
     from filechannel.tiering.daemon import TieringDaemon
 
     from .seaweed import running_seaweed
@@ -219,17 +322,27 @@ def _tier_run(n: int, turns: int) -> list[dict[str, Any]]:
             spark.dataSource.register(_memory_source())
             _timed_query(spark.readStream.format("fcbench_memory").option("rows", "10000").load())  # warm-up
 
+            ranges = _block_ranges(root, "tiered", "fc", ChannelConfig.compression_block_bytes)
+            threads = 2 * ChannelConfig.tier_concurrency  # as many GETs in flight as a tier reader's prefetch threads
+            spark.dataSource.register(_raw_get_source())
+
             def source(where: str, parts: int) -> Any:
                 if where == "memory":
                     return spark.readStream.format("fcbench_memory").option("rows", str(n)).option("parts", str(parts))
+                if where == "raw":
+                    raw = spark.readStream.format("fcbench_raw_get").option("ranges", json.dumps(ranges))
+                    raw = raw.option("bucket", bucket).option("endpoint", server.endpoint).option("threads", str(threads))
+                    return raw.option("parts", str(parts))
                 reader = spark.readStream.format("filechannel").option("root", root).option("subscribe", where)
                 return reader.option("startingOffsets", "earliest").option("minPartitions", str(parts))
 
             names = {
                 "tiered": f"tier-2 (SeaweedFS, {in_tier} of {n} records)",
+                "raw": f"raw boto3 ranged GETs of the same objects in Spark ({len(ranges)} GETs, {threads} in flight a task)",
                 "local": "local disk (compressed segments)",
                 "memory": "in-memory Arrow source",
             }
+            expect = {"tiered": n, "raw": len(ranges), "local": n, "memory": n}
             for parts in INPUT_PARTITIONS:
                 best: dict[str, tuple[int, float]] = {}
                 for _ in range(turns):  # alternating, best of the turns
@@ -237,21 +350,25 @@ def _tier_run(n: int, turns: int) -> list[dict[str, Any]]:
                         got = _timed_query(source(where, parts).load())
                         if where not in best or got[1] < best[where][1]:
                             best[where] = got
+                vs_raw = best["raw"][1] / best["tiered"][1]  # the same bytes fetched: a ratio of rates
                 for where, label in names.items():
                     count, secs = best[where]
-                    if count != n:
-                        raise RuntimeError(f"{where} with {parts} input partitions read {count} rows, not {n}")
+                    if count != expect[where]:
+                        raise RuntimeError(f"{where} with {parts} input partitions read {count} rows, not {expect[where]}")
+                    extra: dict[str, Any] = {"input_partitions": parts, "source": where, "records_in_tier2": in_tier}
+                    if where == "tiered":
+                        extra["vs_raw_get"] = vs_raw
                     rows.append(
                         Row(
                             TIER_WORKLOAD,
                             f"{label}, {parts} input partition{'s' if parts > 1 else ''}",
                             "none",
                             100,
-                            count,
-                            count / secs,
-                            count * 100 / secs / 1e6,
-                            ours=where != "memory",
-                            extra={"input_partitions": parts, "source": where, "records_in_tier2": in_tier},
+                            n,  # the raw GETs fetch the bytes of the same n records
+                            n / secs,
+                            n * 100 / secs / 1e6,
+                            ours=where not in ("memory", "raw"),
+                            extra=extra,
                         ).to_json()
                     )
         finally:

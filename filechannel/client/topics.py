@@ -26,7 +26,7 @@ from ..root import (
     RootLayout,
     validate_topic_config,
 )
-from ..tiering.bindings import check_storage
+from ..tiering.bindings import StorageClients, check_storage
 from ..tiering.marks import mark_deleted_now
 
 log = logging.getLogger("filechannel")
@@ -49,12 +49,21 @@ class TopicStore(RootLayout):
     """Reads and creates topics under a root (see :class:`~filechannel.root.RootLayout`) and opens
     their partitions as channels. Thread-safe."""
 
-    def open_partition(self, topic: str, partition: int, *, wakeup: Wakeup | None = None, **overrides: Any) -> FileChannel:
+    def open_partition(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        wakeup: Wakeup | None = None,
+        tier_storages: StorageClients | None = None,
+        **overrides: Any,
+    ) -> FileChannel:
         """Open partition ``partition`` of ``topic`` as a channel with the topic's settings (under
         ``overrides``); its maintenance thread applies the topic's changed settings within a
         second or so (:meth:`FileChannel.apply_settings`: ``RootLayout.meta`` re-reads a changed
         ``topic.json``). In a replica root (:meth:`RootLayout.replica`) it opens read-only, and
-        a write raises :class:`~filechannel.errors.ReadOnlyError` saying the root is a replica."""
+        a write raises :class:`~filechannel.errors.ReadOnlyError` saying the root is a replica.
+        ``tier_storages``: storage clients shared across channels (see :class:`FileChannel`)."""
         settings = self.partition_settings(topic, partition, **overrides)
         replica = self.replica()
         if replica is not None:  # a replica root: every partition read-only, a write says why
@@ -62,6 +71,7 @@ class TopicStore(RootLayout):
         return FileChannel(
             self.partition_path(topic, partition),
             wakeup=wakeup,
+            tier_storages=tier_storages,
             settings_source=lambda: self.partition_settings(topic, partition, **overrides),
             **settings,
         )

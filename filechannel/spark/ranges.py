@@ -24,6 +24,7 @@ from ..client.topics import TopicStore
 from ..errors import OffsetOutOfRangeError, RootUnavailableError
 from .errors import data_loss
 from .schema import BatchBuilder
+from .storages import PROCESS_STORAGES
 
 BATCH_ROWS = 8192  # rows per Arrow batch: large enough to amortise, small enough to stream
 # ... and about this many bytes of keys and values at most: 8,192 records of 1 MB would be an
@@ -113,7 +114,7 @@ def read_range(r: OffsetRange, batch_rows: int = BATCH_ROWS, batch_bytes: int = 
             "where its root is; mount the root on the executors (read-only is enough), or run the query in local mode "
             "on the root's machine (tier-2's records are read from the storage anywhere)"
         )
-    with TopicStore(r.root).open_partition(r.topic, r.partition, read_only=True) as ch:
+    with TopicStore(r.root).open_partition(r.topic, r.partition, read_only=True, tier_storages=PROCESS_STORAGES) as ch:
         start = r.start
         first = ch.first_offset
         if start < first:

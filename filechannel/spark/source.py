@@ -28,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from ..channel import FileChannel
 from ..client import Consumer, TopicPartition
 from ..client.topics import TopicStore
 from ..client.transaction_log import recover_transactions
@@ -36,6 +37,7 @@ from .bucket import BucketCatalog, BucketPlanner
 from .errors import data_loss
 from .options import EARLIEST, LATEST, UPLOADED, Bound, Offsets, SourceOptions
 from .ranges import OffsetRange, read_range, split
+from .storages import PROCESS_STORAGES
 from .tier import SegmentPlanner, TierPlanner, TierRange, read_tier_range, uploaded_ends
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,15 @@ def topics_of(opts: SourceOptions, catalog: BucketCatalog | None) -> TopicStore 
         return catalog
     assert opts.root is not None
     return TopicStore(opts.root)
+
+
+def open_read_only(store: TopicStore | BucketCatalog, topic: str, partition: int) -> FileChannel:
+    """A partition read on the driver, read-only; a root's takes its tier-2 client from this
+    process's (spark/storages.py: a query opens each partition several times), a tier URL's
+    shares its catalog's."""
+    if isinstance(store, TopicStore):
+        return store.open_partition(topic, partition, read_only=True, tier_storages=PROCESS_STORAGES)
+    return store.open_partition(topic, partition)
 
 
 def open_catalog(opts: SourceOptions) -> contextlib.AbstractContextManager[BucketCatalog | None]:
@@ -61,7 +72,7 @@ def partition_bounds(opts: SourceOptions, catalog: BucketCatalog | None) -> dict
     for topic, parts in opts.partitions(catalog).items():
         out[topic] = {}
         for p in parts:
-            with store.open_partition(topic, p, read_only=True) as ch:
+            with open_read_only(store, topic, p) as ch:
                 out[topic][str(p)] = (ch.first_offset, ch.end_offset)
     return out
 
@@ -96,7 +107,7 @@ def resolve(opts: SourceOptions, catalog: BucketCatalog | None, bound: Bound, *,
     for topic, offsets in spec.items():
         out[topic] = {}
         for p, value in offsets.items():
-            with store.open_partition(topic, int(p), read_only=True) as ch:
+            with open_read_only(store, topic, int(p)) as ch:
                 first, end = ch.first_offset, ch.end_offset
                 if uploaded is not None:
                     end = uploaded.get(topic, {}).get(p, first)

@@ -40,6 +40,7 @@ import itertools
 import logging
 import operator
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,15 +56,15 @@ from ..engine.readahead import READAHEAD_BLOCKS
 from ..engine.record import Record
 from ..errors import AccessDeniedError, OffsetOutOfRangeError
 from ..root import ROOT_METADATA, partition_name
-from ..tiering.bindings import StorageClients
 from ..tiering.layout import SegmentRecord
 from ..tiering.metadata import TierMetadata
 from ..tiering.reindex import open_index
 from ..tiering.remote_segment import RemoteReader, RemoteSegment
-from ..tiering.storage import ChunkStorage, redact_url
+from ..tiering.storage import redact_url
 from .errors import data_loss
 from .ranges import BATCH_BYTES, BATCH_ROWS, DECODE_ROWS, OffsetRange
 from .schema import BatchBuilder
+from .storages import PROCESS_STORAGES, storage_for
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +258,7 @@ def uploaded_ends(root: str, partitions: Mapping[str, Sequence[int]]) -> dict[st
         for topic, parts in partitions.items():
             out[topic] = {}
             for p in parts:
-                with planner.store.open_partition(topic, p, read_only=True) as ch:
+                with planner.store.open_partition(topic, p, read_only=True, tier_storages=PROCESS_STORAGES) as ch:
                     first = ch.first_offset
                 run = _run_from(planner.uploaded(topic, p), first) if planner.tier_config(topic) else []
                 out[topic][str(p)] = run[-1].end_offset if run else first
@@ -279,57 +280,77 @@ def _run_from(uploaded: list[SegmentRecord], offset: int) -> list[SegmentRecord]
     return run
 
 
-_STORAGES = StorageClients()  # never closed: the worker's process ends with them
-
-
-def storage_for(url: str, options: dict[str, Any]) -> ChunkStorage:
-    """This process's client of the storage at ``url`` with ``options``, made on first use and kept.
-
-    Spark reuses a Python worker for many tasks, and making a boto3 client is costly (it
-    loads the service's model; DESIGN.md, "Spark"): once per worker, not once per task. A
-    client is thread-safe, and its credentials come from the worker's environment, which
-    does not change.
-    """
-    return _STORAGES.get(url, options)
-
-
 class _Segments:
-    """Opens a task's segments in order, the next one ahead: its table and first blocks are
-    fetched while the last blocks of the current one are decoded (as a cursor opens the next
-    segment near the end of one), so a task does not wait two round trips at each segment.
-    At most two segments are open, as for a cursor (the bound of remote_segment.py)."""
+    """Opens a task's segments in order, those after the current one ahead: their tables and
+    first blocks are fetched while the current one's last blocks are fetched and decoded, so a
+    task's GETs do not pause at each segment for a table read and a round trip.
+
+    Bound (remote_segment.py's: the cache, plus a quarter of it per open segment, for a cursor
+    has two open near a segment's end): the next segment is always started when the current one
+    nears its end, as by a cursor; further ones are started earlier only while the prefetch
+    windows of the segments started ahead (each one's first ``depth`` blocks, raw and
+    compressed) fit in a quarter of the cache together. So segments of a few blocks are fetched
+    several ahead, and one of 64 MiB (whose window alone takes the quarter) only when the
+    current one nears its end. A segment opened ahead but not started holds only its table."""
 
     def __init__(self, reader: RemoteReader, records: Sequence[SegmentRecord]) -> None:
         self.reader, self.records = reader, records
+        self._budget = reader.cache.capacity // 4
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="filechannel-tier-open")
-        self._next: tuple[int, Future[RemoteSegment]] | None = None
+        self._lock = threading.Lock()
+        self._ahead: dict[int, Future[RemoteSegment]] = {}  # opened (or opening) ahead, by index
+        self._started: dict[int, int] = {}  # of those, the ones started (or to be): their windows' bytes
+        self._closed = False
 
     def open(self, k: int) -> RemoteSegment:
-        if self._next is not None and self._next[0] == k:
-            future, self._next = self._next[1], None
+        with self._lock:
+            future = self._ahead.pop(k, None)
+            self._started.pop(k, None)
+        if future is not None:
             return future.result()  # its error (retention, damage, access) raises here
         self._drop()
         return self.reader.open(self.records[k])
 
     def prepare(self, k: int) -> None:
-        """Start opening segment ``k`` (once; nothing past the last)."""
-        if k < len(self.records) and self._next is None:
-            self._next = (k, self._pool.submit(self._open_started, self.records[k]))
+        """Start segment ``k`` now (the current one nears its end), opening it if need be."""
+        self._submit(k, force=True)
 
-    def _open_started(self, record: SegmentRecord) -> RemoteSegment:
-        segment = self.reader.open(record)
-        segment.start()
+    def _submit(self, k: int, force: bool) -> None:
+        with self._lock:
+            if k >= len(self.records) or k in self._started or self._closed:
+                return
+            if force:
+                self._started[k] = 0  # (its window once opened): asked again, nothing more to do
+            opened = self._ahead.get(k)
+            self._ahead[k] = self._pool.submit(self._open_started, k, opened, force)
+
+    def _open_started(self, k: int, opened: Future[RemoteSegment] | None, force: bool) -> RemoteSegment:
+        """On the open thread: segment ``k`` (``opened`` already, or now), started if ``force`` or
+        within the bound, and then the next one opened ahead (started if that fits too)."""
+        segment = opened.result() if opened is not None else self.reader.open(self.records[k])
+        window = sum(b.raw_length + b.compressed_length for b in segment.info.blocks[: segment.depth])
+        with self._lock:
+            fits = force or sum(self._started.values()) + window <= self._budget
+            if fits and k in self._ahead:  # (not if the task took it meanwhile)
+                self._started[k] = window
+        if fits:
+            segment.start()
+            self._submit(k + 1, force=False)
         return segment
 
     def _drop(self) -> None:
-        if self._next is not None:
-            future, self._next = self._next[1], None
+        with self._lock:
+            futures, self._ahead = list(self._ahead.values()), {}
+            self._started.clear()
+        for future in futures:
             with contextlib.suppress(Exception):  # never read: its error does not matter
                 future.result().close()
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True  # nothing new is submitted
+        self._pool.shutdown(wait=True)  # the opens in flight end first
         self._drop()
-        self._pool.shutdown(wait=True)
 
 
 def read_tier_range(r: TierRange, batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES) -> Iterator[pa.RecordBatch]:
@@ -386,7 +407,10 @@ def _segment_batches(
     near_end: Callable[[], None],
 ) -> Iterator[pa.RecordBatch]:
     """The records ``[start, end)`` of one remote segment into ``builder``, yielding full batches;
-    ``near_end()`` is called on its last blocks (to open the next segment ahead).
+    ``near_end()`` is called once the prefetch window (``segment.depth`` blocks ahead) holds the
+    segment's last block, to open the next segment ahead: its GETs then follow this one's with no
+    gap, where waiting for the decoding to reach the last blocks left the connections idle for a
+    table read and a round trip at every segment (about a third of a read of 4 MB segments).
 
     Each block is decoded and checked whole by the check every reader of a compressed block
     uses (:func:`~filechannel.engine.compressed.check_block`: every record's CRC, the block
@@ -395,8 +419,8 @@ def _segment_batches(
     info = segment.info
     i = info.block_for_raw_position(info.start_for(start)[1])
     while i < len(info.blocks) and info.blocks[i].first_offset < end:
-        if i >= len(info.blocks) - READAHEAD_BLOCKS:
-            near_end()
+        if i >= len(info.blocks) - 1 - max(READAHEAD_BLOCKS, segment.depth):
+            near_end()  # the prefetch window reaches the segment's end: fetch on into the next one
         records: list[Record] = []
         _, bad = check_block(segment.block(i), info, i, segment.where(i), records)  # prefetches the next blocks
         if bad is not None:

@@ -34,7 +34,7 @@ from ..config import ChannelConfig
 from ..engine.compressed import CompressedInfo
 from ..engine.log import CompressedBlocks
 from ..errors import MetadataDamagedError, TierError, os_errors
-from .bindings import open_storage
+from .bindings import StorageClients, open_storage
 from .block_cache import BlockCache, DiskBlockCache
 from .heads import read_head
 from .layout import SegmentRecord, validate_channel
@@ -68,7 +68,12 @@ class TierContext:
         cache_bytes: int = ChannelConfig.tier_cache_bytes,
         cache_dir: str | None = None,
         concurrency: int = ChannelConfig.tier_concurrency,
+        storages: StorageClients | None = None,
     ) -> None:
+        """``storages``: the caller's storage clients, shared (this context takes its storage from
+        them and never closes it; the caller does): a process opening the same tier for many
+        short-lived channels (a Spark driver answering offsets) makes one client, not one each
+        (a boto3 client costs about a quarter of a second of CPU to make)."""
         self.url = url
         self.cache_bytes = cache_bytes
         self.cache_dir = cache_dir
@@ -77,6 +82,7 @@ class TierContext:
         self.metadata_path = os.fspath(metadata_path)
         self._options = dict(options)
         self._lock = threading.Lock()
+        self._storages = storages
         self._storage: ChunkStorage | None = None
         self._metadata: TierMetadata | None = None
         self._reader: RemoteReader | None = None
@@ -94,7 +100,8 @@ class TierContext:
         with self._lock:
             self._check_open()
             if self._storage is None:
-                self._storage = open_storage(self.url, **self._options)
+                shared = self._storages
+                self._storage = open_storage(self.url, **self._options) if shared is None else shared.get(self.url, self._options)
             return self._storage
 
     @property
@@ -275,7 +282,7 @@ class TierContext:
         if reader is not None:
             reader.close()
         try:
-            if storage is not None:
+            if storage is not None and self._storages is None:  # a shared one is the caller's to close
                 storage.close()
         finally:
             if metadata is not None:
@@ -292,9 +299,14 @@ class TierContext:
 
 
 def tier_context_for(
-    channel_path: str, config: ChannelConfig, metadata_path: str | None = None, name: str | None = None
+    channel_path: str,
+    config: ChannelConfig,
+    metadata_path: str | None = None,
+    name: str | None = None,
+    storages: StorageClients | None = None,
 ) -> TierContext | None:
-    """The tier context of the channel at ``channel_path``, or None when ``config.tier`` is None.
+    """The tier context of the channel at ``channel_path``, or None when ``config.tier`` is None
+    (its storage from ``storages`` if given: see :class:`TierContext`).
 
     Defaults (a standalone channel): metadata at ``CHANNEL/tier/metadata.db``, name = the
     folder's name. The client passes ``ROOT/.tier/metadata.db`` and ``TOPIC/PARTITION``.
@@ -314,4 +326,5 @@ def tier_context_for(
         cache_bytes=config.tier_cache_bytes,
         cache_dir=config.tier_cache_dir,
         concurrency=config.tier_concurrency,
+        storages=storages,
     )

@@ -38,7 +38,11 @@ Prefetch, in two stages as for local segments: a reader moving from block ``i`` 
 ``i + 1`` schedules the next ``depth`` blocks (up to ``MAX_PREFETCH_BLOCKS``: S3 answers in
 milliseconds, a block decompresses in about one, so far more blocks are in flight than the
 local readahead's four) on a thread pool shared by the channel (``2 x tier_concurrency``
-threads, so several ranged GETs are in flight). A fetch thread only fetches: the bytes it
+threads, so several ranged GETs are in flight), adjacent blocks together in one GET of up
+to ``MAX_GET_BYTES`` (a request costs the client about a millisecond of CPU, whatever its
+size: as much as decompressing a block); a reader moving on by one block tops the window up
+only once a whole GET's worth is wanted, while more than half of it is in flight, so GETs
+stay large. A fetch thread only fetches: the bytes it
 gets go to the C readahead workers (:func:`~filechannel.engine.readahead.decompress_fetched`),
 which decompress without the GIL while the thread issues its next GET, so both CPUs
 decompress as they do for a local segment. Without the C module, the reader's thread
@@ -50,7 +54,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..engine.compressed import TABLE_FIRST_READ, BlockData, CompressedInfo, block_result, read_table
@@ -62,6 +66,9 @@ from .storage import ChunkStorage, redact_url
 
 TABLE_CACHE_ENTRIES = 1024
 MAX_PREFETCH_BLOCKS = 32
+# A prefetch GET covers adjacent blocks up to about this many bytes: a request costs its client
+# about a millisecond of CPU whatever its size (botocore), as much as decompressing a block.
+MAX_GET_BYTES = 1 << 20
 
 
 class RemoteReader:
@@ -88,7 +95,8 @@ class RemoteReader:
         self.cache = cache if cache is not None else BlockCache(cache_bytes)  # of cache_bytes, in memory or files
         self._tables: OrderedDict[tuple[str, int, int], CompressedInfo] = OrderedDict()
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * concurrency), thread_name_prefix="filechannel-tier-read")
+        self.threads = max(2, 2 * concurrency)  # prefetch threads: reads in flight at most
+        self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="filechannel-tier-read")
         self._closed = False
 
     def object_url(self, name: str) -> str:
@@ -143,13 +151,38 @@ class RemoteReader:
             raise ChannelClosedError(f"the tier-2 reader of {self.storage.url} is closed")
         return RemoteSegment(self, record, self.info(record))
 
-    def prefetch(self, segment: RemoteSegment, i: int) -> Future[Callable[[], BlockData]]:
-        """Fetch block ``i`` of ``segment`` on a prefetch thread; the future's result is its
-        decompression, queued (see :meth:`RemoteSegment.fetch`)."""
+    def prefetch(self, segment: RemoteSegment, run: Sequence[int]) -> list[Future[Callable[[], BlockData]]]:
+        """Fetch the adjacent blocks ``run`` of ``segment`` with one read on a prefetch thread; each
+        future's result is its block's decompression, queued (see :meth:`RemoteSegment.fetch`),
+        and its error the read's. A future cancelled before the read starts is not read (none of
+        the run: no read at all); close cancels those of reads not started."""
+        futures: list[Future[Callable[[], BlockData]]] = [Future() for _ in run]
+
+        def fetch() -> None:
+            wanted = [f.set_running_or_notify_cancel() for f in futures]
+            if not any(wanted):
+                return
+            try:
+                fetched = segment.fetch_run(run)
+            except BaseException as exc:  # (into the futures: raised at the read that waits for one)
+                for f, w in zip(futures, wanted, strict=True):
+                    if w:
+                        f.set_exception(exc)
+                return
+            for f, w, result in zip(futures, wanted, fetched, strict=True):
+                if w:
+                    f.set_result(result)
+
+        def cancelled(task: Future[None]) -> None:
+            if task.cancelled():  # by close before it ran
+                for f in futures:
+                    f.cancel()
+
         with self._lock:  # against close: a closed pool refuses work with a RuntimeError
             if self._closed:
                 raise ChannelClosedError(f"the tier-2 reader of {self.storage.url} is closed")
-            return self._pool.submit(segment.fetch, i)
+            self._pool.submit(fetch).add_done_callback(cancelled)
+        return futures
 
     def close(self) -> None:
         """Stop the prefetch threads (waits for the reads in flight) and drop the caches."""
@@ -247,7 +280,7 @@ class RemoteSegment:
             self._last = i
             fut = self._ahead.pop(i, None)
             if sequential:
-                self._schedule(range(i + 1, min(i + 1 + self.depth, len(self.info.blocks))))
+                self._schedule(range(i + 1, min(i + 1 + self.depth, len(self.info.blocks))), eager=False)
         if fut is None:
             return self.load(i)
         return self._finish(i, fut.result)  # a fetch's error (damage, an unreachable storage) raises here, at the read
@@ -256,12 +289,35 @@ class RemoteSegment:
         """Prefetch the first blocks now (a reader nearing the end of the segment before)."""
         with self._lock:
             if not self._closed and self._last == -1 and not self._ahead:
-                self._schedule(range(min(self.depth, len(self.info.blocks))))
+                self._schedule(range(min(self.depth, len(self.info.blocks))), eager=True)
 
-    def _schedule(self, indexes: range) -> None:
-        for j in indexes:
-            if j not in self._ahead and self.reader.cache.get(self._key(j)) is None:
-                self._ahead[j] = self.reader.prefetch(self, j)
+    def _schedule(self, indexes: range, eager: bool) -> None:
+        """Prefetch the blocks of ``indexes`` not in flight or cached, adjacent ones together in
+        reads of up to ``MAX_GET_BYTES``, and in as many reads as there are prefetch threads
+        when there are fewer bytes than that (small blocks are still read in parallel). Not
+        ``eager`` (a read moving on by one block), while more than half the window is in flight,
+        it waits until a whole read's worth (or the segment's last block) is wanted, then reads
+        it at once, so that reads stay large."""
+        blocks = self.info.blocks
+        wanted = [j for j in indexes if j not in self._ahead and self.reader.cache.get(self._key(j)) is None]
+        if not wanted:
+            return
+        size = sum(blocks[j].compressed_length for j in wanted)
+        topping_up = not eager and len(self._ahead) > self.depth // 2
+        if topping_up and size < MAX_GET_BYTES and wanted[-1] != len(blocks) - 1:
+            return
+        limit = MAX_GET_BYTES if topping_up else min(MAX_GET_BYTES, max(1, size // self.reader.threads))
+        run: list[int] = []
+        for j in wanted:
+            if run and (
+                j != run[-1] + 1
+                or blocks[j].file_position != blocks[run[-1]].file_position + blocks[run[-1]].compressed_length
+                or blocks[j].file_position + blocks[j].compressed_length - blocks[run[0]].file_position > limit
+            ):
+                self._ahead.update(zip(run, self.reader.prefetch(self, run), strict=True))
+                run = []
+            run.append(j)
+        self._ahead.update(zip(run, self.reader.prefetch(self, run), strict=True))
 
     def _key(self, i: int) -> tuple[str, int, int, int]:
         return (self.record.channel, self.record.base_offset, self.record.epoch, i)
@@ -269,8 +325,18 @@ class RemoteSegment:
     def fetch(self, i: int) -> Callable[[], BlockData]:
         """Fetch block ``i``'s bytes (ranged reads) and queue their decompression; returns the
         call that waits for it. Runs on a prefetch thread, or the reader's."""
-        b = self.info.blocks[i]
-        return decompress_fetched(read_range(self.reader, self.record, b.file_position, b.compressed_length), b)
+        return self.fetch_run([i])[0]
+
+    def fetch_run(self, run: Sequence[int]) -> list[Callable[[], BlockData]]:
+        """:meth:`fetch` of the adjacent blocks ``run`` (each starting where the one before ends)
+        with one ranged read: their decompressions, queued, in order."""
+        blocks = [self.info.blocks[i] for i in run]
+        first = blocks[0].file_position
+        data = read_range(self.reader, self.record, first, blocks[-1].file_position + blocks[-1].compressed_length - first)
+        if len(blocks) == 1:
+            return [decompress_fetched(data, blocks[0])]  # (no copy)
+        at = [b.file_position - first for b in blocks]
+        return [decompress_fetched(data[a : a + b.compressed_length], b) for a, b in zip(at, blocks, strict=True)]
 
     def load(self, i: int) -> BlockData:
         """Block ``i`` from the cache, or fetched and decompressed now and cached."""

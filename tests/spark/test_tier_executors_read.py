@@ -21,7 +21,8 @@ from filechannel.spark.errors import DataLossError
 from filechannel.spark.options import SourceOptions
 from filechannel.spark.ranges import OffsetRange
 from filechannel.spark.source import FileChannelBatchReader, read_partition
-from filechannel.spark.tier import TierRange, read_tier_range, snap, storage_for
+from filechannel.spark.storages import storage_for
+from filechannel.spark.tier import TierRange, _Segments, read_tier_range, snap
 from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.remote_segment import RemoteReader
 
@@ -168,3 +169,32 @@ def test_a_record_damaged_inside_a_block_fails_the_task_naming_the_object_and_bl
     path.write_bytes(bytes(damaged))
     with pytest.raises(CorruptRecordError, match=rf"{chunk.name}.*block 0"):
         offsets(task)
+
+
+@pytest.mark.parametrize("cache_bytes", [1 << 30, 64 << 10, 1])
+def test_segments_are_opened_ahead_only_within_a_quarter_of_the_cache(root, cache_bytes):
+    """The next segment is started when the task asks; those after it only while their prefetch
+    windows fit a quarter of the cache together (all of them with a large cache, none with none)."""
+    [task, *_] = [t for t in tasks(root) if isinstance(t, TierRange) and t.partition == 0]
+    assert len(task.segments) > 4
+    reader = RemoteReader(storage_for(task.storage_url, task.storage_options), cache_bytes, 1)
+    segments = _Segments(reader, task.segments)
+    try:
+        segments.open(0).close()
+        segments.prepare(1)
+        for _ in task.segments:  # one open at a time on the open thread, each queueing the next before it ends
+            segments._pool.submit(lambda: None).result()
+        started = dict(segments._started)
+        assert 1 in started and sum(w for k, w in started.items() if k != 1) <= cache_bytes // 4
+        assert sorted(started) == list(range(1, len(started) + 1))  # in order, from the next one
+        if cache_bytes == 1 << 30:
+            assert len(started) == len(task.segments) - 1
+        if cache_bytes == 1:
+            assert list(started) == [1]
+        for k in range(1, len(task.segments)):  # then read in order: the same segments, none lost
+            segment = segments.open(k)
+            assert segment.record == task.segments[k] and segment.block(0)
+            segment.close()
+    finally:
+        segments.close()
+        reader.close()

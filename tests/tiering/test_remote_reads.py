@@ -98,6 +98,31 @@ def test_a_block_spanning_two_chunks_takes_one_ranged_read_of_each(tmp_path, upl
         reader.close()
 
 
+def test_adjacent_blocks_are_fetched_together_each_byte_once(tmp_path, uploaded) -> None:
+    """A segment read in order has adjacent blocks share a read (a GET), and every byte of its
+    blocks is read exactly once."""
+    storage = WatchedStorage(str(tmp_path / "tier2"))
+    reader = RemoteReader(storage, cache_bytes=1 << 20, concurrency=1)
+    try:
+        record = uploaded[0]
+        seg = reader.open(record)
+        blocks = seg.info.blocks
+        storage.reads.clear()
+        for i in range(len(blocks)):
+            assert len(seg.block(i)) == blocks[i].raw_length
+        seg.close()
+        by_chunk = {c.name: c.position for c in record.chunks}
+        spans = sorted((by_chunk[name] + offset, length) for name, offset, length in storage.reads)
+        position = blocks[0].file_position
+        for start, length in spans:
+            assert start == position  # back to back: nothing read twice, nothing skipped
+            position += length
+        assert position == blocks[-1].file_position + blocks[-1].compressed_length
+        assert any(sum(start <= b.file_position < start + length for b in blocks) >= 2 for start, length in spans)
+    finally:
+        reader.close()
+
+
 def test_prefetch_keeps_several_ranged_reads_in_flight(tmp_path, uploaded) -> None:
     storage = WatchedStorage(str(tmp_path / "tier2"))
     reader = RemoteReader(storage, cache_bytes=1 << 20, concurrency=4)
