@@ -22,8 +22,8 @@ import tempfile
 import time
 from typing import Any
 
-from .measure import Row, _payload_chunks, in_child
-from .tiering import SERVER, TierPlan, Turn, _client, _raw_get, plan
+from .measure import Row, in_child
+from .tiering import SERVER, TierPlan, Turn, _client, _raw_get, fill_sealed, plan
 
 WORKLOAD = "tier read, bucket only (no root)"
 
@@ -47,16 +47,8 @@ def _fill(root: str, p: TierPlan, url: str, options: dict[str, Any]) -> None:
         tier_concurrency=p.concurrency,
         local_retention_bytes=0,
     )
-    chunks = _payload_chunks(p.record_bytes, 1 << 30)
-    path = os.path.join(root, "t", "0")
-    n = 0
-    with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch, ch.sender() as tx:
-        while sum(f.endswith(".seg") for f in os.listdir(path)) <= p.segments:  # the sealed ones and the active one
-            part = chunks[n // len(chunks[0]) % len(chunks)]
-            tx.send_many(part)
-            n += len(part)
-        tx.flush()
-        ch.compress_sealed()
+    with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch:
+        fill_sealed(ch, p)
     with TieringDaemon(root) as daemon:
         report = daemon.run(once=True)
     if report.failures or not report.deleted_local:

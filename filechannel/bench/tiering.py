@@ -96,16 +96,22 @@ def _fill(path: str, p: TierPlan) -> int:
     """Write records until ``p.segments`` segments are sealed, compress them; return the record count."""
     from filechannel import FileChannel
 
+    with FileChannel(path, **_settings(p)) as ch:
+        return fill_sealed(ch, p)
+
+
+def fill_sealed(ch: Any, p: TierPlan) -> int:
+    """Send records of ``p.record_bytes`` to the open channel ``ch`` until ``p.segments`` segments
+    are sealed, then compress them; the number of records sent."""
     chunks = _payload_chunks(p.record_bytes, 1 << 30)
     n = 0
-    with FileChannel(path, **_settings(p)) as ch:
-        sender = ch.sender()
-        while sum(f.endswith(".seg") for f in os.listdir(path)) <= p.segments:  # the sealed ones and the active one
+    with ch.sender() as sender:
+        while sum(f.endswith(".seg") for f in os.listdir(ch.path)) <= p.segments:  # the sealed ones and the active one
             part = chunks[n // len(chunks[0]) % len(chunks)]
             sender.send_many(part)
             n += len(part)
         sender.flush()
-        ch.compress_sealed()
+    ch.compress_sealed()
     return n
 
 
