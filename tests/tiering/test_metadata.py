@@ -6,7 +6,6 @@ This file is also the child process of the cross-process tests: ``python test_me
 """
 
 import itertools
-import multiprocessing
 import os
 import shutil
 import signal
@@ -689,40 +688,30 @@ def _stream(path):
             base += 10
 
 
-if __name__ == "__main__":
-    mains: dict[str, Callable[..., object]] = {
-        "take_epochs": _take_epochs,
-        "paused_uploader": _paused_uploader,
-        "stream": _stream,
-    }
-    mains[sys.argv[1]](*sys.argv[2:])
-
-
-def _open_and_take_epoch(path, go, results):
-    go.wait()
+def _open_and_take_epoch(path, go):
+    wait_for(lambda: os.path.exists(go), "the go file")
     try:
         with TierMetadata(path) as m:
-            results.put(("ok", m.take_epoch("racer")))
+            print("ok", m.take_epoch("racer"), flush=True)
     except Exception as exc:  # reported to the parent, which asserts on it
-        results.put(("error", repr(exc)))
+        print("error", repr(exc), flush=True)
 
 
 def test_processes_creating_one_new_database_at_once_all_open_it(tmp_path):
     # SQLite answers "database is locked" at once (no busy wait) to a journal-mode switch racing
     # another process's: before the retry, 49 of 150 rounds of three processes had one fail.
-    ctx = multiprocessing.get_context("fork")
-    for round_ in range(20):
-        path = tmp_path / f"round{round_}.db"
-        go, results = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_open_and_take_epoch, args=(path, go, results)) for _ in range(3)]
-        for p in procs:
-            p.start()
-        go.set()
-        outcomes = [results.get(timeout=60) for _ in procs]
-        for p in procs:
-            p.join(60)
+    # (Real processes started fresh: forked from a test worker, whose threads may hold a lock at
+    # the fork, a child hung once under load.)
+    for round_ in range(10):
+        path, go = tmp_path / f"round{round_}.db", tmp_path / f"go{round_}"
+        procs = [child("open_and_take_epoch", path, go, stdout=subprocess.PIPE) for _ in range(3)]
+        try:
+            go.touch()
+            outcomes = [p.communicate(timeout=60)[0].split(maxsplit=1) for p in procs]
+        finally:
+            reap(procs)
         assert all(kind == "ok" for kind, _ in outcomes), outcomes
-        assert sorted(epoch for _, epoch in outcomes) == [1, 2, 3]
+        assert sorted(int(epoch) for _, epoch in outcomes) == [1, 2, 3]
 
 
 def test_a_version_2_store_gets_its_totals_and_newest_timestamps_filled_when_opened(tmp_path):
@@ -747,3 +736,13 @@ def test_a_version_2_store_gets_its_totals_and_newest_timestamps_filled_when_ope
         upload(m, m.take_epoch("u"), "t/0", 120, 130, size=7)  # and the triggers count from now on
         [summary] = m.summary("t/0")
         assert summary.segments["uploaded"] == 12 and summary.bytes["uploaded"] == sum(100 + i for i in range(1, 12)) + 7
+
+
+if __name__ == "__main__":
+    mains: dict[str, Callable[..., object]] = {
+        "take_epochs": _take_epochs,
+        "paused_uploader": _paused_uploader,
+        "stream": _stream,
+        "open_and_take_epoch": _open_and_take_epoch,
+    }
+    mains[sys.argv[1]](*sys.argv[2:])
