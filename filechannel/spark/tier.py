@@ -41,6 +41,7 @@ import logging
 import operator
 import os
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -126,7 +127,7 @@ def snap(ideal: Sequence[int], candidates: Sequence[int]) -> list[int]:
     return out
 
 
-class SegmentPlanner:
+class SegmentPlanner(ABC):
     """Cuts offset ranges into tier ranges over uploaded segments: what a planner of tier-2 tasks
     does, wherever its segments come from. A subclass answers :meth:`tier_config` and
     :meth:`uploaded` (a root's index: :class:`TierPlanner`; a bucket read alone:
@@ -137,13 +138,13 @@ class SegmentPlanner:
     def __init__(self) -> None:
         self._readers: dict[str, RemoteReader] = {}
 
+    @abstractmethod
     def tier_config(self, topic: str) -> dict[str, Any] | None:
         """The topic's settings (``tier``, ``tier_options``...) if it has a tier, else None."""
-        raise NotImplementedError
 
+    @abstractmethod
     def uploaded(self, topic: str, partition: int) -> list[SegmentRecord]:
         """The partition's segments in state uploaded, by offset (none if nothing was ever uploaded)."""
-        raise NotImplementedError
 
     def labels(self, topic: str) -> tuple[str, str | None]:
         """The ``topic`` column of ``topic``'s rows and their ``origin`` column (None: no such column)."""

@@ -685,7 +685,7 @@ def test_a_failed_fsync_of_a_sealed_segment_fails_the_sync_that_waited_for_it(tm
 
     def failing_sync_sealed(log_: Any, upto: int) -> None:
         sealing.set()
-        time.sleep(0.2)  # the sync below is waiting for it
+        time.sleep(0.2)  # (the sync below is most likely waiting for it by then; raised at once if not)
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(sealer, "sync_sealed", failing_sync_sealed)
