@@ -73,7 +73,7 @@ def _run_readme(folder: Path, s3: SeaweedServer) -> list[str]:
         "HOME": str(folder),
         # The checkout under test, not an installed copy, for every process (and Spark's workers).
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        **{k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "SPARK_LOCAL_IP", "TMPDIR")},
+        **{k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "JAVA_TOOL_OPTIONS", "SPARK_LOCAL_IP", "TMPDIR")},
         # S3's access key, as a user's shell has it (the S3 block's commands read it from there)
         "AWS_ACCESS_KEY_ID": s3.access_key,
         "AWS_SECRET_ACCESS_KEY": s3.secret_key,
@@ -105,6 +105,7 @@ def test_the_s3_block_shows_what_it_prints():
 
 @pytest.mark.spark
 @pytest.mark.s3
+@pytest.mark.slow
 def test_the_readme_runs_top_to_bottom_in_one_folder(tmp_path, seaweed):
     """Every block, the Spark one included (one run: each block's processes cost seconds)."""
     ran = _run_readme(tmp_path, seaweed)

@@ -233,14 +233,12 @@ def _fsync_per_message(size: int, seconds: float) -> list[dict[str, Any]]:
 
 def _gather_ceiling(count: int) -> list[dict[str, Any]]:
     """``asyncio.gather`` of coroutines that do nothing, as the gather row runs its sends:
-    CHUNK at a time in a function called through an anyio blocking portal, best of
+    CHUNK at a time in one event loop run in this thread (``run_until_complete``), best of
     ``REPEATS``. ``gather`` makes a Task of each coroutine, and that is the most any gather
     of coroutines does on this machine; the gather row is measured against it. Beside it,
     ``gather`` of futures already done (no Task: the least a gather does per item).
     """
     import asyncio
-
-    from anyio.from_thread import start_blocking_portal
 
     from .measure import CHUNK
 
@@ -260,15 +258,18 @@ def _gather_ceiling(count: int) -> list[dict[str, Any]]:
         await asyncio.gather(*futures)
 
     rows = []
-    with start_blocking_portal() as portal:
+    loop = asyncio.new_event_loop()
+    try:
         for name, chunk in (("no-op coroutines", coroutines), ("done futures", done_futures)):
             best = 0.0
             for _ in range(REPEATS):
                 t0 = time.perf_counter()
                 for _ in range(count // CHUNK):
-                    portal.call(chunk)
+                    loop.run_until_complete(chunk())
                 best = max(best, count // CHUNK * CHUNK / (time.perf_counter() - t0))
             rows.append(Row("asyncio.gather ceiling", f"asyncio.gather of {name} (reference)", "none", 0, count, best).to_json())
+    finally:
+        loop.close()
     return rows
 
 

@@ -1,6 +1,7 @@
 """Types of the C module built from _codec.c (optional: the Python code falls back when it does
 not import). Each function's pure-Python reference is named in _codec.c's docstrings."""
 
+import _thread
 import threading
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, ParamSpec, Self, TypeVar, final
@@ -63,6 +64,9 @@ class StateCore:
     since_index: int
     max_timestamp: int
     created_ms: int
+
+def Mutex() -> _thread.LockType:  # a type in C, typed as the threading.Lock it behaves as
+    """A threading.Lock (of a type of its own) that AppendCore takes without a Python call."""
 
 class AppendCore:
     """The appender's buffer and limits (appender.Appender subclasses it, and sets them)."""

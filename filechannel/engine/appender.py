@@ -67,11 +67,14 @@ from .writer_state import WriterState, write_state
 
 if TYPE_CHECKING:  # typed as built; the fallback base, object, adds nothing the class does not set itself
     from ._codec import AppendCore as _Core
+    from ._codec import Mutex as _Mutex
 else:
     try:  # Appender.append's common case in C (filechannel/engine/_codec.c), when it was built and loads
         from ._codec import AppendCore as _Core
+        from ._codec import Mutex as _Mutex  # a threading.Lock the C path takes without a Python call
     except ImportError:
         _Core = object
+        _Mutex = threading.Lock
 
 log = logging.getLogger("filechannel")
 # Durations (the hold limit, flush deadlines, segment age checks) are measured on the
@@ -102,7 +105,7 @@ class Appender(_Core):
         self._on_write = on_write
         self._on_roll = on_roll
         self._lock = log_.writer_lock
-        self._mutex = threading.Lock()
+        self._mutex = _Mutex()
         self._cond = threading.Condition(self._mutex)
         # The flusher sleeps on its own condition, woken only when records wait for it (and
         # on close). Woken by every drain's notify_all, it found nothing to do and cost a
