@@ -24,8 +24,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check filechannel tests
 	$(BIN)/ruff format --check filechannel tests
 
-# One pytest-xdist worker per CPU and one more: the suite waits on JVMs, servers and subprocesses
-# more than it computes (at one per CPU it kept two CPUs 46% busy). The tests of the session's
+# One pytest-xdist worker per CPU and one more: at one per CPU the suite kept two CPUs 46% busy
+# (it waits on JVMs, servers and subprocesses); three keep them about 87% busy, four took longer
+# (vmstat beside the suite, 2026-11-27: 481 s with three, 517 s with four). The tests of the session's
 # Spark share one worker and its one Spark session, those of the one HDFS another.
 WORKERS := $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
 test: $(STAMP) lint

@@ -103,7 +103,11 @@ for line in sys.stdin:
         except BaseException:
             status = traceback.format_exc()
         finally:
-            with open(os.path.join(status_dir, str(os.getpid())), "w") as f:
+            # Written whole, then renamed: a SIGKILL between creating the file and writing it left
+            # an empty status, which the test took for a failure (once in a run under load).
+            done = os.path.join(status_dir, str(os.getpid()))
+            with open(f"{done}.tmp", "w") as f:
                 f.write(status)
+            os.rename(f"{done}.tmp", done)
             os._exit(0)
     print(pid, flush=True)
