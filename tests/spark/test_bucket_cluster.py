@@ -89,10 +89,12 @@ def started(argv: list[str], log: Path, env: dict[str, str]) -> Iterator[subproc
 
 
 def alive_workers(webui_port: int) -> int:
+    """The master's count of live workers; 0 while its web UI is not up, or is up but still serves
+    its HTML page at /json/ (it did once, starting under load)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{webui_port}/json/", timeout=5) as answer:
             return int(json.load(answer).get("aliveworkers", 0))
-    except OSError:
+    except (OSError, ValueError):  # ValueError: json's JSONDecodeError
         return 0
 
 
