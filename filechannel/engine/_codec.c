@@ -893,7 +893,7 @@ static PyMemberDef core_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyObject *str_acquire, *str_release, *str_append_stamped, *str_key, *str_headers, *str_timestamp;
+static PyObject *str_append_stamped, *str_key, *str_headers, *str_timestamp;
 
 static int
 core_traverse(AppendCore *self, visitproc visit, void *arg)
@@ -1184,28 +1184,6 @@ pair_of(long long a, long long b)
     return pair;
 }
 
-/* Call mutex.release(), keeping any exception already set. */
-static int
-release_mutex(PyObject *mutex)
-{
-    if (Py_IS_TYPE(mutex, &Mutex_Type)) {
-        mutex_release_held((Mutex *)mutex);
-        return 0;
-    }
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *r = PyObject_CallMethodNoArgs(mutex, str_release);
-    if (r == NULL) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        return -1;
-    }
-    Py_DECREF(r);
-    PyErr_Restore(type, value, tb);
-    return 0;
-}
-
 static int
 list_cut(PyObject *list, Py_ssize_t size)
 {
@@ -1291,7 +1269,7 @@ PyDoc_STRVAR(core_append_doc,
              "append(value, *, key=None, headers=None, timestamp=None) -> offset\n\n"
              "Appender.append: the common case in C, anything else through Appender._append_stamped.");
 
-/* Take the appender's mutex (a threading.Lock) holding the GIL when it is granted.
+/* Take the appender's Mutex holding the GIL when it is granted.
  *
  * A blocking acquire() waits without the GIL and is granted the lock without it: the
  * thread that released the lock, still holding the GIL, then finds it taken on its next
@@ -1304,38 +1282,16 @@ PyDoc_STRVAR(core_append_doc,
 #define ACQUIRE_TRIES 64
 
 static int
-acquire_mutex(PyObject *mutex)
+acquire_mutex(Mutex *m)
 {
-    if (Py_IS_TYPE(mutex, &Mutex_Type)) { /* the same tries, without a Python call each */
-        Mutex *m = (Mutex *)mutex;
-        for (int i = 0; i < ACQUIRE_TRIES; i++) {
-            if (mutex_try(m)) {
-                return 0;
-            }
-            Py_BEGIN_ALLOW_THREADS sched_yield();
-            Py_END_ALLOW_THREADS
-        }
-        return mutex_wait(m, -1) < 0 ? -1 : 0;
-    }
     for (int i = 0; i < ACQUIRE_TRIES; i++) {
-        PyObject *r = PyObject_CallMethodOneArg(mutex, str_acquire, Py_False);
-        if (r == NULL) {
-            return -1;
-        }
-        int got = r == Py_True;
-        Py_DECREF(r);
-        if (got) {
+        if (mutex_try(m)) {
             return 0;
         }
         Py_BEGIN_ALLOW_THREADS sched_yield();
         Py_END_ALLOW_THREADS
     }
-    PyObject *r = PyObject_CallMethodNoArgs(mutex, str_acquire);
-    if (r == NULL) {
-        return -1;
-    }
-    Py_DECREF(r);
-    return 0;
+    return mutex_wait(m, -1) < 0 ? -1 : 0;
 }
 
 /* The fast path: 1 done (*offset, *ts set), 0 not taken (the caller goes to Python), -1 error.
@@ -1343,8 +1299,8 @@ acquire_mutex(PyObject *mutex)
 static int
 core_try_append(AppendCore *self, PyObject *value, int have_ts, long long *ts, long long *offset)
 {
-    if (self->mutex == NULL) {
-        return 0;
+    if (self->mutex == NULL || !Py_IS_TYPE(self->mutex, &Mutex_Type)) {
+        return 0; /* no Mutex (the extension's own lock): Python's path takes the lock */
     }
     /* One clock read: deadlines (check_at, flush_due) are on Python's time.monotonic(),
      * CLOCK_MONOTONIC, and the timestamp is that plus the wall clock's lead, which
@@ -1358,16 +1314,16 @@ core_try_append(AppendCore *self, PyObject *value, int have_ts, long long *ts, l
     if (!have_ts) {
         *ts = (mono_ns + self->wall_offset_ns) / 1000000;
     }
-    PyObject *mutex = self->mutex;
+    Mutex *mutex = (Mutex *)self->mutex;
     Py_INCREF(mutex);
     if (acquire_mutex(mutex) < 0) {
         Py_DECREF(mutex);
         return -1;
     }
     int done = core_append_locked(self, value, *ts, now, offset);
-    int released = release_mutex(mutex);
+    mutex_release_held(mutex);
     Py_DECREF(mutex);
-    return released < 0 ? -1 : done;
+    return done;
 }
 
 static PyObject *
@@ -1920,8 +1876,6 @@ PyInit__codec(void)
             PyType_Ready(&Mutex_Type) < 0) {
             return NULL;
         }
-        str_acquire = PyUnicode_InternFromString("acquire");
-        str_release = PyUnicode_InternFromString("release");
             str_append_stamped = PyUnicode_InternFromString("_append_stamped");
         str_key = PyUnicode_InternFromString("key");
         str_headers = PyUnicode_InternFromString("headers");
@@ -1929,7 +1883,7 @@ PyInit__codec(void)
         str_timestamp_ms = PyUnicode_InternFromString("timestamp_ms");
         str_partition = PyUnicode_InternFromString("partition");
         empty_tuple = PyTuple_New(0);
-        if (!str_acquire || !str_release || !str_append_stamped || !str_key || !str_headers || !str_timestamp ||
+        if (!str_append_stamped || !str_key || !str_headers || !str_timestamp ||
             !str_timestamp_ms || !str_partition || !empty_tuple) {
             return NULL;
         }

@@ -6,6 +6,7 @@ full buffers and drains happen every few records, must leave the same bytes on d
 """
 
 import os
+import threading
 import time
 
 import pytest
@@ -105,3 +106,18 @@ def test_c_append_leaves_errors_to_the_python_path(tmp_path):
             send(b"x", timestamp=2**63)
         assert send(b"x", timestamp=2**62) == 1
         assert send(bytearray(b"y")) == 2  # type: ignore[arg-type]  # not bytes: the Python path
+
+
+@needs_c
+def test_an_appender_locked_by_a_threading_lock_sends_through_python(tmp_path, monkeypatch):
+    # The C path takes only the extension's Mutex; given any other lock it leaves every send to
+    # Appender._append_stamped, which takes the lock itself.
+    monkeypatch.setattr(appender, "_Mutex", threading.Lock)
+    values = [os.urandom(i % 50) for i in range(2_000)]
+    with FileChannel(str(tmp_path / "ch"), maintenance_interval=0) as ch:
+        sender = ch.sender()
+        assert type(sender.appender._mutex) is type(threading.Lock())
+        assert [sender.send(v) for v in values] == list(range(len(values)))
+        assert not sender.appender._mutex.locked()
+        records = ch.receiver("earliest").recv_many(len(values), timeout=5)
+    assert [r.value for r in records] == values
