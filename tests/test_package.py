@@ -63,9 +63,10 @@ def _without(tmp_path: Path, *modules: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "FC_TEST_NOT_INSTALLED": ",".join(modules)}
 
 
-def test_filechannel_spark_without_pyspark_says_to_install_the_extra(tmp_path):
-    env = _without(tmp_path, "pyspark")
-    code = "import filechannel, sys; assert 'pyspark' not in sys.modules; import filechannel.spark"
+@pytest.mark.parametrize("missing", ["pyspark", "pyarrow"])
+def test_filechannel_spark_without_pyspark_says_to_install_the_extra(tmp_path, missing):
+    env = _without(tmp_path, missing)
+    code = f"import filechannel, sys; assert {missing!r} not in sys.modules; import filechannel.spark"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]

@@ -5,8 +5,9 @@ Names and semantics follow kafka-python (``Producer``, ``Consumer``, ``poll``, `
 for the async variants. The README's "Coming from Kafka" section maps one onto the other.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions, NewTopic
-from .aio import AsyncConsumer, AsyncProducer
 from .assignors import (
     CooperativeStickyAssignor,
     RangePartitionAssignor,
@@ -27,6 +28,20 @@ from .records import (
 from .serializer import Deserializer, JsonSerializer, Serializer, StringSerializer
 from .subscription import ConsumerRebalanceListener
 from .topics import Admin, PartitionDescription, TopicDescription
+
+if TYPE_CHECKING:
+    from .aio import AsyncConsumer, AsyncProducer
+
+
+def __getattr__(name: str) -> Any:
+    """The async client when it is first asked for: importing it imports asyncio and anyio, which
+    a process using only the blocking client (the CLI, Spark's Python workers) never needs."""
+    if name in ("AsyncConsumer", "AsyncProducer"):
+        from . import aio
+
+        return getattr(aio, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Admin",

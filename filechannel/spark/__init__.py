@@ -10,11 +10,14 @@ Needs the ``spark`` extra (pyspark 4, pyarrow). Spark's Python workers must impo
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 try:
-    import pyarrow  # noqa: F401
     import pyspark.sql.datasource  # noqa: F401  (pyspark 4's Python Data Source API)
+
+    if importlib.util.find_spec("pyarrow") is None:  # imported where batches are made (see schema.py)
+        raise ImportError("No module named 'pyarrow'")
 except ImportError as exc:  # one message that says what to do, not pyspark's missing module deep inside
     raise ImportError(
         f"filechannel.spark needs pyspark >= 4 and pyarrow ({exc}): install them with pip install 'filechannel[spark]'"

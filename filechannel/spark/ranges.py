@@ -15,9 +15,8 @@ import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ..client.topics import TopicStore
@@ -25,6 +24,9 @@ from ..errors import OffsetOutOfRangeError, RootUnavailableError
 from .errors import data_loss
 from .schema import BatchBuilder
 from .storages import PROCESS_STORAGES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 BATCH_ROWS = 8192  # rows per Arrow batch: large enough to amortise, small enough to stream
 # ... and about this many bytes of keys and values at most: 8,192 records of 1 MB would be an

@@ -5,16 +5,19 @@ for a query of a tier URL, option ``tier``) and records as Arrow batches.
 is several times faster than yielding tuples. Their schema must equal, type for type, the
 Arrow form of the declared schema (pyspark checks), so it is derived with pyspark's own
 ``to_arrow_schema``.
+
+pyarrow is imported where batches are built, not with the module: Spark starts a Python
+process to create the data source, to plan a read and to run each streaming query's
+source, and none of them builds a batch (pyarrow and its compute module were half of the
+quarter second it took to import ``filechannel.spark`` there).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -27,6 +30,9 @@ from pyspark.sql.types import (
 )
 
 from ..engine.record import Record
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 HEADER_TYPE = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 
@@ -53,14 +59,12 @@ def schema(include_headers: bool, include_origin: bool = False) -> StructType:
     return StructType([*_COLUMNS, *([_HEADERS] if include_headers else []), *([_ORIGIN] if include_origin else [])])
 
 
-# The exact Arrow schemas pyspark derives from each declared one, by (include_headers, include_origin).
-_ARROW_SCHEMAS: dict[tuple[bool, bool], pa.Schema] = {
-    (h, o): to_arrow_schema(schema(h, o), timezone="UTC") for h in (False, True) for o in (False, True)
-}
-ARROW_SCHEMA = _ARROW_SCHEMAS[(False, False)]
-ARROW_SCHEMA_WITH_HEADERS = _ARROW_SCHEMAS[(True, False)]
-_HEADERS_ARROW = ARROW_SCHEMA_WITH_HEADERS.field("headers").type
-_TIMESTAMP_ARROW = ARROW_SCHEMA.field("timestamp").type
+@functools.cache
+def arrow_schema(include_headers: bool, include_origin: bool = False) -> pa.Schema:
+    """The exact Arrow schema pyspark derives from ``schema(include_headers, include_origin)``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema(include_headers, include_origin), timezone="UTC")
 
 
 class BatchBuilder:
@@ -102,6 +106,10 @@ class BatchBuilder:
 
     def build(self) -> pa.RecordBatch:
         """The batch of every record added since the last build."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        arrow = arrow_schema(self.include_headers, self.origin is not None)
         n = len(self._offsets)
         ts = pa.array(self._timestamps, pa.int64())
         columns: list[pa.Array[Any]] = [
@@ -110,7 +118,7 @@ class BatchBuilder:
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             pa.array(self._offsets, pa.int64()),
-            pc.multiply(ts, 1000).cast(_TIMESTAMP_ARROW),
+            pc.multiply(ts, 1000).cast(arrow.field("timestamp").type),
             pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
         ]
         if self.include_headers:
@@ -118,7 +126,7 @@ class BatchBuilder:
         if self.origin is not None:
             columns.append(pa.repeat(pa.scalar(self.origin, pa.string()), n))
         self._clear()
-        return pa.RecordBatch.from_arrays(columns, schema=_ARROW_SCHEMAS[(self.include_headers, self.origin is not None)])
+        return pa.RecordBatch.from_arrays(columns, schema=arrow)
 
 
 def records_to_batch(topic: str, partition: int, records: Sequence[Record], include_headers: bool = False) -> pa.RecordBatch:
@@ -130,9 +138,12 @@ def records_to_batch(topic: str, partition: int, records: Sequence[Record], incl
 
 def _headers_column(headers: Sequence[Sequence[tuple[str, bytes]]]) -> pa.Array[Any]:
     """Null for a record without headers (most of them: a cheap all-null column then)."""
+    import pyarrow as pa
+
+    headers_type = arrow_schema(True).field("headers").type
     column: pa.Array[Any]  # (pyarrow-stubs give these calls Any for a DataType not of a particular kind)
     if not any(headers):
-        column = pa.nulls(len(headers), _HEADERS_ARROW)
+        column = pa.nulls(len(headers), headers_type)
     else:
-        column = pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in headers], _HEADERS_ARROW)
+        column = pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in headers], headers_type)
     return column

@@ -23,10 +23,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.ipc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
@@ -38,6 +36,9 @@ from ..engine.names import validate_name
 from ..errors import ConfigError, UnknownTopicError, os_errors, storage_error
 from .errors import SinkError
 from .options import REFUSED_KAFKA_SINK, SINK_OPTIONS, lower_keys, refuse_kafka_options, require_root
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 STAGING_DIR = ".staging"
 SINKS_DIR = ".sinks"
@@ -135,6 +136,8 @@ def _same_type(a: DataType, b: DataType) -> bool:
 @contextmanager
 def staging_errors(action: str, path: str) -> Iterator[None]:
     """Re-raise pyarrow's and the OS's errors on staging file ``path`` as filechannel errors naming it."""
+    import pyarrow as pa  # (here, not with the module: see schema.py)
+
     try:
         yield
     except OSError as exc:  # pyarrow's ArrowIOError is an OSError too
@@ -148,6 +151,8 @@ def staging_errors(action: str, path: str) -> Iterator[None]:
 
 def stage(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> StagedFile:
     """In a task: write this task's rows to a staging file; nothing reaches the topic yet."""
+    import pyarrow.ipc
+
     folder = os.path.join(spec.root, STAGING_DIR)
     with os_errors("create folder", folder):
         os.makedirs(folder, exist_ok=True)
@@ -160,7 +165,7 @@ def stage(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> StagedFile:
                 if batch.num_rows == 0:
                     continue
                 if writer is None:
-                    writer = pa.ipc.new_file(path, batch.schema)
+                    writer = pyarrow.ipc.new_file(path, batch.schema)
                 writer.write_batch(batch)
                 rows += batch.num_rows
             if writer is None:
@@ -177,6 +182,8 @@ def stage(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> StagedFile:
 
 
 def _as_bytes(column: pa.Array[Any]) -> list[Any]:
+    import pyarrow as pa
+
     return (
         column.cast(pa.binary()).to_pylist()
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
@@ -236,12 +243,15 @@ StagedRow = tuple["bytes | None", "bytes | None", list[tuple[str, bytes]]]  # (v
 
 def staged_rows(spec: SinkSpec, messages: list[Any], router: Router) -> dict[tuple[str, int], list[StagedRow]]:
     """The staged rows of the successful tasks, grouped by (topic, partition), in order."""
+    import pyarrow as pa
+    import pyarrow.ipc
+
     out: dict[tuple[str, int], list[StagedRow]] = {}
     for msg in messages:
         if not isinstance(msg, StagedFile) or msg.path is None:
             continue
         with staging_errors("read", msg.path), pa.memory_map(msg.path) as source:
-            table = pa.ipc.open_file(source).read_all()
+            table = pyarrow.ipc.open_file(source).read_all()
         names = {n.lower(): n for n in table.column_names}
         n = table.num_rows
 

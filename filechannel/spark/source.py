@@ -16,9 +16,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -39,6 +38,9 @@ from .options import EARLIEST, LATEST, UPLOADED, Bound, Offsets, SourceOptions
 from .ranges import OffsetRange, read_range, split
 from .storages import PROCESS_STORAGES
 from .tier import SegmentPlanner, TierPlanner, TierRange, read_tier_range, uploaded_ends
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 

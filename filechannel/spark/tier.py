@@ -45,9 +45,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ..client.topics import TopicStore
@@ -66,6 +65,9 @@ from .errors import data_loss
 from .ranges import BATCH_BYTES, BATCH_ROWS, DECODE_ROWS, OffsetRange
 from .schema import BatchBuilder
 from .storages import PROCESS_STORAGES, storage_for
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from filechannel.bench.compaction import SIZES, SUPERSEDED, _clean, _copy, workl
 @pytest.mark.bench
 @pytest.mark.parametrize("superseded", SUPERSEDED)
 def test_the_cleaner_row_counts_the_records_and_bytes_it_cleaned(superseded):
-    (row,) = _clean(100, superseded, 3 * 1024 * 1024)
+    (row,) = _clean(100, superseded, 1024 * 1024)
     assert row["workload"] == f"cleaner, {round(superseded * 100)}% superseded" and row["ours"]
     assert row["n"] > 0 and row["extra"]["passes_bytes"] >= row["extra"]["sealed_bytes"] > 0
     assert 0 < row["extra"]["bytes_after"] <= row["extra"]["sealed_bytes"]
@@ -20,7 +20,7 @@ def test_the_cleaner_row_counts_the_records_and_bytes_it_cleaned(superseded):
 
 @pytest.mark.bench
 def test_the_reference_row_reads_and_writes_the_same_sealed_bytes():
-    (row,) = _copy(1024, 3 * 1024 * 1024)
+    (row,) = _copy(1024, 1024 * 1024)
     assert row["workload"] == "raw read+write of the same bytes" and row["n"] > 0 and not row["ours"]
 
 
@@ -28,4 +28,4 @@ def test_the_harness_gets_both_sizes_and_both_shares_with_their_reference():
     plan = [(name, args[:2]) for name, _, args in workloads(quick=True)]
     for size in SIZES:
         assert {a[1] for n, a in plan if n == "compaction cleaner" and a[0] == size} == set(SUPERSEDED)
-        assert [a for n, a in plan if n == "compaction raw read+write" and a[0] == size] == [(size, 8 * 1024 * 1024)]
+        assert [a for n, a in plan if n == "compaction raw read+write" and a[0] == size] == [(size, 2 * 1024 * 1024)]

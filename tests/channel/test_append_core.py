@@ -81,10 +81,12 @@ def test_c_and_python_append_write_the_same_bytes(tmp_path_factory, records, buf
 def test_c_append_stamps_the_current_time_and_reads_back(tmp_path):
     values = [os.urandom(i % 200) for i in range(20_000)]
     with FileChannel(str(tmp_path / "ch"), segment_bytes=65536, maintenance_interval=0) as ch:
-        send = ch.sender().send
+        sender = ch.sender()
+        send = sender.send
         before = int(time.time() * 1000)
         offsets = [send(v) for v in values]
         after = int(time.time() * 1000)
+        sender.flush()  # recv_many returns what it sees: the tail may still be in the sender's buffer
         records = ch.receiver("earliest").recv_many(len(values), timeout=5)
     assert offsets == list(range(len(values)))
     assert [r.value for r in records] == values
@@ -119,5 +121,6 @@ def test_an_appender_locked_by_a_threading_lock_sends_through_python(tmp_path, m
         assert type(sender.appender._mutex) is type(threading.Lock())
         assert [sender.send(v) for v in values] == list(range(len(values)))
         assert not sender.appender._mutex.locked()
+        sender.flush()
         records = ch.receiver("earliest").recv_many(len(values), timeout=5)
     assert [r.value for r in records] == values

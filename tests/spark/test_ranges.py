@@ -9,7 +9,7 @@ import pytest
 
 from filechannel.client import Admin
 from filechannel.spark.ranges import OffsetRange, read_range
-from filechannel.spark.schema import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS
+from filechannel.spark.schema import arrow_schema
 
 pytestmark = pytest.mark.spark
 
@@ -23,7 +23,7 @@ def test_batches_hold_every_record_of_the_range_in_order(tmp_path, batch_rows):
         for i in range(3000):
             s.send(b"v%d" % i, key=b"k%d" % i if i % 3 == 0 else None, headers=[("h", b"%d" % i)] if i % 7 == 0 else None)
     batches = list(read_range(OffsetRange(str(root), "t", 0, 250, 2750, include_headers=True), batch_rows))
-    assert all(b.schema == ARROW_SCHEMA_WITH_HEADERS for b in batches)
+    assert all(b.schema == arrow_schema(True) for b in batches)
     assert all(b.num_rows == batch_rows for b in batches[:-1]) and 0 < batches[-1].num_rows <= batch_rows
     table = pa.Table.from_batches(batches)
     assert table.column("offset").to_pylist() == list(range(250, 2750))
@@ -42,7 +42,7 @@ def test_batch_builder_keeps_offsets_that_are_not_dense():
     assert batch.column("offset").to_pylist() == [5, 7, 8]
     assert batch.column("key").to_pylist() == [None, b"k", None]
     assert records_to_batch("t", 2, []).num_rows == 0
-    assert batch.schema == ARROW_SCHEMA and batch.column("timestampType").to_pylist() == [0, 0, 0]
+    assert batch.schema == arrow_schema(False) and batch.column("timestampType").to_pylist() == [0, 0, 0]
 
 
 def test_batches_are_bounded_in_bytes_as_well_as_rows(tmp_path):
