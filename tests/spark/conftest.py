@@ -9,6 +9,8 @@ import pytest
 
 from filechannel.engine.failpoints import ENV as FAILPOINTS_ENV
 
+WORKER_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_site")
+
 
 @pytest.fixture(scope="session")
 def spark_dirs():
@@ -23,9 +25,12 @@ def spark_dirs():
 @pytest.fixture(scope="session")
 def spark(spark_dirs):
     # The JVM and its Python workers inherit this environment: workers must run this
-    # interpreter (it has filechannel installed) and see the failpoint folder.
+    # interpreter (it has filechannel installed), see the failpoint folder and import pyspark
+    # as installed, not from the zip Spark puts first on their path (worker_site/sitecustomize.py).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ[FAILPOINTS_ENV] = spark_dirs["failpoints"]
+    saved_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [WORKER_SITE, saved_path]))
     from pyspark.sql import SparkSession
 
     import filechannel.spark
@@ -45,6 +50,10 @@ def spark(spark_dirs):
     yield session
     session.stop()
     os.environ.pop(FAILPOINTS_ENV, None)
+    if saved_path is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = saved_path
 
 
 @pytest.fixture
