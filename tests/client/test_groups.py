@@ -136,7 +136,10 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
             raise AssertionError(f"{exc}: {group_picture()}") from None
         (root / "stop").touch()
         for proc in procs:
-            proc.wait(timeout=30)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"a member did not stop within 30 s: {group_picture()}") from None
     finally:
         for proc in procs:
             if proc.poll() is None:
