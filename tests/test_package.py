@@ -269,3 +269,10 @@ def test_the_installed_bench_without_a_peer_or_matplotlib_skips_their_rows_sayin
     assert "| skipped: queuelib is not installed (pip install 'filechannel[bench]') |" in md
     assert "No chart (throughput.png): matplotlib is not installed (pip install 'filechannel[bench]')." in md
     assert not (out / "throughput.png").exists() and os.listdir(temp) == []
+
+
+def test_importing_filechannel_spark_imports_neither_pyarrow_nor_asyncio():
+    # DESIGN.md "Spark": Spark starts a Python process per data source, read plan and stream source
+    code = "import filechannel.spark, sys; print(sorted({'pyarrow', 'asyncio', 'anyio'} & set(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]"
