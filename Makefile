@@ -1,6 +1,5 @@
 # The whole set-up: `make run` runs the main job, `make test` runs the checks (`make lint`) and the tests.
-# Both create .venv on their own if it is missing and install what they need (--no-compile: each
-# module is compiled when first imported, not every module of pyspark's at install, 11 s of 68 here).
+# Both create .venv on their own if it is missing and install what they need.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -11,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py filechannel/engine/_codec.c filechannel/engine/_readahead.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools>=77" wheel
-	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev,s3,hdfs,spark,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,s3,hdfs,spark,bench]'
 	touch $(STAMP)
 
 run: $(STAMP)
