@@ -1300,7 +1300,7 @@ static int
 core_try_append(AppendCore *self, PyObject *value, int have_ts, long long *ts, long long *offset)
 {
     if (self->mutex == NULL || !Py_IS_TYPE(self->mutex, &Mutex_Type)) {
-        return 0; /* no Mutex (the extension's own lock): Python's path takes the lock */
+        return 0; /* a lock other than the extension's Mutex: Python's path takes it */
     }
     /* One clock read: deadlines (check_at, flush_due) are on Python's time.monotonic(),
      * CLOCK_MONOTONIC, and the timestamp is that plus the wall clock's lead, which
@@ -1876,7 +1876,7 @@ PyInit__codec(void)
             PyType_Ready(&Mutex_Type) < 0) {
             return NULL;
         }
-            str_append_stamped = PyUnicode_InternFromString("_append_stamped");
+        str_append_stamped = PyUnicode_InternFromString("_append_stamped");
         str_key = PyUnicode_InternFromString("key");
         str_headers = PyUnicode_InternFromString("headers");
         str_timestamp = PyUnicode_InternFromString("timestamp");

@@ -8,8 +8,8 @@ Arrow form of the declared schema (pyspark checks), so it is derived with pyspar
 
 pyarrow is imported where batches are built, not with the module: Spark starts a Python
 process to create the data source, to plan a read and to run each streaming query's
-source, and none of them builds a batch (pyarrow and its compute module were half of the
-quarter second it took to import ``filechannel.spark`` there).
+source, and none of them builds a batch (pyarrow and its compute module were most of what
+importing ``filechannel.spark`` cost there).
 """
 
 from __future__ import annotations

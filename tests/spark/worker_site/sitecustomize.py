@@ -3,9 +3,9 @@ this folder on their PYTHONPATH): pyspark and py4j are imported from the install
 
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's zip first on its Python processes'
 path. Python cannot cache what it compiles from a zip, so each process compiled every pyspark
-module it imported from source: about half the CPU time of the process Spark starts for each
-streaming query's source, and a third of those that create a data source or plan a read. The
-installed pyspark is the same release (``SPARK_HOME`` is its folder), compiled once.
+module it imported from source, the largest part of the CPU time of the short-lived processes
+Spark starts (README "Spark" has the figures). The installed pyspark is the same release
+(``SPARK_HOME`` is its folder), compiled once.
 """
 
 import sys
