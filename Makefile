@@ -5,12 +5,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run lint test bench clean
+.PHONY: run lint test bench lock clean
 
-$(STAMP): pyproject.toml setup.py filechannel/engine/_codec.c filechannel/engine/_readahead.c
+$(STAMP): pyproject.toml constraints.txt setup.py filechannel/engine/_codec.c filechannel/engine/_readahead.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools>=77" wheel
-	$(BIN)/python -m pip install --quiet -e '.[dev,s3,hdfs,spark,bench]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,s3,hdfs,spark,bench]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -34,6 +34,16 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(BIN)/python -m filechannel.bench --out bench/results --spark
+
+# Lock the newest versions pyproject.toml allows: a fresh venv, an unconstrained install, its freeze.
+lock:
+	rm -rf build/lock-venv
+	$(PYTHON) -m venv build/lock-venv
+	build/lock-venv/bin/python -m pip install --quiet --upgrade pip "setuptools>=77" wheel
+	build/lock-venv/bin/python -m pip install --quiet -e '.[dev,s3,hdfs,spark,bench]'
+	{ sed -n '/^#/p' constraints.txt; build/lock-venv/bin/python -m pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf build/lock-venv
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -111,7 +111,7 @@ def _tracked_copy(dest: Path) -> Path:
     return Path(shutil.copytree(ROOT, dest, ignore=skip))
 
 
-def test_the_sdist_carries_the_license_the_c_sources_py_typed_and_what_the_readme_links_to(tmp_path):
+def test_the_sdist_carries_the_license_the_c_sources_py_typed_and_what_the_readme_and_makefile_use(tmp_path):
     src = _tracked_copy(tmp_path / "src")
     # setuptools' PEP 517 hook, as `python -m build --sdist` calls it (no network, no new venv).
     code = "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
@@ -135,6 +135,8 @@ def test_the_sdist_carries_the_license_the_c_sources_py_typed_and_what_the_readm
         "filechannel/engine/_codec.c",
         "filechannel/engine/_readahead.c",
         "examples/demo.py",
+        "Makefile",
+        "constraints.txt",
     } | linked
     assert expected <= members, sorted(expected - members)
     assert not any(m.endswith((".so", ".pyc")) for m in members)
