@@ -548,6 +548,212 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(decode_columns_doc,
+             "decode_columns(buf: bytes-like, pos, offset, max_records, columns: list[bytearray], keep_from, keep_to)"
+             " -> (pos, count, status)\n\n"
+             "Append each whole, CRC-valid frame from pos on whose offset is in [keep_from, keep_to) to columns\n"
+             "(the others are checked and counted, not appended), eight buffers laid out as Arrow lays out\n"
+             "a record batch's columns (native byte order): offsets (int64), timestamps (int64), key ends (int32,\n"
+             "after a leading 0), key bytes, key validity (a bitmap, bit i for row i), value ends, value bytes,\n"
+             "value validity. Header fields are checked and skipped. status 0: stopped at max_records, the end of\n"
+             "buf or an incomplete frame; 1: the frame at pos is whole and CRC-valid but not decoded here (its\n"
+             "fields are malformed, or a header name is not UTF-8: the caller's decoder says how); 2: its CRC does\n"
+             "not match. See columns.RecordColumns.");
+
+enum { COL_OFFSETS, COL_TIMESTAMPS, COL_KEY_ENDS, COL_KEYS, COL_KEY_VALID, COL_VALUE_ENDS, COL_VALUES, COL_VALUE_VALID, COLUMNS };
+
+/* Where the key and the value of the payload [q, stop) of a frame of attributes `attrs` lie: 0, or
+   -1 if its fields run past it, set bits it does not know or a header name is not UTF-8. */
+static int
+payload_fields(const unsigned char *b, Py_ssize_t q, Py_ssize_t stop, unsigned attrs, Py_ssize_t *key, Py_ssize_t *klen,
+               Py_ssize_t *value)
+{
+    if (attrs & ~0x07u) {
+        return -1;
+    }
+    *key = *klen = -1;
+    if (attrs & 0x01u) {
+        uint32_t n;
+        if (stop - q < 4) {
+            return -1;
+        }
+        memcpy(&n, b + q, 4);
+        if ((Py_ssize_t)n > stop - q - 4) {
+            return -1;
+        }
+        *key = q + 4;
+        *klen = (Py_ssize_t)n;
+        q += 4 + (Py_ssize_t)n;
+    }
+    if (attrs & 0x02u) {
+        uint16_t count;
+        if (stop - q < 2) {
+            return -1;
+        }
+        memcpy(&count, b + q, 2);
+        q += 2;
+        for (unsigned h = 0; h < count; h++) {
+            uint16_t nlen;
+            uint32_t vlen;
+            if (stop - q < 2) {
+                return -1;
+            }
+            memcpy(&nlen, b + q, 2);
+            if ((Py_ssize_t)nlen > stop - q - 2) {
+                return -1;
+            }
+            PyObject *name = PyUnicode_DecodeUTF8((const char *)b + q + 2, nlen, "strict");
+            if (name == NULL) {
+                PyErr_Clear();
+                return -1;
+            }
+            Py_DECREF(name);
+            q += 2 + (Py_ssize_t)nlen;
+            if (stop - q < 4) {
+                return -1;
+            }
+            memcpy(&vlen, b + q, 4);
+            if ((Py_ssize_t)vlen > stop - q - 4) {
+                return -1;
+            }
+            q += 4 + (Py_ssize_t)vlen;
+        }
+    }
+    if ((attrs & 0x04u) && q != stop) {
+        return -1; /* a tombstone has no value bytes */
+    }
+    *value = (attrs & 0x04u) ? -1 : q;
+    return 0;
+}
+
+static PyObject *
+decode_columns(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *list;
+    Py_ssize_t pos, max_records;
+    long long offset, keep_from, keep_to;
+    if (!PyArg_ParseTuple(args, "y*nLnO!LL", &view, &pos, &offset, &max_records, &PyList_Type, &list, &keep_from, &keep_to)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *cols[COLUMNS];
+    Py_ssize_t had[COLUMNS], count = 0, kept = 0;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
+    int status = 0, resized = 0;
+    if (PyList_GET_SIZE(list) != COLUMNS) {
+        PyErr_Format(PyExc_ValueError, "columns: a list of %d bytearrays", COLUMNS);
+        goto done;
+    }
+    for (int k = 0; k < COLUMNS; k++) {
+        cols[k] = PyList_GET_ITEM(list, k);
+        if (!PyByteArray_CheckExact(cols[k])) {
+            PyErr_Format(PyExc_TypeError, "columns: a list of %d bytearrays", COLUMNS);
+            goto done;
+        }
+        had[k] = PyByteArray_GET_SIZE(cols[k]);
+    }
+    Py_ssize_t rows = had[COL_OFFSETS] / 8, bitmap = (rows + 7) / 8;
+    if (had[COL_OFFSETS] % 8 || had[COL_TIMESTAMPS] != 8 * rows || had[COL_KEY_ENDS] != 4 * (rows + 1) ||
+        had[COL_VALUE_ENDS] != 4 * (rows + 1) || had[COL_KEY_VALID] != bitmap || had[COL_VALUE_VALID] != bitmap) {
+        PyErr_SetString(PyExc_ValueError, "columns: buffers of different row counts");
+        goto done;
+    }
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "pos must be >= 0");
+        goto done;
+    }
+    /* Room for the most frames buf can hold (each at least HEAD bytes, its key and value inside
+       it): the buffers are grown once, then cut to what was written. */
+    Py_ssize_t room = end > pos ? end - pos : 0, most = room / HEAD;
+    most = max_records < most ? (max_records > 0 ? max_records : 0) : most;
+    if (had[COL_KEYS] > INT32_MAX - room || had[COL_VALUES] > INT32_MAX - room) {
+        PyErr_SetString(PyExc_OverflowError, "columns: keys or values past 2 GiB (Arrow's binary offsets): take them first");
+        goto done;
+    }
+    Py_ssize_t want[COLUMNS] = {
+        had[COL_OFFSETS] + 8 * most, had[COL_TIMESTAMPS] + 8 * most, had[COL_KEY_ENDS] + 4 * most,
+        had[COL_KEYS] + room,        (rows + most + 7) / 8,            had[COL_VALUE_ENDS] + 4 * most,
+        had[COL_VALUES] + room,      (rows + most + 7) / 8,
+    };
+    resized = 1;
+    for (int k = 0; k < COLUMNS; k++) {
+        if (PyByteArray_Resize(cols[k], want[k]) < 0) {
+            goto done;
+        }
+    }
+    unsigned char *col[COLUMNS];
+    for (int k = 0; k < COLUMNS; k++) {
+        col[k] = (unsigned char *)PyByteArray_AS_STRING(cols[k]);
+    }
+    memset(col[COL_KEY_VALID] + bitmap, 0, (size_t)(want[COL_KEY_VALID] - bitmap));
+    memset(col[COL_VALUE_VALID] + bitmap, 0, (size_t)(want[COL_VALUE_VALID] - bitmap));
+    int32_t key_end = (int32_t)had[COL_KEYS], value_end = (int32_t)had[COL_VALUES];
+    while (count < max_records && pos <= end - HEAD) {
+        uint32_t length, crc;
+        memcpy(&length, b + pos, 4);
+        memcpy(&crc, b + pos + 4, 4);
+        Py_ssize_t stop = pos + FRAME_HEADER + (Py_ssize_t)length;
+        if (stop > end) {
+            break;
+        }
+        if (length < PREFIX || crc32c_continue(0, b + pos + FRAME_HEADER, length) != crc) {
+            status = 2;
+            break;
+        }
+        Py_ssize_t key, klen, value, row = rows + kept;
+        if (payload_fields(b, pos + HEAD, stop, b[pos + FRAME_HEADER], &key, &klen, &value) < 0) {
+            status = 1;
+            break;
+        }
+        long long at = offset + count;
+        if (at >= keep_from && at < keep_to) {
+            memcpy(col[COL_OFFSETS] + had[COL_OFFSETS] + 8 * kept, &at, 8);
+            memcpy(col[COL_TIMESTAMPS] + had[COL_TIMESTAMPS] + 8 * kept, b + pos + FRAME_HEADER + 1, 8);
+            if (key >= 0) {
+                memcpy(col[COL_KEYS] + key_end, b + key, (size_t)klen);
+                key_end += (int32_t)klen;
+                col[COL_KEY_VALID][row >> 3] |= (unsigned char)(1u << (row & 7));
+            }
+            if (value >= 0) {
+                memcpy(col[COL_VALUES] + value_end, b + value, (size_t)(stop - value));
+                value_end += (int32_t)(stop - value);
+                col[COL_VALUE_VALID][row >> 3] |= (unsigned char)(1u << (row & 7));
+            }
+            memcpy(col[COL_KEY_ENDS] + had[COL_KEY_ENDS] + 4 * kept, &key_end, 4);
+            memcpy(col[COL_VALUE_ENDS] + had[COL_VALUE_ENDS] + 4 * kept, &value_end, 4);
+            kept++;
+        }
+        pos = stop;
+        count++;
+    }
+    Py_ssize_t got[COLUMNS] = {
+        had[COL_OFFSETS] + 8 * kept, had[COL_TIMESTAMPS] + 8 * kept, had[COL_KEY_ENDS] + 4 * kept,
+        key_end,                     (rows + kept + 7) / 8,           had[COL_VALUE_ENDS] + 4 * kept,
+        value_end,                   (rows + kept + 7) / 8,
+    };
+    for (int k = 0; k < COLUMNS; k++) {
+        if (PyByteArray_Resize(cols[k], got[k]) < 0) {
+            goto done;
+        }
+    }
+    resized = 0;
+    result = Py_BuildValue("nni", pos, count, status);
+done:
+    if (resized) { /* an error after growing them: the columns as they were (shrinking does not fail) */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        for (int k = 0; k < COLUMNS; k++) {
+            if (PyByteArray_GET_SIZE(cols[k]) != had[k] && PyByteArray_Resize(cols[k], had[k]) < 0) {
+                PyErr_Clear();
+            }
+        }
+        PyErr_Restore(type, value, tb);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
 PyDoc_STRVAR(shaped_doc,
              "shaped(record_type, template: tuple, records: list[tuple], slots: tuple[int, ...],"
              " size_slots: tuple[int, ...] = (), headers_type: list | tuple | None = None) -> list\n\n"
@@ -1851,6 +2057,7 @@ static PyMethodDef codec_methods[] = {
     {"encode_batch", encode_batch, METH_VARARGS, encode_batch_doc},
     {"shaped", shaped, METH_VARARGS, shaped_doc},
     {"decode_plain", decode_plain, METH_VARARGS, decode_plain_doc},
+    {"decode_columns", decode_columns, METH_VARARGS, decode_columns_doc},
     {"scan_frames", scan_frames, METH_VARARGS, scan_frames_doc},
 #ifdef RWF_NOWAIT
     {"pread_nowait", pread_nowait, METH_VARARGS, pread_nowait_doc},

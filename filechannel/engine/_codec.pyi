@@ -41,6 +41,9 @@ def decode_plain(
     slots: tuple[int, int, int, int, int],
     /,
 ) -> tuple[int, int, int]: ...
+def decode_columns(
+    buf: ReadableBuffer, pos: int, offset: int, max_records: int, columns: list[bytearray], keep_from: int, keep_to: int, /
+) -> tuple[int, int, int]: ...
 def scan_frames(
     buf: bytes,
     pos: int,

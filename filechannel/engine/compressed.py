@@ -54,6 +54,7 @@ import zstandard
 from crc32c import crc32c
 
 from ..errors import ChannelClosedError, CorruptRecordError, os_errors
+from .columns import RecordColumns
 from .files import opened
 from .record import Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, read_segment_header
@@ -597,14 +598,21 @@ def header_of(info: CompressedInfo) -> SegmentHeader:
 
 
 def check_block(
-    data: BlockData, info: CompressedInfo, i: int, where: str, out: list[Record]
+    data: BlockData,
+    info: CompressedInfo,
+    i: int,
+    where: str,
+    out: list[Record] | RecordColumns,
+    decode: Callable[..., tuple[int, int]] = decode_records,
 ) -> tuple[int, CorruptRecordError | None]:
     """Decode block ``i``'s records (its decompressed ``data``) into ``out`` and check them: every
     frame's CRC, and that each run of the block (one for a version-1 block) holds exactly its
     offsets, whole frames ending where the next run (or the block) starts.
 
     Returns how many records decoded before any damage, and the damage (None if the block is
-    whole). The one check of a block's records, for ``check()`` and ``tier fsck --deep``.
+    whole). The one check of a block's records, for ``check()``, ``tier fsck --deep`` and
+    readers: ``decode`` is :func:`~.record.decode_records` for records in a list, or
+    :func:`~.columns.decode_columns` for :class:`~.columns.RecordColumns`.
     """
     block = info.blocks[i]
     view = memoryview(data)
@@ -615,7 +623,7 @@ def check_block(
         start = run.raw_position - block.raw_position
         stop = min(info.run_end(run.raw_position), block.raw_position + block.raw_length) - block.raw_position
         try:
-            end, n = decode_records(view[:stop], start, run.first_offset, stop, out)
+            end, n = decode(view[:stop], start, run.first_offset, stop, out)
         except CorruptRecordError as exc:
             return len(out) - before, CorruptRecordError(
                 f"compressed segment {where!r}: block {i} (offsets from {block.first_offset}): {exc}"

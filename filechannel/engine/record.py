@@ -72,6 +72,17 @@ class _Codec(Protocol):
         /,
     ) -> tuple[int, int, int]: ...
 
+    def decode_columns(
+        self,
+        buf: bytes | bytearray | memoryview,
+        pos: int,
+        offset: int,
+        max_records: int,
+        columns: list[bytearray],
+        keep_from: int,
+        keep_to: int,
+        /,
+    ) -> tuple[int, int, int]: ...
     def scan_frames(
         self,
         buf: bytes,

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ..engine.columns import RecordColumns
 from ..engine.record import Record
 
 if TYPE_CHECKING:
@@ -80,10 +81,13 @@ class BatchBuilder:
         self.topic, self.partition = topic, partition
         self.include_headers = include_headers
         self.origin = origin
+        # Records decoded straight into the batch's columns (``columns.decode_columns``): the
+        # other way to fill it than add() (never both in one batch; no headers).
+        self.decoded = RecordColumns()
         self._clear()
 
     def _clear(self) -> None:
-        self.nbytes = 0  # bytes of the keys and values added: what the batch's binary columns hold
+        self._added_bytes = 0  # of the keys and values of the records add() took
         self._offsets: list[int] = []
         self._timestamps: list[int] = []
         self._keys: list[bytes | None] = []
@@ -91,13 +95,19 @@ class BatchBuilder:
         self._headers: list[Sequence[tuple[str, bytes]]] = []
 
     def __len__(self) -> int:
-        return len(self._offsets)
+        return len(self._offsets) + len(self.decoded)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the keys and values in the batch so far: what its binary columns will hold."""
+        return self._added_bytes + self.decoded.nbytes
 
     def add(self, records: Sequence[Record]) -> None:
         if not records:
             return
+        assert not len(self.decoded), "a batch of records and decoded columns"
         offsets, timestamps, keys, values, headers = zip(*records, strict=True)
-        self.nbytes += sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))  # None: absent
+        self._added_bytes += sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))  # None: absent
         self._offsets += offsets
         self._timestamps += timestamps
         self._keys += keys
@@ -110,14 +120,26 @@ class BatchBuilder:
         import pyarrow.compute as pc
 
         arrow = arrow_schema(self.include_headers, self.origin is not None)
-        n = len(self._offsets)
-        ts = pa.array(self._timestamps, pa.int64())
+        n = len(self)
+        if len(self.decoded):
+            assert not self.include_headers and not self._offsets, "decoded columns hold no headers, nor records added"
+            # wrapped, not copied: the buffers are taken over, never written again
+            offsets_b, ts_b, key_ends, keys_b, key_valid, value_ends, values_b, value_valid = map(
+                pa.py_buffer, self.decoded.take()
+            )
+            keys = pa.Array.from_buffers(pa.binary(), n, [key_valid, key_ends, keys_b])
+            values = pa.Array.from_buffers(pa.binary(), n, [value_valid, value_ends, values_b])
+            offsets = pa.Array.from_buffers(pa.int64(), n, [None, offsets_b])
+            ts = pa.Array.from_buffers(pa.int64(), n, [None, ts_b])
+        else:
+            keys, values = pa.array(self._keys, pa.binary()), pa.array(self._values, pa.binary())
+            offsets, ts = pa.array(self._offsets, pa.int64()), pa.array(self._timestamps, pa.int64())
         columns: list[pa.Array[Any]] = [
-            pa.array(self._keys, pa.binary()),
-            pa.array(self._values, pa.binary()),
+            keys,
+            values,
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
-            pa.array(self._offsets, pa.int64()),
+            offsets,
             pc.multiply(ts, 1000).cast(arrow.field("timestamp").type),
             pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
         ]

@@ -198,3 +198,36 @@ def test_segments_are_opened_ahead_only_within_a_quarter_of_the_cache(root, cach
     finally:
         segments.close()
         reader.close()
+
+
+def test_columns_decoded_in_c_equal_the_records_of_keys_tombstones_and_headers(tmp_path):
+    """Without headers a tier read decodes blocks straight into the batch's columns (C); with
+    them, into records. Both give the same rows over the same segments (keys, null values,
+    headers skipped, a range starting and ending inside blocks)."""
+    root = tmp_path / "root"
+    Admin(root).create_topic(
+        "t",
+        partitions=1,
+        tier=(tmp_path / "tier2").as_uri(),
+        segment_bytes=4096,
+        compression_block_bytes=1024,
+        local_retention_bytes=0,
+    )
+    with Producer(root) as p:
+        for i in range(1200):
+            value = None if i % 37 == 0 else f"value {i}".encode() * (1 + i % 3)
+            p.send("t", value, key=b"k%d" % (i % 40), headers=[("n", str(i).encode())] if i % 2 else None)
+    with TieringDaemon(root) as daemon:
+        assert daemon.run(once=True).failures == []
+    task = next(t for t in tasks(root) if isinstance(t, TierRange))
+    inside = dataclasses.replace(task, start=task.start + 3, end=task.end - 5)
+    for t in (task, inside):
+        columns = [b for b in read_tier_range(t, batch_rows=100)]
+        records = [b for b in read_tier_range(dataclasses.replace(t, include_headers=True), batch_rows=100)]
+        fields = ["key", "value", "offset", "timestamp", "topic", "partition", "timestampType"]
+        got = {f: [v for b in columns for v in b[f].to_pylist()] for f in fields}
+        assert got == {f: [v for b in records for v in b[f].to_pylist()] for f in fields}
+        offsets = got["offset"]
+        assert offsets == list(range(t.start, t.end))
+        assert None in got["value"] and None not in got["key"]
+        assert all(b.num_rows <= 100 + 1024 // 14 for b in columns)  # a batch ends after the block reaching 100 rows
