@@ -367,6 +367,11 @@ def tier_import(
     help="The new root (absent or empty); with --refresh, the replica.",
 )
 @click.option("--tier", "tier_url", metavar="URL", help="The storage holding the root's tier-2 copy.")
+@click.option(
+    "--origin",
+    metavar="NAME",
+    help="The lost root's origin (tier.origin), if it had one: its copy is under URL/NAME, and the new root tiers there.",
+)
 @_TIER_OPTIONS
 @click.option(
     "--replica",
@@ -374,7 +379,9 @@ def tier_import(
     help="Make a read-only replica: the prefix stays its owner's (no claim, no epoch); sends, tier run and repairs are refused.",
 )
 @click.option("--refresh", is_flag=True, help="Bring the replica at --root up to date with its prefix (no --tier).")
-def tier_rebuild(new_root: str, tier_url: str | None, tier_options: str | None, replica: bool, refresh: bool) -> None:
+def tier_rebuild(
+    new_root: str, tier_url: str | None, origin: str | None, tier_options: str | None, replica: bool, refresh: bool
+) -> None:
     """Rebuild a lost root from its tier-2 copy alone: topics, partitions, metadata, group offsets.
 
     Segments come from their manifests (chunks without one are orphans); producers continue
@@ -390,20 +397,27 @@ def tier_rebuild(new_root: str, tier_url: str | None, tier_options: str | None, 
     \b
       filechannel tier rebuild --root /data/fc-new --tier s3://bucket/fc \\
           --tier-options '{"endpoint_url": "http://s3.local:8333"}'
+      filechannel tier rebuild --root /data/edge-1 --tier s3://bucket/fc --origin edge-1
       filechannel tier rebuild --replica --root /data/fc-replica --tier s3://bucket/fc
       filechannel tier rebuild --refresh --root /data/fc-replica
     """
     from ..client.group import restore_groups
+    from ..root import origin_url
     from ..tiering.rebuild import rebuild_root, refresh_replica
     from .progress import Meter, count_progress
 
-    if refresh and (tier_url is not None or tier_options is not None or replica):
+    if refresh and (tier_url is not None or origin is not None or tier_options is not None or replica):
         raise click.UsageError("--refresh takes --root only: the replica's storage and options are those it was made with")
     if not refresh and tier_url is None:
         raise click.UsageError("say which storage to rebuild from with --tier URL (or refresh a replica with --refresh)")
     options = _tier_options(tier_options)
     if tier_url is not None:
         _check_tier(tier_url, options)
+        if origin is not None:
+            try:
+                tier_url = origin_url(tier_url, origin)
+            except ValueError as exc:  # the name's rule
+                raise click.BadParameter(str(exc), param_hint="--origin") from None
     with count_progress(shown=True) as progress:
         manifests = Meter(progress, "reading manifests", "manifests")
         if refresh:

@@ -29,7 +29,9 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import logging
 import shutil
 import tempfile
 import weakref
@@ -46,6 +48,8 @@ from ..tiering.storage import redact_url
 from .errors import data_loss
 from .ranges import OffsetRange
 from .tier import SegmentPlanner, TierRange
+
+log = logging.getLogger(__name__)
 
 STATE_PREFIX = "filechannel-spark-bucket-"  # a catalog's folder in the system's temp folder: <prefix><pid>-<random>
 FOLLOW_S = 1.0  # a partition's head is read again at most this often while one channel of it is open
@@ -161,10 +165,16 @@ class BucketPlanner(SegmentPlanner):
 
     def split_tiers(self, r: OffsetRange) -> list[TierRange | OffsetRange]:
         """As a root's, but all of ``r`` must be uploaded: a piece left over is what retention
-        deleted since the partition's bounds were read (data loss, never a task on a root)."""
+        deleted since the partition's bounds were read (never a task on a root). That is data
+        loss; with ``failOnDataLoss=false`` the range starts again at the first offset still
+        uploaded, as Kafka's source goes on from the earliest offset."""
         pieces = super().split_tiers(r)
-        for piece in pieces:
-            if isinstance(piece, OffsetRange) and piece.size > 0:
-                first = self.uploaded(r.topic, r.partition)
-                raise data_loss(r.topic, r.partition, piece.start, first[0].base_offset if first else piece.end)
-        return pieces
+        gone = next((p for p in pieces if isinstance(p, OffsetRange) and p.size > 0), None)
+        if gone is None:
+            return pieces
+        uploaded = self.uploaded(r.topic, r.partition)
+        first = uploaded[0].base_offset if uploaded else r.end
+        if r.fail_on_data_loss or gone.start >= first:  # not the start retention took: never skipped
+            raise data_loss(r.topic, r.partition, gone.start, first)
+        log.warning("%s[%d]: offsets %d to %d were deleted from tier-2; going on", r.topic, r.partition, r.start, first - 1)
+        return self.split_tiers(dataclasses.replace(r, start=first)) if first < r.end else []

@@ -107,7 +107,16 @@ from .partitions import TieredChannel, storage_key, tier_of, tiered_partitions
 from .reindex import bring_up, open_index, referenced_by_manifests
 from .status import write_status
 from .storage import ChunkStorage, redact_url
-from .uploader import RateLimiter, SegmentToUpload, SegmentUpload, abandon, delete_objects, finish_delete, start_upload
+from .uploader import (
+    RateLimiter,
+    SegmentToUpload,
+    SegmentUpload,
+    abandon,
+    check_fence,
+    delete_objects,
+    finish_delete,
+    start_upload,
+)
 
 log = logging.getLogger("filechannel")
 
@@ -362,6 +371,9 @@ class TieringDaemon:
             self._swept.clear()
             self._described.clear()
             self._progress(f"epoch {self.epoch} taken by {self.owner}")
+        # A daemon that was paused (SIGSTOP, a VM frozen) while another took over stops here,
+        # whatever its pass would have done first: not every pass writes the index.
+        check_fence(self.metadata, self.epoch)
         if self._channel is None:
             self._purge_deleted_topics(report)
         for part in self._partitions():

@@ -15,16 +15,20 @@ import pickle
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from filechannel.bench.seaweed import SeaweedServer, free_ports, wait_for
+from filechannel.client import Admin
 from filechannel.errors import ConfigError, StorageUnavailableError, UnknownTopicError
 from filechannel.spark.bucket import STATE_PREFIX, BucketCatalog
+from filechannel.spark.errors import DataLossError
 from filechannel.spark.options import SourceOptions
 from filechannel.spark.source import FileChannelBatchReader, FileChannelStreamReader, read_partition
 from filechannel.spark.tier import TierRange
+from filechannel.tiering.daemon import TieringDaemon
 
 from ..tiering.test_origins import edge_root, listing, produce, upload_all, value
 from .helpers import available_now_to_parquet
@@ -261,3 +265,27 @@ def test_errors_reach_spark_s_error_path(spark, tmp_path: Path) -> None:
     nothing = spark.read.format("filechannel").option("tier", f"file://{tmp_path}/b").option("subscribe", "clicks").load()
     with pytest.raises(Exception, match=r"no topic of every origin matches subscribe clicks \(origins there: none"):
         nothing.collect()  # (a batch is known to be one only when planned)
+
+
+@pytest.mark.s3
+def test_a_start_retention_deleted_is_data_loss_and_skipped_with_fail_on_data_loss_false(tmp_path: Path) -> None:
+    """Retention deleting a partition's first segments between the bounds a query was given and
+    its plan: the range starts where the bucket now starts, or the query fails saying how."""
+    url = f"file://{tmp_path}/bucket"
+    root = edge_root(tmp_path, "edge-1", url, {}, partitions=1)
+    produce(root, "edge-1", 300, partitions=1)
+    upload_all(root)
+    Admin(root).alter_topic("clicks", {"retention_bytes": 4096})
+    with TieringDaemon(root) as daemon:
+        assert daemon.run(once=True).failures == []
+
+    def offsets(**options: str) -> list[Any]:
+        bounds = {"startingOffsets": '{"edge-1.clicks":{"0":0}}', **options}
+        opts = SourceOptions.parse({"tier": url, "subscribe": "clicks", **bounds}, batch=True)
+        return [o for t in FileChannelBatchReader(opts).partitions() for b in read_partition(t) for o in b["offset"].to_pylist()]
+
+    with pytest.raises(DataLossError, match=r"clicks\[0\]: offset 0 is no longer there, the first offset is (\d+)") as lost:
+        offsets()
+    first = int(lost.value.args[0].split("the first offset is ")[1].split(" ")[0])
+    assert 0 < first < 300
+    assert offsets(failOnDataLoss="false") == list(range(first, 300))

@@ -34,7 +34,6 @@ from filechannel.tiering import open_storage
 from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.defrag import DefragSettings, defrag_root
 from filechannel.tiering.heads import head_name
-from filechannel.tiering.rebuild import rebuild_root
 
 from ..client.cli_helpers import SCRIPT, fc
 from .conftest import FaultProxy, wait_for
@@ -373,8 +372,11 @@ def test_an_edge_root_reads_its_own_history_under_its_origin_and_is_rebuilt_from
         assert [r.value for r in drain(own, 60)[TopicPartition("clicks", 0)]] == [value("edge-1", i) for i in range(60)]
 
     rebuilt = tmp_path / "rebuilt"
-    report = rebuild_root(rebuilt, f"{url}/edge-1")  # a lost edge root: its origin's prefix is a root's prefix
-    assert report.topics == {"clicks": 1} and not report.problems
+    rebuild = ("tier", "rebuild", "--root", str(rebuilt), "--tier", url, "--origin")
+    bad = fc(tmp_path, *rebuild, "edge.1", check=False)
+    assert bad.returncode == 2 and b"--origin" in bad.stderr and not rebuilt.exists()
+    done = fc(tmp_path, *rebuild, "edge-1")  # a lost edge root: its origin's prefix is a root's prefix
+    assert b"rebuilt 1 topic(s), 1 partition(s)" in done.stdout
     produce(rebuilt, "again", 10, partitions=1)
     upload_all(rebuilt)  # it took the origin's claim over, and tiers there
     with Consumer("edge-1.clicks", tier=url, state_dir=tmp_path / "reader", auto_offset_reset="earliest") as reader:

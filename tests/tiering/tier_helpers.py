@@ -7,7 +7,9 @@ runs a TieringDaemon and prints one line per action, flushed (the parent waits o
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -132,6 +134,7 @@ def _reader_main(root: str) -> int:
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1)  # a test that gives up on a child has it print its stacks first
     if sys.argv[1] == "daemon":
         sys.exit(_daemon_main(sys.argv[2:]))
     if sys.argv[1] == "producer":
