@@ -70,9 +70,7 @@ class Child:
         try:
             _, err = self.proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGUSR1)  # its stacks (tier_helpers registers faulthandler)
-            time.sleep(1)
-            self.proc.kill()
+            self.proc.send_signal(signal.SIGABRT)  # faulthandler (tier_helpers) prints its stacks, then it dies
             _, err = self.proc.communicate(timeout=10)
             raise AssertionError(f"the daemon did not exit within 60 s; it printed {self.seen}; stderr:\n{err}") from None
         self._reader.join(timeout=10)
