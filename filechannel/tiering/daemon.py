@@ -49,7 +49,8 @@ Invariants:
   active segment, never a hole, never a segment that exists nowhere else. Retention and
   reader positions never override this (the channel's own GC does nothing with a tier).
 - Every metadata change carries the daemon's epoch: once another daemon took a newer
-  one, the first commit (or object write) raises :class:`FencedError` and the daemon stops.
+  one, the first commit (or object write), or the next pass's first check of the index's
+  epoch, raises :class:`FencedError` and the daemon stops.
 - A crash anywhere leaves at worst an "uploading" or "deleting" row and objects it names,
   or orphan objects: the next start cleans each of them up.
 - After a pass changed a partition's uploaded range (uploads, total retention), its head in
