@@ -103,6 +103,17 @@ def test_without_the_c_extensions_the_package_runs_and_says_so(tmp_path):
     assert subprocess.run([str(script), "produce", "t"], input=b"hello\n", **run).returncode == 0
     out = subprocess.run([str(script), "consume", "t", "--from-beginning", "--no-follow"], **run)
     assert out.stdout == b"hello\n", out.stderr
+    # The producer's Python short path: its future keeps offset, timestamp and size as slots.
+    code = (
+        "import sys; from filechannel.client import Producer\n"
+        "with Producer(sys.argv[1]) as p:\n"
+        "    p.send('t', b'warm'); f = p.send('t', b'abc')\n"
+        "print(type(f).__name__, f.get().offset, f.get().serialized_value_size, f.get().timestamp > 0)\n"
+    )
+    sent = subprocess.run(
+        [sys.executable, "-c", code, env["FILECHANNEL_ROOT"]], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert sent.stdout == "SentFuture 2 3 True\n", sent.stderr
 
 
 def _tracked_copy(dest: Path) -> Path:

@@ -184,7 +184,22 @@ class RecordFuture(Future[T]):
 _DONE = threading.Condition()  # of futures created done: nobody ever waits on it
 
 
-class SentFuture(RecordFuture[RecordMetadata]):
+if TYPE_CHECKING:
+
+    class _Sent:
+        _at: tuple[int, int]
+        _size: int
+
+else:
+    try:  # the C extension's: the offset, timestamp and size as C fields, made into objects when read
+        from ..engine._codec import SentCore as _Sent
+    except ImportError:
+
+        class _Sent:
+            __slots__ = ("_at", "_size")
+
+
+class SentFuture(_Sent, RecordFuture[RecordMetadata]):
     """The done future of a record buffered by ``Producer.send``'s common case: it keeps
     where the record went and builds the :class:`RecordMetadata` only when asked.
 
@@ -193,12 +208,13 @@ class SentFuture(RecordFuture[RecordMetadata]):
     "Producer.send's short path"). ``_route`` is the partition's
     ``(topic, partition, TopicPartition)``, ``_at`` the append's ``(offset, timestamp)``,
     ``_size`` the value's length. Everything else is the class's: done, no exception.
+    With the C extension, ``_at`` and ``_size`` are its ``SentCore``'s C fields, which
+    ``_codec.ProducerSend`` sets without making the tuple and ints a send never reads
+    (they were a sixth of a 100 B send).
     """
 
-    __slots__ = ("_at", "_route", "_size")
+    __slots__ = ("_route",)
     _route: tuple[str, int, TopicPartition]
-    _at: tuple[int, int]
-    _size: int
     _condition = _DONE
     _state = FINISHED
     _exception = None
@@ -213,8 +229,8 @@ class SentFuture(RecordFuture[RecordMetadata]):
     @staticmethod
     def sent(route: tuple[str, int, TopicPartition], at: tuple[int, int], size: int) -> SentFuture:
         """The future of a record the producer's Python short path appended (the C one,
-        ``_codec.ProducerSend``, fills the same three slots itself)."""
-        future: SentFuture = _new_future(SentFuture)
+        ``_codec.ProducerSend``, fills the same fields itself)."""
+        future: SentFuture = _new_sent(SentFuture)
         future._route, future._at, future._size = route, at, size
         return future
 
@@ -231,4 +247,4 @@ class SentFuture(RecordFuture[RecordMetadata]):
 
 
 _new_tuple = tuple.__new__
-_new_future = object.__new__
+_new_sent = SentFuture.__new__  # SentCore's (object's without the C extension): no __init__ call

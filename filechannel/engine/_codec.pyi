@@ -95,6 +95,12 @@ class AppendCore:
     ) -> int: ...
     def append_stamped(self, value: bytes, /) -> tuple[int, int]: ...
 
+class SentCore:
+    """Where a sent record went, as C fields: the base of client/futures.SentFuture."""
+
+    _at: tuple[int, int]  # (offset, timestamp), made when read
+    _size: int
+
 @final
 class ProducerSend(Generic[_P, _R]):
     """Producer.send's common case; any other call goes to ``fallback``."""

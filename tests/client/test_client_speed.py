@@ -8,7 +8,7 @@ import asyncio
 import concurrent.futures
 import threading
 import tracemalloc
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -25,6 +25,11 @@ from filechannel.client import (
     TopicPartition,
 )
 from filechannel.client.futures import SentFuture
+
+try:
+    from filechannel.engine import _codec
+except ImportError:  # the pure-Python build
+    _codec = None  # type: ignore[assignment]
 from filechannel.errors import ChannelClosedError, ConfigError, MessageTooLargeError
 
 
@@ -91,6 +96,26 @@ def test_short_path_futures_work_with_callbacks_wait_and_asyncio(root):
 
         assert asyncio.run(wrapped()).offset == 1
     assert seen == [f.value, 1]
+
+
+def test_a_sent_futures_fields_hold_any_offset_timestamp_and_size_and_refuse_what_is_not_one():
+    """SentFuture keeps (offset, timestamp) and the size as C fields (SentCore) where the
+    extension is built: they give back what was set, at the ends of their ranges too."""
+    route = ("t", 0, TopicPartition("t", 0))
+    far = SentFuture.sent(route, (2**63 - 1, -(2**63)), 2**31)
+    meta = far.get(timeout=0)
+    assert (meta.offset, meta.timestamp, meta.serialized_value_size) == (2**63 - 1, -(2**63), 2**31)
+    assert far._at == (2**63 - 1, -(2**63)) and far._size == 2**31
+    if _codec is not None:  # (the C build's fields: the pure-Python build keeps them as slots)
+        assert isinstance(far, _codec.SentCore)
+        for bad in [(1,), (1, "2"), [1, 2], None, (2**63, 0)]:
+            with pytest.raises((TypeError, OverflowError)):
+                far._at = bad  # type: ignore[assignment]
+        with pytest.raises(TypeError):
+            far._size = "3"  # type: ignore[assignment]
+        assert far._at == (2**63 - 1, -(2**63)) and far._size == 2**31  # unchanged by the refused writes
+        with pytest.raises(TypeError, match="subclass of SentCore"):
+            _codec.ProducerSend({}, cast(Any, print), RecordMetadata)
 
 
 def test_short_path_too_large_fails_the_future_not_the_call(root):
