@@ -240,6 +240,11 @@ class FileChannel:
         """
         return time_search.offset_for_time(self._log, timestamp_ms)
 
+    def record_count(self) -> int:
+        """The records held now, in either tier: ``end_offset - first_offset`` less the offsets
+        the cleaner removed (a compacted channel's holes). See :meth:`Log.record_count`."""
+        return self._log.record_count()
+
     @property
     def size_bytes(self) -> int:
         """Bytes on disk of the channel's files."""

@@ -113,7 +113,7 @@ def topics_list(ctx: click.Context, fmt: str) -> None:
 @FORMAT_OPTION
 @click.pass_context
 def topics_describe(ctx: click.Context, names: tuple[str, ...], topic_opts: tuple[str, ...], fmt: str) -> None:
-    """Show each topic's partitions (first and end offsets, bytes on disk) and settings: the
+    """Show each topic's partitions (first and end offsets, records, bytes on disk) and settings: the
     topics NAMES (or --topic), every topic if none is named (as kafka-topics --describe).
 
     json: one object per topic and line, {"topic", "partitions": [{"partition",
@@ -129,7 +129,7 @@ def topics_describe(ctx: click.Context, names: tuple[str, ...], topic_opts: tupl
                     "partition": p.partition,
                     "first_offset": p.first_offset,
                     "end_offset": p.end_offset,
-                    "records": p.end_offset - p.first_offset,
+                    "records": p.records,
                     "size_bytes": p.size_bytes,
                 }
                 for p in desc.partitions
@@ -140,9 +140,7 @@ def topics_describe(ctx: click.Context, names: tuple[str, ...], topic_opts: tupl
         for col in ("partition", "first offset", "end offset", "records", "bytes on disk"):
             table.add_column(col, justify="right")
         for p in desc.partitions:
-            table.add_row(
-                str(p.partition), str(p.first_offset), str(p.end_offset), str(p.end_offset - p.first_offset), f"{p.size_bytes:,}"
-            )
+            table.add_row(str(p.partition), str(p.first_offset), str(p.end_offset), str(p.records), f"{p.size_bytes:,}")
         out.print(table)
         out.print("settings: " + (", ".join(f"{k}={v}" for k, v in sorted(desc.config.items())) or "defaults"))
 

@@ -119,10 +119,14 @@ class TopicStore(RootLayout):
 
 @dataclass(frozen=True)
 class PartitionDescription:
+    """A partition as ``describe_topic`` found it. ``records`` counts the records held: the
+    offsets from first to end less the holes compaction left."""
+
     partition: int
     first_offset: int
     end_offset: int
     size_bytes: int
+    records: int
 
 
 @dataclass(frozen=True)
@@ -178,12 +182,12 @@ class Admin:
         self._store.set_origin(origin)
 
     def describe_topic(self, name: str) -> TopicDescription:
-        """Partitions with their first and end offsets and bytes on disk, and the settings."""
+        """Partitions with their first and end offsets, records and bytes on disk, and the settings."""
         meta = self._store.meta(name)
         parts = []
         for p in range(int(meta["partitions"])):
             with self._store.open_partition(name, p, read_only=True) as ch:
-                parts.append(PartitionDescription(p, ch.first_offset, ch.end_offset, ch.size_bytes))
+                parts.append(PartitionDescription(p, ch.first_offset, ch.end_offset, ch.size_bytes, ch.record_count()))
         return TopicDescription(name, parts, dict(meta.get("config", {})))
 
     def alter_topic(self, name: str, changes: Mapping[str, Any], removed: Iterable[str] = ()) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Compacted topics through the Kafka-like client: Kafka's config names (admin API and CLI), a
 producer refusing records without a key, and a consumer group reading a cleaned topic."""
 
+import json
 import threading
 import time
 from typing import Any
@@ -88,6 +89,28 @@ def test_a_consumer_group_reads_a_cleaned_topic_seeks_into_holes_and_counts_lag_
         assert found is not None and found.offset == kept[0].offset
     with Consumer(root=tmp_path, group_id="g", enable_auto_commit=False) as c:
         assert c.committed(T0) == kept[0].offset + 1
+
+
+def test_describe_counts_the_records_a_cleaned_topic_holds_not_its_offsets(tmp_path):
+    Admin(tmp_path).create_topic("t", 1, cleanup_policy="compact", segment_bytes=4096, delete_retention_ms=0)
+    with Producer(tmp_path) as p:
+        for i in range(200):
+            p.send("t", b"v%d-" % i + b"x" * 100, key=b"k%d" % (i % 4)).get(timeout=10)
+        p.send("t", None, key=b"k0").get(timeout=10)  # a tombstone: counted while it is kept
+    with Admin(tmp_path).open_partition("t", 0, maintenance_interval=0) as ch:
+        ch.compact()
+        with ch.receiver() as rx:
+            kept = []
+            while batch := rx.recv_many(1000, timeout=0.2):
+                kept.extend(batch)
+    (part,) = Admin(tmp_path).describe_topic("t").partitions
+    assert (part.first_offset, part.end_offset) == (0, 201)
+    assert part.records == len(kept) < 201  # the cleaner's holes are not records
+    (line,) = fc(tmp_path, "topics", "describe", "t", "--format", "json").stdout.decode().splitlines()
+    assert json.loads(line)["partitions"][0]["records"] == len(kept)
+    table = fc(tmp_path, "topics", "describe", "t").stdout.decode()
+    (row,) = [line.replace("│", " ").split() for line in table.splitlines() if " 201 " in line]
+    assert row[:4] == ["0", "0", "201", str(len(kept))]
 
 
 def test_a_group_member_reads_a_topic_while_it_is_written_and_cleaned(tmp_path):

@@ -102,7 +102,12 @@ def test_disaster_rebuild_reads_every_uploaded_record_and_producers_continue_den
     for p in range(2):  # the new active segment starts at the tier-2 end: offsets continue densely
         assert [f.get().offset for f in futures[p]] == list(range(ends[p], ends[p] + 40))
         assert read_all(new_root, "t", p) == list(enumerate(sent[p][: ends[p]] + more[p]))
-    assert Admin(new_root).describe_topic("t").config["local_retention_bytes"] == 0
+    described = Admin(new_root).describe_topic("t")
+    assert described.config["local_retention_bytes"] == 0
+    # the history only in tier-2 is counted with the new local records
+    assert [(d.first_offset, d.end_offset, d.records) for d in described.partitions] == [
+        (0, ends[p] + 40, ends[p] + 40) for p in range(2)
+    ]
     fc("tier", "run", "--root", str(new_root), "--once")  # the new root's daemon works on the rebuilt metadata
 
 
