@@ -210,7 +210,7 @@ class SentFuture(_Sent, RecordFuture[RecordMetadata]):
     ``_size`` the value's length. Everything else is the class's: done, no exception.
     With the C extension, ``_at`` and ``_size`` are its ``SentCore``'s C fields, which
     ``_codec.ProducerSend`` sets without making the tuple and ints a send never reads
-    (they were a sixth of a 100 B send).
+    (they were a fifth of a 100 B send).
     """
 
     __slots__ = ("_route",)

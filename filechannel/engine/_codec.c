@@ -1637,7 +1637,7 @@ static PyTypeObject AppendCore_Type = {
 /* A SentCore is the base of client/futures.SentFuture: where a record went, as C fields.
  * ``_at`` (the pair (offset, timestamp)) and ``_size`` (the value's length) are made as
  * Python objects only when read, which most sends never do: the tuple and the three ints
- * a send made for them (and the tuple's GC tracking) were a sixth of a 100 B send. */
+ * a send made for them (and the tuple's GC tracking) were a fifth of a 100 B send. */
 
 typedef struct {
     PyObject_HEAD
@@ -1667,6 +1667,8 @@ sent_set_at(SentCore *self, PyObject *value, void *closure)
     return 0;
 }
 
+/* Not a T_LONGLONG member: CPython 3.11 stores a member's -1 before it sees the conversion
+ * failed, so a refused write (``_size = "3"``) would leave the size changed. */
 static PyObject *
 sent_get_size(SentCore *self, void *closure)
 {
@@ -2147,8 +2149,8 @@ PyInit__codec(void)
         fold_ok = fold_supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq");
         init_shift(shift1, STRIDE);
         init_shift(shift2, 2 * STRIDE);
-        if (PyType_Ready(&StateCore_Type) < 0 || PyType_Ready(&AppendCore_Type) < 0 ||
-            PyType_Ready(&SentCore_Type) < 0 || PyType_Ready(&ProducerSend_Type) < 0 || PyType_Ready(&Ready_Type) < 0 || PyType_Ready(&AsyncSend_Type) < 0 ||
+        if (PyType_Ready(&StateCore_Type) < 0 || PyType_Ready(&AppendCore_Type) < 0 || PyType_Ready(&SentCore_Type) < 0 ||
+            PyType_Ready(&ProducerSend_Type) < 0 || PyType_Ready(&Ready_Type) < 0 || PyType_Ready(&AsyncSend_Type) < 0 ||
             PyType_Ready(&Mutex_Type) < 0) {
             return NULL;
         }
