@@ -18,6 +18,8 @@
 #include <errno.h>
 #include <sched.h>
 #include <sys/uio.h>
+#include <unistd.h>
+#include <pthread.h>
 #include <time.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -1032,6 +1034,529 @@ pread_nowait(PyObject *self, PyObject *args)
     return out;
 }
 #endif
+
+/* -- a drain's write, without the GIL ----------------------------------------------------
+ *
+ * files.write_pieces (its Python reference) with the GIL released for the whole batch, not
+ * per call: the background flusher writes a sender's full buffer (Appender, "handing the
+ * buffer over") while the sending thread goes on running Python on the other CPU. The
+ * Python version joins small pieces holding the GIL and takes the GIL back between calls,
+ * which a busy sender holds for a switch interval (5 ms) at a time. The pieces are kept
+ * referenced (a tuple of them) while the GIL is released: bytes do not move or change. */
+
+static int
+write_all_nogil(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t done = write(fd, p, n);
+        if (done < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -1;
+        }
+        p += done;
+        n -= (size_t)done;
+    }
+    return 0;
+}
+
+/* Small pieces (an average under join_below) copied into buffers of up to write_bytes, each
+ * written with one write; large ones handed to writev, at most iov_max pieces and about
+ * writev_bytes at a time (files.py says why these limits). The joins go to *scratch (of
+ * *scratch_cap bytes), grown as needed and kept by the caller: a fresh megabyte each time
+ * is a fresh mapping, faulted in page by page (a write-behind of 1 MiB buffers took three
+ * times as long). 0 done, -1 errno set. */
+static int
+write_iov_nogil(int fd, struct iovec *iov, Py_ssize_t count, size_t nbytes, size_t write_bytes, size_t writev_bytes,
+                Py_ssize_t iov_max, size_t join_below, char **scratch, size_t *scratch_cap)
+{
+    if (nbytes < join_below * (size_t)count) {
+        size_t cap = nbytes < write_bytes ? nbytes : write_bytes;
+        if (cap > *scratch_cap || *scratch == NULL) {
+            char *grown = realloc(*scratch, cap > 0 ? cap : 1);
+            if (grown == NULL) {
+                errno = ENOMEM;
+                return -1;
+            }
+            *scratch = grown;
+            *scratch_cap = cap > 0 ? cap : 1;
+        }
+        char *buf = *scratch;
+        size_t used = 0;
+        int rc = 0;
+        for (Py_ssize_t i = 0; i < count && rc == 0; i++) {
+            const char *p = iov[i].iov_base;
+            size_t left = iov[i].iov_len;
+            while (left > 0 && rc == 0) {
+                size_t take = cap - used < left ? cap - used : left;
+                memcpy(buf + used, p, take);
+                used += take;
+                p += take;
+                left -= take;
+                if (used == cap) {
+                    rc = write_all_nogil(fd, buf, used);
+                    used = 0;
+                }
+            }
+        }
+        if (rc == 0 && used > 0) {
+            rc = write_all_nogil(fd, buf, used);
+        }
+        return rc;
+    }
+    Py_ssize_t i = 0;
+    while (i < count) {
+        Py_ssize_t j = i;
+        size_t size = 0;
+        while (j < count && j - i < iov_max && (j == i || size < writev_bytes)) {
+            size += iov[j].iov_len;
+            j++;
+        }
+        ssize_t done;
+        do {
+            done = writev(fd, iov + i, (int)(j - i));
+        } while (done < 0 && errno == EINTR);
+        if (done < 0) {
+            return -1;
+        }
+        /* a short write (rare on files): finish piece by piece */
+        for (Py_ssize_t k = i; k < j; k++) {
+            size_t len = iov[k].iov_len;
+            if ((size_t)done >= len) {
+                done -= (ssize_t)len;
+            }
+            else if (write_all_nogil(fd, (const char *)iov[k].iov_base + done, len - (size_t)done) < 0) {
+                return -1;
+            }
+            else {
+                done = 0;
+            }
+        }
+        i = j;
+    }
+    return 0;
+}
+
+/* The pieces of the list (bytes, nbytes in all) as a tuple that keeps them alive and an
+ * iovec array over their bytes (PyMem_Free it). 0 done, -1 error set. */
+static int
+collect_pieces(PyObject *list, Py_ssize_t nbytes, PyObject **keep, struct iovec **out, Py_ssize_t *count)
+{
+    PyObject *pieces = PyList_AsTuple(list);
+    if (pieces == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(pieces);
+    struct iovec *iov = PyMem_Malloc(sizeof(struct iovec) * (size_t)(n > 0 ? n : 1));
+    if (iov == NULL) {
+        Py_DECREF(pieces);
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *piece = PyTuple_GET_ITEM(pieces, i);
+        if (!PyBytes_Check(piece)) {
+            PyErr_Format(PyExc_TypeError, "write_pieces: piece %zd is %.100s, not bytes", i, Py_TYPE(piece)->tp_name);
+            goto fail;
+        }
+        iov[i].iov_base = PyBytes_AS_STRING(piece);
+        iov[i].iov_len = (size_t)PyBytes_GET_SIZE(piece);
+        total += iov[i].iov_len;
+    }
+    if (total != (size_t)nbytes) {
+        PyErr_Format(PyExc_ValueError, "write_pieces: the pieces hold %zu bytes, not %zd", total, nbytes);
+        goto fail;
+    }
+    *keep = pieces;
+    *out = iov;
+    *count = n;
+    return 0;
+fail:
+    PyMem_Free(iov);
+    Py_DECREF(pieces);
+    return -1;
+}
+
+typedef struct {
+    Py_ssize_t write_bytes, writev_bytes, iov_max, join_below;
+} WriteLimits;
+
+static int
+check_limits(const WriteLimits *l)
+{
+    if (l->write_bytes < 1 || l->writev_bytes < 1 || l->iov_max < 1 || l->join_below < 0) {
+        PyErr_SetString(PyExc_ValueError, "write_pieces: limits must be positive");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(write_pieces_doc,
+             "write_pieces(fd, pieces, nbytes, write_bytes, writev_bytes, iov_max, join_below)\n\n"
+             "files.write_pieces with the GIL released for the whole batch: the bytes of the list\n"
+             "pieces (nbytes in all) written in order at fd's position; OSError on failure (part may\n"
+             "be written).");
+
+static PyObject *
+write_pieces_c(PyObject *self, PyObject *args)
+{
+    int fd;
+    PyObject *list, *pieces;
+    Py_ssize_t nbytes, count;
+    WriteLimits l;
+    struct iovec *iov;
+    if (!PyArg_ParseTuple(args, "iO!nnnnn", &fd, &PyList_Type, &list, &nbytes, &l.write_bytes, &l.writev_bytes,
+                          &l.iov_max, &l.join_below) ||
+        check_limits(&l) < 0 || collect_pieces(list, nbytes, &pieces, &iov, &count) < 0) {
+        return NULL;
+    }
+    int rc, err;
+    char *scratch = NULL;
+    size_t scratch_cap = 0;
+    Py_BEGIN_ALLOW_THREADS rc = write_iov_nogil(fd, iov, count, (size_t)nbytes, (size_t)l.write_bytes,
+                                                (size_t)l.writev_bytes, l.iov_max, (size_t)l.join_below, &scratch,
+                                                &scratch_cap);
+    err = errno;
+    free(scratch);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(iov);
+    Py_DECREF(pieces);
+    if (rc < 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+/* WriteBehind: one write at a time, submitted by a sender holding the GIL and written by a
+ * writer thread without the GIL (Appender's write-behind): the drain's records (pieces, as
+ * write_pieces writes them), then its "after" writes in order (index entries, the writer
+ * state: (fd, bytes, offset), offset -1 for the fd's position). A write runs IDLE ->
+ * SUBMITTED (submit) -> DONE (written, or failed: its errno kept) -> IDLE (collect, with
+ * the GIL, by whichever thread comes first: the next submitter, a thread waiting for it, or
+ * the writer thread once it has lingered). The writer thread stays in C from one write to
+ * the next while they are collected in time: a busy sender holds the GIL for a switch
+ * interval (5 ms) at a time, which a writer thread needing the GIL between writes would
+ * wait for each time. */
+enum { WB_IDLE, WB_SUBMITTED, WB_DONE };
+
+typedef struct {
+    int fd;
+    const char *data;
+    size_t len;
+    long long offset;
+} AfterWrite;
+
+typedef struct {
+    PyObject_HEAD
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state;
+    int closed;
+    int err; /* of the DONE write: 0, or the errno it failed with */
+    Py_ssize_t failed_at; /* where it failed: -1 the pieces, i the after write i */
+    int fd;
+    PyObject *pieces; /* the tuples that keep the bytes alive, owned from submit to collect */
+    PyObject *after;
+    struct iovec *iov;
+    Py_ssize_t count;
+    size_t nbytes;
+    AfterWrite *afters;
+    Py_ssize_t n_after;
+    WriteLimits limits;
+    char *scratch; /* the joins' buffer, kept from write to write (write_iov_nogil) */
+    size_t scratch_cap;
+} WriteBehind;
+
+static PyObject *
+wb_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (!_PyArg_NoPositional("WriteBehind", args) || !_PyArg_NoKeywords("WriteBehind", kwds)) {
+        return NULL;
+    }
+    WriteBehind *self = (WriteBehind *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    if (pthread_mutex_init(&self->mu, NULL) != 0 || pthread_cond_init(&self->cv, NULL) != 0) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void
+wb_release_job(WriteBehind *self)
+{
+    Py_CLEAR(self->pieces);
+    Py_CLEAR(self->after);
+    PyMem_Free(self->iov);
+    PyMem_Free(self->afters);
+    self->iov = NULL;
+    self->afters = NULL;
+}
+
+static void
+wb_dealloc(WriteBehind *self)
+{
+    wb_release_job(self);
+    free(self->scratch);
+    pthread_cond_destroy(&self->cv);
+    pthread_mutex_destroy(&self->mu);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+wb_state(WriteBehind *self)
+{
+    pthread_mutex_lock(&self->mu);
+    int state = self->state;
+    pthread_mutex_unlock(&self->mu);
+    return state;
+}
+
+/* The after writes as a tuple that keeps them alive and an array over them. 0, -1 error set. */
+static int
+collect_after(PyObject *list, PyObject **keep, AfterWrite **out, Py_ssize_t *count)
+{
+    PyObject *after = PySequence_Tuple(list);
+    if (after == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(after);
+    AfterWrite *w = PyMem_Malloc(sizeof(AfterWrite) * (size_t)(n > 0 ? n : 1));
+    if (w == NULL) {
+        Py_DECREF(after);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(after, i), *data;
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "iSL", &w[i].fd, &data, &w[i].offset)) {
+            if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "WriteBehind.submit: after write %zd is not (fd, bytes, offset)", i);
+            }
+            PyMem_Free(w);
+            Py_DECREF(after);
+            return -1;
+        }
+        w[i].data = PyBytes_AS_STRING(data);
+        w[i].len = (size_t)PyBytes_GET_SIZE(data);
+    }
+    *keep = after;
+    *out = w;
+    *count = n;
+    return 0;
+}
+
+static PyObject *
+wb_submit(WriteBehind *self, PyObject *args)
+{
+    int fd;
+    PyObject *list, *after_list, *pieces, *after;
+    Py_ssize_t nbytes, count, n_after;
+    WriteLimits l;
+    struct iovec *iov;
+    AfterWrite *afters;
+    if (!PyArg_ParseTuple(args, "iO!nnnnnO", &fd, &PyList_Type, &list, &nbytes, &l.write_bytes, &l.writev_bytes,
+                          &l.iov_max, &l.join_below, &after_list) ||
+        check_limits(&l) < 0) {
+        return NULL;
+    }
+    if (self->closed || wb_state(self) != WB_IDLE) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        self->closed ? "WriteBehind.submit: closed" : "WriteBehind.submit: the last write is not collected");
+        return NULL;
+    }
+    if (collect_pieces(list, nbytes, &pieces, &iov, &count) < 0) {
+        return NULL;
+    }
+    if (collect_after(after_list, &after, &afters, &n_after) < 0) {
+        PyMem_Free(iov);
+        Py_DECREF(pieces);
+        return NULL;
+    }
+    self->pieces = pieces;
+    self->after = after;
+    self->iov = iov;
+    self->count = count;
+    self->afters = afters;
+    self->n_after = n_after;
+    self->fd = fd;
+    self->nbytes = (size_t)nbytes;
+    self->limits = l;
+    pthread_mutex_lock(&self->mu);
+    self->state = WB_SUBMITTED;
+    pthread_cond_broadcast(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+    Py_RETURN_NONE;
+}
+
+/* The submitted write, without the GIL: 0, or the errno it failed with (*failed_at: where). */
+static int
+wb_write(WriteBehind *self, Py_ssize_t *failed_at)
+{
+    const WriteLimits *l = &self->limits;
+    *failed_at = -1;
+    if (write_iov_nogil(self->fd, self->iov, self->count, self->nbytes, (size_t)l->write_bytes, (size_t)l->writev_bytes,
+                        l->iov_max, (size_t)l->join_below, &self->scratch, &self->scratch_cap) < 0) {
+        return errno > 0 ? errno : EIO;
+    }
+    for (Py_ssize_t i = 0; i < self->n_after; i++) {
+        const AfterWrite *w = &self->afters[i];
+        *failed_at = i;
+        if (w->offset < 0) {
+            if (write_all_nogil(w->fd, w->data, w->len) < 0) {
+                return errno > 0 ? errno : EIO;
+            }
+            continue;
+        }
+        size_t done = 0;
+        while (done < w->len) {
+            ssize_t n = pwrite(w->fd, w->data + done, w->len - done, (off_t)(w->offset + (long long)done));
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            if (n < 0) {
+                return errno > 0 ? errno : EIO;
+            }
+            done += (size_t)n;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+wb_run(WriteBehind *self, PyObject *arg)
+{
+    double linger = PyFloat_AsDouble(arg);
+    if (linger == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!(linger > 0)) {
+        PyErr_SetString(PyExc_ValueError, "WriteBehind.run: linger must be positive");
+        return NULL;
+    }
+    int result;
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->mu);
+    for (;;) {
+        while (self->state != WB_SUBMITTED && !self->closed) {
+            pthread_cond_wait(&self->cv, &self->mu);
+        }
+        if (self->state != WB_SUBMITTED) {
+            result = -1; /* closed, nothing to write */
+            break;
+        }
+        pthread_mutex_unlock(&self->mu); /* the submitter leaves a SUBMITTED write alone */
+        Py_ssize_t failed_at;
+        int err = wb_write(self, &failed_at);
+        pthread_mutex_lock(&self->mu);
+        self->err = err;
+        self->failed_at = failed_at;
+        self->state = WB_DONE;
+        pthread_cond_broadcast(&self->cv);
+        /* Linger for the collect (a sender's next submit, or a thread waiting): then write on. */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        long long ns = until.tv_nsec + (long long)(linger * 1e9);
+        until.tv_sec += (time_t)(ns / 1000000000LL);
+        until.tv_nsec = (long)(ns % 1000000000LL);
+        int timed_out = 0;
+        while (self->state == WB_DONE && !self->closed && !timed_out) {
+            timed_out = pthread_cond_timedwait(&self->cv, &self->mu, &until) == ETIMEDOUT;
+        }
+        if (self->state == WB_DONE) {
+            result = 1; /* not collected in time: the caller collects it */
+            break;
+        }
+    }
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(result);
+}
+
+static PyObject *
+wb_poll(WriteBehind *self, PyObject *Py_UNUSED(ignored))
+{
+    pthread_mutex_lock(&self->mu);
+    int state = self->state, err = self->err;
+    pthread_mutex_unlock(&self->mu);
+    if (state != WB_DONE) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLong(err);
+}
+
+static PyObject *
+wb_wait(WriteBehind *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->mu);
+    while (self->state == WB_SUBMITTED && !self->closed) {
+        pthread_cond_wait(&self->cv, &self->mu);
+    }
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS
+    return wb_poll(self, NULL);
+}
+
+static PyObject *
+wb_collect(WriteBehind *self, PyObject *Py_UNUSED(ignored))
+{
+    pthread_mutex_lock(&self->mu);
+    int state = self->state, err = self->err;
+    Py_ssize_t failed_at = self->failed_at;
+    if (state == WB_DONE) {
+        self->state = WB_IDLE;
+        pthread_cond_broadcast(&self->cv);
+    }
+    pthread_mutex_unlock(&self->mu);
+    if (state != WB_DONE) {
+        PyErr_SetString(PyExc_RuntimeError, "WriteBehind.collect: no write is done");
+        return NULL;
+    }
+    wb_release_job(self);
+    return Py_BuildValue("(in)", err, err ? failed_at : (Py_ssize_t)-1);
+}
+
+static PyObject *
+wb_close(WriteBehind *self, PyObject *Py_UNUSED(ignored))
+{
+    pthread_mutex_lock(&self->mu);
+    self->closed = 1;
+    pthread_cond_broadcast(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef wb_methods[] = {
+    {"submit", (PyCFunction)wb_submit, METH_VARARGS,
+     "submit(fd, pieces, nbytes, write_bytes, writev_bytes, iov_max, join_below, after): hand a write to the "
+     "writer thread: write_pieces of pieces, then each (fd, bytes, offset) of after (offset -1: at the fd's "
+     "position). RuntimeError unless the last one is collected, or after close()."},
+    {"run", (PyCFunction)wb_run, METH_O,
+     "run(linger) -> int: the writer thread's loop, without the GIL: write each write submitted; return 1 once "
+     "one stays uncollected for linger seconds (collect it, run again), -1 once closed with nothing submitted."},
+    {"poll", (PyCFunction)wb_poll, METH_NOARGS, "poll() -> int | None: the errno (0: written) of a write done, else None."},
+    {"wait", (PyCFunction)wb_wait, METH_NOARGS, "wait() -> int | None: poll() once no write is in flight (waits without the GIL)."},
+    {"collect", (PyCFunction)wb_collect, METH_NOARGS,
+     "collect() -> (errno, failed_at): end the write done, so the next can be submitted; errno 0: written, else "
+     "failed_at is where it failed (-1: the pieces, i: the after write i)."},
+    {"close", (PyCFunction)wb_close, METH_NOARGS, "close(): run returns -1 once nothing is submitted."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject WriteBehind_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "filechannel.engine._codec.WriteBehind",
+    .tp_basicsize = sizeof(WriteBehind),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "WriteBehind(): one write at a time, submitted by one thread and written by another without the GIL.",
+    .tp_dealloc = (destructor)wb_dealloc,
+    .tp_new = wb_new,
+    .tp_methods = wb_methods,
+};
 
 /* -- the per-message append -------------------------------------------------------------
  *
@@ -2130,6 +2655,7 @@ static PyMethodDef codec_methods[] = {
     {"decode_plain", decode_plain, METH_VARARGS, decode_plain_doc},
     {"decode_columns", decode_columns, METH_VARARGS, decode_columns_doc},
     {"scan_frames", scan_frames, METH_VARARGS, scan_frames_doc},
+    {"write_pieces", write_pieces_c, METH_VARARGS, write_pieces_doc},
 #ifdef RWF_NOWAIT
     {"pread_nowait", pread_nowait, METH_VARARGS, pread_nowait_doc},
 #endif
@@ -2151,7 +2677,7 @@ PyInit__codec(void)
         init_shift(shift2, 2 * STRIDE);
         if (PyType_Ready(&StateCore_Type) < 0 || PyType_Ready(&AppendCore_Type) < 0 || PyType_Ready(&SentCore_Type) < 0 ||
             PyType_Ready(&ProducerSend_Type) < 0 || PyType_Ready(&Ready_Type) < 0 || PyType_Ready(&AsyncSend_Type) < 0 ||
-            PyType_Ready(&Mutex_Type) < 0) {
+            PyType_Ready(&Mutex_Type) < 0 || PyType_Ready(&WriteBehind_Type) < 0) {
             return NULL;
         }
         str_append_stamped = PyUnicode_InternFromString("_append_stamped");
@@ -2176,13 +2702,15 @@ PyInit__codec(void)
         Py_INCREF(&Ready_Type);
         Py_INCREF(&AsyncSend_Type);
         Py_INCREF(&Mutex_Type);
+        Py_INCREF(&WriteBehind_Type);
         if (PyModule_AddObject(m, "StateCore", (PyObject *)&StateCore_Type) < 0 ||
             PyModule_AddObject(m, "AppendCore", (PyObject *)&AppendCore_Type) < 0 ||
             PyModule_AddObject(m, "SentCore", (PyObject *)&SentCore_Type) < 0 ||
             PyModule_AddObject(m, "ProducerSend", (PyObject *)&ProducerSend_Type) < 0 ||
             PyModule_AddObject(m, "Ready", (PyObject *)&Ready_Type) < 0 ||
             PyModule_AddObject(m, "AsyncSend", (PyObject *)&AsyncSend_Type) < 0 ||
-            PyModule_AddObject(m, "Mutex", (PyObject *)&Mutex_Type) < 0) {
+            PyModule_AddObject(m, "Mutex", (PyObject *)&Mutex_Type) < 0 ||
+            PyModule_AddObject(m, "WriteBehind", (PyObject *)&WriteBehind_Type) < 0) {
             Py_DECREF(m);
             return NULL;
         }

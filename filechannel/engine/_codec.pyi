@@ -55,6 +55,9 @@ def scan_frames(
     marks: list[tuple[int, int, int]],
     /,
 ) -> tuple[int, int, int, int, bool]: ...
+def write_pieces(
+    fd: int, pieces: list[bytes], nbytes: int, write_bytes: int, writev_bytes: int, iov_max: int, join_below: int, /
+) -> None: ...
 def pread_nowait(fd: int, size: int, position: int, /) -> bytes: ...  # where the platform has RWF_NOWAIT
 
 class StateCore:
@@ -135,3 +138,25 @@ class AsyncSend(Generic[_P, _R]):
         /,
     ) -> None: ...
     def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> Coroutine[Any, Any, _R]: ...
+
+@final
+class WriteBehind:
+    """One write at a time: submitted by one thread, written by another without the GIL (see _codec.c)."""
+
+    def submit(
+        self,
+        fd: int,
+        pieces: list[bytes],
+        nbytes: int,
+        write_bytes: int,
+        writev_bytes: int,
+        iov_max: int,
+        join_below: int,
+        after: list[tuple[int, bytes, int]],
+        /,
+    ) -> None: ...
+    def run(self, linger: float, /) -> int: ...
+    def poll(self) -> int | None: ...
+    def wait(self) -> int | None: ...
+    def collect(self) -> tuple[int, int]: ...
+    def close(self) -> None: ...

@@ -15,8 +15,9 @@ How an append works:
    that finds it idle is written at once, and under load each write carries everything
    sent since the previous one. A sender that finds a record waiting longer than
    ``flush_interval`` drains itself (a busy sender thread may keep the flusher from
-   the GIL). A full buffer,
-   ``flush()``, and ``fsync="always"`` senders drain at once. Under ``fsync="interval"``
+   the GIL). A full buffer, ``flush()``, and ``fsync="always"`` senders drain at once.
+   A sender's own drain is *written behind* (with the C extension): the writer thread
+   writes it without the GIL while the sender goes on buffering (``_write_behind``). Under ``fsync="interval"``
    the flusher fsyncs after its drain, not inside it (``_sync_interval``), so no sender
    waits for that fsync.
 4. Group commit: a drain is done by one leader at a time. Senders that need their
@@ -37,14 +38,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from crc32c import crc32c
 
 from ..config import ChannelConfig
 from ..errors import ChannelClosedError, FileChannelError, InvalidRecordError, SenderFailedError, os_errors, storage_error
 from .clock import now_ms, wall_ns
-from .files import write_pieces
+from .files import write_limits, write_pieces
 from .log import Log
 from .names import OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from .record import (
@@ -68,13 +69,18 @@ from .writer_state import WriterState, write_state
 if TYPE_CHECKING:  # typed as built; the fallback base, object, adds nothing the class does not set itself
     from ._codec import AppendCore as _Core
     from ._codec import Mutex as _Mutex
+    from ._codec import WriteBehind as _WriteBehindType
+
+    _WriteBehind: type[_WriteBehindType] | None
 else:
     try:  # Appender.append's common case in C (filechannel/engine/_codec.c), when it was built and loads
         from ._codec import AppendCore as _Core
         from ._codec import Mutex as _Mutex  # a threading.Lock the C path takes without a Python call
+        from ._codec import WriteBehind as _WriteBehind  # a sender's drains written by another thread
     except ImportError:
         _Core = object
         _Mutex = threading.Lock
+        _WriteBehind = None
 
 log = logging.getLogger("filechannel")
 # Durations (the hold limit, flush deadlines, segment age checks) are measured on the
@@ -90,6 +96,19 @@ _monotonic = time.monotonic
 _monotonic_ns = time.monotonic_ns
 _wall_ns = wall_ns
 _FRAME_AND_PREFIX = FRAME_AND_PREFIX.pack
+
+
+class _Drain(NamedTuple):
+    """One drain in flight (``Appender._flushing``): the buffer it took and where it goes."""
+
+    batch: list[bytes]  # the records' frames (empty: a drain that only fsyncs)
+    entries: list[tuple[bytes, bytes]]  # their index entries
+    nbytes: int
+    snapshot: WriterState | None  # the writer state once they are written (None: nothing taken)
+    start_size: int  # the active segment's size before them, where a failed write is cut back to
+    end: int  # the offset after the last record written once this drain ends
+    seg_fd: int  # the active segment (no roll while a drain is in flight)
+    seg_base: int
 
 
 class Appender(_Core):
@@ -112,6 +131,9 @@ class Appender(_Core):
         # GIL handoff each time (a futex call per record of a 64 KiB send_many, DESIGN.md,
         # "Appending and locking").
         self._flush_wanted = threading.Condition(self._mutex)
+        self._behind: _WriteBehindType | None = None  # the writer thread's, made at a sender's first drain
+        self._behind_thread: threading.Thread | None = None
+        self._behind_drain: _Drain | None = None  # the drain submitted to it, until it ends
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._index: list[tuple[bytes, bytes]] = []  # index entries to append: (.idx, .tix) bytes
@@ -311,7 +333,8 @@ class Appender(_Core):
             self._drain_sending()
 
     def _drain_sending(self) -> None:
-        """A sender's own drain (its buffer full, or a record waited past ``flush_interval``).
+        """A sender's own drain (its buffer full, or a record waited past ``flush_interval``),
+        written behind by the writer thread when there is one (``_write_behind``).
 
         It keeps ``writer.lock`` though nothing is left buffered: this thread is sending,
         and letting the lock go made its next record take it again (flock twice, the writer
@@ -321,6 +344,8 @@ class Appender(_Core):
         the hold limit at the latest), as any drain of its own does.
         """
         with self._cond:
+            if self._write_behind():
+                return
             keep = _monotonic() < self._hold_until
             self._drain_locked(sync=False, upto=self._buffered_end(), keep_lock=keep)
             if keep and self._state is not None and not self._pending and not self._flushing:
@@ -348,13 +373,13 @@ class Appender(_Core):
                     # written, look again (the lock may have been let go and taken anew).
                     # Draining on behind it, each waiting thread led a drain of the one
                     # record sent since (8 threads sent less than one thread alone).
-                    self._cond.wait()
+                    self._wait_in_flight()
                     continue
                 self._drain_locked(sync=False, upto=None)
                 continue
             if self._state is None:
                 if self._flushing:
-                    self._cond.wait()
+                    self._wait_in_flight()
                     continue
                 self._acquire()
             state = self._state
@@ -459,7 +484,7 @@ class Appender(_Core):
             if self._flushing:
                 self._sync_waiters += sync
                 try:
-                    self._cond.wait()
+                    self._wait_in_flight()
                 finally:
                     self._sync_waiters -= sync
                 continue
@@ -477,6 +502,30 @@ class Appender(_Core):
 
     def _lead_drain(self, sync: bool) -> None:
         """Write the buffer as the one leader; the mutex is released during the I/O."""
+        drain = self._take()
+        self._cond.release()
+        error: BaseException | None = None
+        sealed_error: BaseException | None = None
+        try:
+            if drain.batch:
+                self._write_batch(drain)
+                self._write_after(drain)
+            if sync:
+                self._fsync_active()
+                # Records another thread's drain wrote before a roll sealed their segment are
+                # the sealer's to fsync: durable only once it has.
+                try:
+                    self._sealer.wait(drain.seg_base)
+                except Exception as exc:
+                    sealed_error = exc
+        except BaseException as exc:
+            error = exc
+        finally:
+            self._cond.acquire()
+        self._finish(drain, sync, error, sealed_error)
+
+    def _take(self) -> _Drain:
+        """Under the mutex: take the buffer for one drain, which is in flight (``_flushing``) until ``_finish``."""
         batch, index, nbytes = self._pending, self._index, self._pending_bytes
         snapshot = None
         start_size = 0
@@ -499,26 +548,14 @@ class Appender(_Core):
                 state.created_ms,
             )
         self._flushing = True
-        sealed_below = self._seg_base  # (no roll while this drain is in flight)
-        self._cond.release()
-        error: BaseException | None = None
-        sealed_error: BaseException | None = None
-        try:
-            self._write(batch, index, snapshot, start_size, sync)
-            if sync:
-                # Records another thread's drain wrote before a roll sealed their segment are
-                # the sealer's to fsync: durable only once it has.
-                try:
-                    self._sealer.wait(sealed_below)
-                except Exception as exc:
-                    sealed_error = exc
-        except BaseException as exc:
-            error = exc
-        finally:
-            self._cond.acquire()
-            self._flushing = False
+        # (no roll while this drain is in flight: the active segment's fd and base stay)
+        return _Drain(batch, index, nbytes, snapshot, start_size, end, self._seg_fd, self._seg_base)
+
+    def _finish(self, drain: _Drain, sync: bool, error: BaseException | None, sealed_error: BaseException | None) -> None:
+        """Under the mutex: end the drain in flight, raising its error (after which the appender is failed)."""
+        self._flushing = False
         if error is not None:
-            self._fail(error, start_size if snapshot is not None else None)
+            self._fail(error, drain.start_size if drain.snapshot is not None else None)
             self._cond.notify_all()
             if isinstance(error, FileChannelError):
                 raise error  # e.g. DiskFullError, naming the file; later calls get SenderFailedError
@@ -527,37 +564,126 @@ class Appender(_Core):
             self._stop_failed(sealed_error)
             self._cond.notify_all()
             raise self._sealer_failed(sealed_error)
-        self._written_offset = end
+        self._written_offset = drain.end
         if sync:
-            self._durable_offset = end
+            self._durable_offset = drain.end
             self._last_fsync = time.monotonic()
         self._cond.notify_all()
-        if batch:
+        if drain.batch:
             self._on_write()
 
-    def _write(
-        self,
-        batch: list[bytes],
-        index: list[tuple[bytes, bytes]],
-        snapshot: WriterState | None,
-        start_size: int,
-        sync: bool,
-    ) -> None:
+    def _write_batch(self, drain: _Drain) -> None:
+        """The drain's records, at the end of the active segment."""
+        try:
+            write_pieces(drain.seg_fd, drain.batch, drain.nbytes)
+        except OSError as exc:
+            raise storage_error(exc, "append to", self._log.segment_path(drain.seg_base)) from exc
+
+    def _write_after(self, drain: _Drain) -> None:
+        """After the drain's records: their index entries, then the writer state that counts them."""
+        assert drain.snapshot is not None
+        if drain.entries:
+            idx, tix = zip(*drain.entries, strict=True)
+            with os_errors("append to index of", self._log.segment_path(drain.seg_base)):
+                os.write(self._idx_fd, b"".join(idx))
+                os.write(self._tix_fd, b"".join(tix))
+        write_state(self._lock.fd, self._lock.path, drain.snapshot)
+
+    def _fsync_active(self) -> None:
         seg = self._log.segment_path(self._seg_base)
-        if snapshot is not None:
-            try:
-                write_pieces(self._seg_fd, batch, snapshot.segment_size - start_size)
-            except OSError as exc:
-                raise storage_error(exc, "append to", seg) from exc
-            if index:
-                idx, tix = zip(*index, strict=True)
-                with os_errors("append to index of", seg):
-                    os.write(self._idx_fd, b"".join(idx))
-                    os.write(self._tix_fd, b"".join(tix))
-            write_state(self._lock.fd, self._lock.path, snapshot)
-        if sync:
-            with os_errors("fsync", seg):
-                os.fsync(self._seg_fd)
+        with os_errors("fsync", seg):
+            os.fsync(self._seg_fd)
+
+    # -- write-behind: a sender's drains written by another thread ----------------------------
+
+    def _write_behind(self) -> bool:
+        """Under the mutex, in a sender: have the writer thread write the buffer, without
+        waiting for it; False if there is no writer thread (no C extension) or nothing to write.
+
+        The sender waits only for a drain still in flight, takes the buffer and submits it to
+        ``_codec.WriteBehind`` (the records, then their index entries and the writer state,
+        in that order, as ``_lead_drain`` writes them). The writer thread, waiting in C
+        without the GIL, writes it at once on another CPU while this thread goes on
+        buffering, and the sender ends that drain at its next one (``_collect``). A Python
+        thread could not write it behind: a busy sender holds the GIL for a switch interval
+        (5 ms) at a time, which it would wait for before and after each write.
+        """
+        if _WriteBehind is None:
+            return False
+        while self._flushing and self._failed is None:
+            self._wait_in_flight()
+        if not self._pending or self._failed is not None or self._closed:
+            return False
+        behind = self._behind
+        if behind is None:
+            behind = self._behind = _WriteBehind()
+            self._behind_thread = threading.Thread(target=self._behind_loop, name="filechannel-writer", daemon=True)
+            self._behind_thread.start()
+        drain = self._take()
+        assert drain.snapshot is not None
+        after = [(self._lock.fd, drain.snapshot.encode(), 0)]
+        if drain.entries:
+            idx, tix = zip(*drain.entries, strict=True)
+            after[:0] = [(self._idx_fd, b"".join(idx), -1), (self._tix_fd, b"".join(tix), -1)]
+        try:
+            behind.submit(drain.seg_fd, drain.batch, drain.nbytes, *write_limits(), after)
+        except BaseException as exc:  # nothing written (a piece that is not bytes, say)
+            self._finish(drain, False, exc, None)
+        self._behind_drain = drain
+        self._flush_wanted.notify()  # the flusher ends it, should this sender send no more
+        return True
+
+    def _wait_in_flight(self) -> None:
+        """Under the mutex: wait until the drain in flight may have ended (the caller looks
+        again). A write-behind's is waited for in C, without the GIL, and ended here."""
+        behind, drain = self._behind, self._behind_drain
+        if behind is None or drain is None:
+            self._cond.wait()
+            return
+        self._cond.release()
+        try:
+            behind.wait()
+        finally:
+            self._cond.acquire()
+        self._collect()
+
+    def _collect(self) -> None:
+        """Under the mutex: end the write-behind's drain if its write is done (raising its
+        error, after which the appender is failed), whichever thread comes first."""
+        behind, drain = self._behind, self._behind_drain
+        if behind is None or drain is None or behind.poll() is None:
+            return
+        err, failed_at = behind.collect()
+        self._behind_drain = None
+        error: BaseException | None = None
+        if err:
+            seg = self._log.segment_path(drain.seg_base)
+            steps = ["append to", *(["append to index of"] * 2 if drain.entries else []), "write writer state of"]
+            where = self._lock.path if failed_at == len(steps) - 2 else seg
+            error = storage_error(OSError(err, os.strerror(err)), steps[failed_at + 1], where)
+        self._finish(drain, False, error, None)
+        if not self._pending and not self._flushing:  # the sender keeps writer.lock (see _drain_sending)
+            if _monotonic() < self._hold_until:
+                self._kept_at = _monotonic()
+                self._flush_wanted.notify()
+            else:
+                self._release_if_idle()
+
+    def _behind_loop(self) -> None:
+        """The writer thread: in C, each write as it is submitted; back in Python only to end
+        a drain nobody has ended within the hold limit of its write. (The sender ends it at its
+        next drain, a flush or the flusher on their way; a writer thread that came back sooner
+        would wait for the GIL a busy sender holds, and write nothing meanwhile.)"""
+        behind = self._behind
+        assert behind is not None
+        while behind.run(self._hold_limit) > 0:
+            with self._cond:
+                try:
+                    self._collect()
+                except Exception as exc:
+                    # No sender waits for this write: its error goes to the log, and every later
+                    # send raises SenderFailedError carrying it.
+                    log.error("channel %s: writing behind failed: %s", self._log.path, exc)
 
     def _fail(self, error: BaseException, good_size: int | None) -> None:
         """After a failed write: cut the segment back to its last whole record, stop for good."""
@@ -594,6 +720,8 @@ class Appender(_Core):
         while True:
             with self._cond:
                 while not self._closed and not self._pending and not self._fsync_due(fsync_every):
+                    if self._behind_drain is not None:
+                        break
                     if self._kept_at is not None:  # a sender's drain kept writer.lock (see _drain_sending)
                         wait = min(self._kept_at + interval, self._hold_until) - _monotonic()
                         if wait > 0:
@@ -605,6 +733,17 @@ class Appender(_Core):
                     self._flush_wanted.wait(timeout=fsync_every)
                 if self._closed:
                     return
+                if self._behind_drain is not None:
+                    # End a sender's write-behind once it is written (local receivers are woken
+                    # then), waiting in C: a sender that stopped sending will not end it.
+                    try:
+                        self._wait_in_flight()
+                    except Exception as exc:
+                        log.error("channel %s: writing behind failed: %s", self._log.path, exc)
+                        if self._failed is not None:
+                            return
+                    if not self._pending and not self._fsync_due(fsync_every):
+                        continue
             # Rate-limit, don't delay: a record that finds the flusher idle is written at once;
             # under load, writes happen once per interval and carry everything sent meanwhile.
             wait = self._last_drain + interval - time.monotonic()
@@ -658,8 +797,11 @@ class Appender(_Core):
             # failed write (the drain this fsync was part of did), so no sender goes on
             # believing its records will be on disk within the interval.
             with self._cond:
-                while self._flushing:
-                    self._cond.wait()
+                while self._flushing and self._failed is None:
+                    try:
+                        self._wait_in_flight()
+                    except FileChannelError:
+                        pass  # a write-behind failed too: the appender is failed with its error
                 if self._failed is None:
                     log.error("channel %s: fsync of %s failed (%s)", self._log.path, seg, exc)
                     self._stop_failed(exc)
@@ -711,6 +853,9 @@ class Appender(_Core):
             self._flush_wanted.notify()
         if self._flusher is not None:
             self._flusher.join()
+        if self._behind is not None and self._behind_thread is not None:
+            self._behind.close()  # (the drain above waited for the write in flight)
+            self._behind_thread.join()
         self._sealer.close()
         with self._cond:
             self._release_if_idle()

@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..errors import os_errors, storage_error
@@ -70,6 +70,12 @@ def fsync_if_exists(path: str) -> bool:
     return True
 
 
+_native_write: Callable[[int, list[bytes], int, int, int, int, int], None] | None
+try:  # write_pieces without the GIL (filechannel/engine/_codec.c), when it was built and loads
+    from ._codec import write_pieces as _native_write
+except ImportError:
+    _native_write = None
+
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 _JOIN_BELOW = 1024  # average piece size under which one joined buffer beats writev's per-piece cost
 # Bytes per write call: small pieces joined into buffers of up to _WRITE_BYTES, large ones
@@ -89,8 +95,25 @@ def write_pieces(fd: int, pieces: list[bytes], nbytes: int) -> None:
     Written in calls of at most about ``_WRITE_BYTES`` (small pieces: frame headers and short
     records, joined into one buffer) or ``_WRITEV_BYTES`` (large ones, handed to ``writev``
     as they are, because copying megabytes of records into a fresh buffer costs more than
-    the write itself).
+    the write itself). With the C extension, the same with the GIL released for the whole
+    batch, joins included (``_codec.write_pieces``): the flusher writes a sender's buffer
+    while the sender runs (Appender, "handing the buffer over"); ``write_pieces_py`` is its
+    reference.
     """
+    if _native_write is not None:
+        _native_write(fd, pieces, nbytes, *write_limits())
+    else:
+        write_pieces_py(fd, pieces, nbytes)
+
+
+def write_limits() -> tuple[int, int, int, int]:
+    """What the C writers take after their pieces: ``_WRITE_BYTES``, ``_WRITEV_BYTES``,
+    ``_IOV_MAX``, ``_JOIN_BELOW`` (read at each call: the tests make them small)."""
+    return _WRITE_BYTES, _WRITEV_BYTES, _IOV_MAX, _JOIN_BELOW
+
+
+def write_pieces_py(fd: int, pieces: list[bytes], nbytes: int) -> None:
+    """``write_pieces`` in Python (each join and call holding the GIL)."""
     joined = nbytes < _JOIN_BELOW * len(pieces)
     limit = _WRITE_BYTES if joined else _WRITEV_BYTES
     if nbytes <= limit and (joined or len(pieces) <= _IOV_MAX):

@@ -21,6 +21,7 @@ from filechannel import (
     SenderFailedError,
     Timeout,
 )
+from filechannel.engine import appender as appender_module
 from filechannel.engine.lock import FileLock
 from filechannel.engine.names import parse_segment_file
 
@@ -344,16 +345,16 @@ def test_threads_waiting_out_another_threads_hold_limit_drain_do_not_drain_behin
         deadline = time.monotonic() + 10
         writes: list[int] = []
         writing, go_on = threading.Event(), threading.Event()
-        real_write = appender._write
+        real_write = appender._write_batch
 
-        def write(batch, *args):
-            writes.append(len(batch) // 2)  # a header and a value a record
+        def write(drain):
+            writes.append(len(drain.batch) // 2)  # a header and a value a record
             if len(writes) == 1:
                 writing.set()
                 assert go_on.wait(10)
-            real_write(batch, *args)
+            real_write(drain)
 
-        appender._write = write
+        appender._write_batch = write
         s.send(b"buffered")
         appender._hold_until = appender._check_at = 0.0  # the hold limit is due
         first = threading.Thread(target=s.send, args=(b"cycles the lock",))
@@ -383,12 +384,12 @@ def test_a_sending_thread_keeps_the_writer_lock_across_its_own_drains_and_it_is_
         appender = _first_record_written(s)
         deadline = time.monotonic() + 10
         takes, writes = [], []
-        real_acquire, real_write = appender._acquire, appender._write
+        real_acquire, real_take = appender._acquire, appender._take
         appender._acquire = lambda: (takes.append(1), real_acquire())[1]
-        appender._write = lambda batch, *args: (writes.append(len(batch)), real_write(batch, *args))[1]
+        appender._take = lambda: (drain := real_take(), drain.batch and writes.append(len(drain.batch)))[0]
         for i in range(500):
             s.send(b"%03d" % i * 30)  # 99 B: about 9 records fill the buffer
-        assert len(writes) >= 40  # the senders' own drains
+        assert len(writes) >= 40  # the senders' own drains (written behind, by the writer thread)
         assert len(takes) <= 1  # once, if the flusher's first drain let it go; not once a drain
         other = FileLock(str(tmp_path / "writer.lock"))
         try:
@@ -401,6 +402,38 @@ def test_a_sending_thread_keeps_the_writer_lock_across_its_own_drains_and_it_is_
         s.send(b"after")  # takes it anew
         s.flush()
         assert [r.value for r in read_all(ch)] == [b"first", *(b"%03d" % i * 30 for i in range(500)), b"after"]
+
+
+@pytest.mark.skipif(appender_module._WriteBehind is None, reason="the C extension did not build here")
+def test_a_senders_drains_are_written_behind_by_the_writer_thread_and_ended_without_another_send(tmp_path):
+    """A sender's full buffers are taken and written by the writer thread while it goes on
+    sending; its last one is ended (written offset moved, a local receiver woken) though it
+    sends nothing after it, and the files hold every record in order, index and state too."""
+    with FileChannel(tmp_path, fsync="never", buffer_bytes=4096, index_interval_bytes=1024, maintenance_interval=0) as ch:
+        s = ch.sender()
+        appender = _first_record_written(s)
+        rx = ch.receiver("latest")
+        writers: list[str] = []
+        real_write = appender._write_batch
+        appender._write_batch = lambda drain: (writers.append(threading.current_thread().name), real_write(drain))[1]
+        submitted: list[int] = []
+        real_take = appender._take
+        appender._take = lambda: (drain := real_take(), drain.batch and submitted.append(len(drain.batch) // 2))[0]
+        values = [b"%05d" % i * 20 for i in range(2000)]  # 100 B each: about 35 a buffer
+        for v in values:
+            s.send(v)
+        assert appender._behind_thread is not None and appender._behind_thread.name == "filechannel-writer"
+        assert len(submitted) >= 40 and sum(submitted) <= len(values)  # drains taken whole, each once
+        assert writers.count("MainThread") <= 2  # the sender wrote (nearly) none itself
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(values) and time.monotonic() < deadline:
+            got += rx.recv_many(10_000, timeout=1)  # woken by the drains' end, no flush(), no more sends
+        assert [r.value for r in got] == values
+        assert appender._written_offset == len(values) + 1 and appender._behind_drain is None
+        assert ch.check() == len(values) + 1  # frames, index entries and writer state agree
+        assert ch.offset_for_time(got[-1].timestamp) is not None
+    assert not appender._behind_thread.is_alive()  # stopped by close()
 
 
 def test_senders_do_not_wait_for_the_flushers_interval_fsync(tmp_path, monkeypatch):
@@ -465,20 +498,22 @@ def test_a_failed_interval_fsync_fails_the_channel_for_its_senders(tmp_path, mon
 
 def test_the_maintenance_thread_runs_at_the_lowest_cpu_priority(tmp_path):
     """Compression of sealed segments takes what CPU is idle: the maintenance thread runs at
-    nice 19 (Linux keeps a nice value per thread), the channel's other threads as before."""
+    nice 19 and SCHED_IDLE (Linux keeps both per thread), the channel's other threads as before."""
     with FileChannel(tmp_path) as ch:
         s = ch.sender()
         s.send(b"x")
         assert ch._maintenance is not None and ch._maintenance.native_id is not None
         tid = ch._maintenance.native_id
         deadline = time.monotonic() + 10
-        while os.getpriority(os.PRIO_PROCESS, tid) != 19 and time.monotonic() < deadline:
+        while os.sched_getscheduler(tid) != os.SCHED_IDLE and time.monotonic() < deadline:
             time.sleep(0.001)
         assert os.getpriority(os.PRIO_PROCESS, tid) == 19
+        assert os.sched_getscheduler(tid) == os.SCHED_IDLE  # its CPU counts as idle for a woken thread
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == os.getpriority(os.PRIO_PROCESS, 0)
         flusher = s._appender._flusher
         assert flusher is not None and flusher.native_id is not None
         assert os.getpriority(os.PRIO_PROCESS, flusher.native_id) == os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.sched_getscheduler(flusher.native_id) == os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
 def test_concurrent_durable_sends_share_fsyncs(tmp_path, monkeypatch):
