@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import click
 
-from . import compaction, machine, report, spark_source, transactions, workloads
+from . import compaction, machine, measure, report, spark_source, transactions, workloads
 from .measure import QUICK_SECONDS, REPEATS, Row, throughput
 from .peers import BACKENDS
 from .workloads import SIZES
@@ -77,6 +77,8 @@ def run(*, quick: bool, out: str | None, work: str | None, only: str | None, spa
     """Run the benchmarks; print the table and targets; write results.md, results.json and
     throughput.png in ``out`` (a new temp folder if None), whose path is returned."""
     t0 = time.perf_counter()
+    if quick:
+        measure.fork_from_server()
     info = machine.describe(command_line)
     rows: list[Row] = []
     with work_folder(work) as folder:

@@ -14,6 +14,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+from multiprocessing import forkserver
 from typing import Any
 
 from filechannel.engine.files import folder_bytes
@@ -169,7 +170,7 @@ def _throughput(key: str, size: int, n: int, cap_s: float, best_of: int) -> list
 
 
 def _child(conn: Any, scratch: str, fn: Any, args: tuple[Any, ...]) -> None:
-    tempfile.tempdir = scratch
+    tempfile.tempdir = os.environ["TMPDIR"] = scratch  # (a fork server's child has its environment)
     try:
         conn.send(("ok", fn(*args)))
     except NotInstalled as exc:
@@ -180,11 +181,29 @@ def _child(conn: Any, scratch: str, fn: Any, args: tuple[Any, ...]) -> None:
         conn.close()
 
 
+# How in_child starts its process: spawned (a new interpreter), or forked from a server that
+# has imported the bench and nothing more (fork_from_server).
+_context: Any = mp.get_context("spawn")
+
+
+def fork_from_server() -> None:
+    """Start in_child's processes from a fork server that imported the bench once (call it
+    before the work folder is made): for
+    ``--quick``, whose hundred-odd rows each spent more in a new interpreter's imports (0.4 s
+    here) than in its run. A measured run keeps spawning, so each row's process is as a
+    user's starts."""
+    global _context
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["filechannel.bench.peers", "filechannel.bench.workloads", "filechannel.client"])
+    forkserver.ensure_running()  # now, its socket in the system's temp folder, not the run's work folder
+    _context = ctx
+
+
 def in_child(fn: Any, *args: Any, timeout: float = 600) -> Any:
-    """Run ``fn(*args)`` in a fresh (spawned) process; its result, or raise with its error
-    (:class:`NotInstalled` if it found an optional part missing)."""
+    """Run ``fn(*args)`` in a fresh process (see ``fork_from_server``); its result, or raise
+    with its error (:class:`NotInstalled` if it found an optional part missing)."""
     os.sync()  # every backend starts on a disk with no writeback left over from the one before
-    ctx = mp.get_context("spawn")
+    ctx = _context
     parent, child = ctx.Pipe(duplex=False)
     # The child makes its temp folders in one the parent removes, even if it has to kill it,
     # in the temp folder (the harness's work folder: the disk whose dd and fsync figures are reported).
