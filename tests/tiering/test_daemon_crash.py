@@ -3,6 +3,7 @@ and a daemon SIGSTOPped while another takes the root over with a newer epoch (fe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import random
@@ -48,8 +49,9 @@ class Child:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
+        with contextlib.suppress(ValueError):  # finish()'s communicate() closes stdout once the daemon exits
+            for line in self.proc.stdout:
+                self.lines.put(line.rstrip("\n"))
 
     def wait_line(self, prefix: str, timeout: float = 30.0) -> str:
         deadline = time.monotonic() + timeout
