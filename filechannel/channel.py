@@ -71,25 +71,23 @@ MAINTENANCE_NICE = 19
 
 
 def _lower_thread_priority(by: int) -> None:
-    """Lower the calling thread's CPU priority by ``by`` nice levels and to ``SCHED_IDLE``
-    (Linux, where both are per thread), as RocksDB runs its compaction threads.
+    """Lower the calling thread's CPU priority by ``by`` nice levels (Linux, where the nice
+    value is per thread), as RocksDB runs its compaction threads.
 
     The maintenance thread compresses sealed segments: zstd over 64 MiB and a CRC check
     of every frame each, CPU the senders and receivers of the process (and everything else
     on the machine) want at the same moments, on a machine of two CPUs. At nice 19 it
-    takes what is idle and waits while they run; under ``SCHED_IDLE`` the scheduler also
-    counts its CPU as idle, so a woken thread (an appender's writer thread) runs there at
-    once rather than beside the sender. A system that refuses (another OS, a
-    sandbox) leaves the priority as it was: maintenance still runs, at normal priority.
+    takes what is idle and waits while they run. Not ``SCHED_IDLE``, though it let an
+    appender's writer thread run there at once: the thread holds the GIL between its C
+    calls, and preempted for seconds on a busy machine while holding it, it would hold up
+    every other thread of the process. A system that
+    refuses (another OS, a sandbox) leaves the priority as it was: maintenance still runs,
+    at normal priority.
     """
     try:
         tid = threading.get_native_id()
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
     except OSError:
-        pass
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (OSError, AttributeError):
         pass
 
 
