@@ -405,7 +405,10 @@ def test_sigkill_storm_with_the_index_deleted_or_truncated_loses_hides_and_repea
             index.write_bytes(os.urandom(4096))
         elif how == "aside" and index.exists():
             os.replace(index, tmp_path / f"aside-{k}.db")
-    assert len(acked) > STORM_ROUNDS * 20 and damages["kept"] < STORM_ROUNDS
+    # Enough acknowledged to mean something, on a loaded machine too: a round lasts 0.3-1.2 s,
+    # and a producer started beside a busy suite may be killed before its first flush (200 in
+    # 24 rounds in one fresh-clone suite run on a slow VM, 2026-11-28; the bound was 480).
+    assert len(acked) > STORM_ROUNDS * 5 and damages["kept"] < STORM_ROUNDS
     with TieringDaemon(root, orphan_grace_ms=0) as daemon:  # the next pass
         assert daemon.run(once=True).failures == []
     report = fsck(root, deep=True)
