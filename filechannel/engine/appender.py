@@ -582,12 +582,17 @@ class Appender(_Core):
     def _write_after(self, drain: _Drain) -> None:
         """After the drain's records: their index entries, then the writer state that counts them."""
         assert drain.snapshot is not None
-        if drain.entries:
-            idx, tix = zip(*drain.entries, strict=True)
-            with os_errors("append to index of", self._log.segment_path(drain.seg_base)):
-                os.write(self._idx_fd, b"".join(idx))
-                os.write(self._tix_fd, b"".join(tix))
+        with os_errors("append to index of", self._log.segment_path(drain.seg_base)):
+            for fd, data in self._index_writes(drain):
+                os.write(fd, data)
         write_state(self._lock.fd, self._lock.path, drain.snapshot)
+
+    def _index_writes(self, drain: _Drain) -> list[tuple[int, bytes]]:
+        """The drain's index entries as the appends they are: to ``.idx``, then ``.tix`` (none without entries)."""
+        if not drain.entries:
+            return []
+        idx, tix = zip(*drain.entries, strict=True)
+        return [(self._idx_fd, b"".join(idx)), (self._tix_fd, b"".join(tix))]
 
     def _fsync_active(self) -> None:
         seg = self._log.segment_path(self._seg_base)
@@ -621,10 +626,8 @@ class Appender(_Core):
             self._behind_thread.start()
         drain = self._take()
         assert drain.snapshot is not None
-        after = [(self._lock.fd, drain.snapshot.encode(), 0)]
-        if drain.entries:
-            idx, tix = zip(*drain.entries, strict=True)
-            after[:0] = [(self._idx_fd, b"".join(idx), -1), (self._tix_fd, b"".join(tix), -1)]
+        after = [(fd, data, -1) for fd, data in self._index_writes(drain)]  # then the state, at 0 (as _write_after)
+        after.append((self._lock.fd, drain.snapshot.encode(), 0))
         try:
             behind.submit(drain.seg_fd, drain.batch, drain.nbytes, *write_limits(), after)
         except BaseException as exc:  # nothing written (a piece that is not bytes, say)
