@@ -7,7 +7,9 @@ Everything lives in ``ROOT/.groups/GROUP/``:
                          "assignment": {id: [[topic, partition], ...]},
                          "owners": {"topic/partition": id}, "partitions": {topic: count}}
     offsets.json        {"topic/partition": committed offset, ".metadata": {"topic/partition": text}}
-    members/ID.lock     flocked by member ID for as long as its process lives; its mtime
+    members/ID.lock     created and flocked under group.lock by member ID, and flocked
+                        for as long as its process lives (a file nobody flocks is a dead
+                        member's: deleted by the next member to look, under group.lock); its mtime
                         is the member's last heartbeat; kept while the process lives, even
                         once the member is evicted
 
@@ -239,11 +241,18 @@ class GroupMember:
         else:
             host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
             self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        # The life file is created and locked under group.lock: another member deletes a life
+        # file nobody locks (a dead member's), under that lock. Created outside it, this file
+        # was once deleted between its creation and its flock by a member starting at that
+        # moment; this member then locked and touched a file no one could see, and the others
+        # evicted it at every sync and it joined again (generations by the thousand, a
+        # partition never moving).
         with self._lock.holding():
             self._remove_temp_files()
             self._remove_dead_life_files()
-        self._life = FileLock(self._life_path(self.member_id))
-        if not self._life.acquire(blocking=False):
+            self._life = FileLock(self._life_path(self.member_id))
+            took_life = self._life.acquire(blocking=False)
+        if not took_life:
             self._life.close()
             self._lock.close()
             raise FencedInstanceIdError(

@@ -1,6 +1,7 @@
 """Consumer groups: rebalancing in one process, and real processes with one SIGKILLed."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from filechannel.client import Admin, Consumer, Producer
+from filechannel.client.group import GroupMember
+from filechannel.engine.lock import FileLock
 from filechannel.errors import CommitFailedError
 
 from .listeners import Recorder
@@ -45,6 +48,48 @@ def test_two_members_split_partitions_and_never_overlap(tmp_path):
     a.close()
 
 
+def test_a_member_starting_while_another_locks_its_life_file_keeps_it(tmp_path, monkeypatch):
+    """A member creates and locks its life file under group.lock. Created outside it, the file of
+    a member B was deleted (as a dead member's) by a member A starting between B's creation of it
+    and B's flock: B then locked a file nobody could see, A evicted B at every sync and B joined
+    again, for ever (tests/client/test_groups.py's three processes, thousands of generations).
+    Here A starts at exactly that moment: it waits for B to finish, and B stays a member."""
+    root = str(tmp_path)
+    Admin(root).create_topic("t", 2)
+    b_opened, a_started = threading.Event(), threading.Event()
+    take = FileLock.acquire
+
+    def acquire(self, blocking=True):
+        if f"{os.sep}members{os.sep}" in self.path and not b_opened.is_set():
+            b_opened.set()  # B's life file exists, not yet flocked: A starts now, and may finish
+            a_started.wait(2)
+        return take(self, blocking)
+
+    monkeypatch.setattr(FileLock, "acquire", acquire)
+    members: dict[str, GroupMember] = {}
+
+    def start(name: str) -> None:
+        members[name] = GroupMember(root, "g", session_timeout_ms=10_000, heartbeat_interval_ms=100)
+
+    b = threading.Thread(target=start, args=("b",))
+    b.start()
+    assert b_opened.wait(10)
+    a = threading.Thread(target=lambda: (start("a"), a_started.set()))
+    a.start()
+    a.join(10)
+    b.join(10)
+    try:
+        life = members["b"]._life
+        assert os.stat(life.path).st_ino == os.fstat(life.fd).st_ino  # B locks the file the others see
+        members["b"].join(["t"], {"t": 2})
+        members["a"].join(["t"], {"t": 2})  # evicts members whose life file is gone or free
+        assert members["b"].sync({"t": 2}, held=set()) is not None  # B is still a member
+        assert members["a"].sync({"t": 2}, held=set()) is not None
+    finally:
+        for member in members.values():
+            member.leave()
+
+
 @pytest.mark.crash
 @pytest.mark.slow
 def test_three_processes_over_six_partitions_one_killed(tmp_path):
@@ -63,6 +108,22 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
         t.start()
     try:
         state_path = root / ".groups" / "grp" / "state.json"
+        offsets_path = root / ".groups" / "grp" / "offsets.json"
+
+        def group_picture() -> str:  # what the group looked like and what each member last did
+            state = json.loads(state_path.read_text()) if state_path.exists() else None
+            committed = json.loads(offsets_path.read_text()) if offsets_path.exists() else None
+            tails = [(p.poll(), out[-6:]) for p, out in zip(procs, outputs, strict=True)]
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGUSR1)  # each live member writes its stacks
+            live = [p for p in procs if p.poll() is None]
+            try:
+                wait_for(lambda: all((root / f"stack.{p.pid}").stat().st_size for p in live), timeout=5, what="the stacks")
+            except AssertionError:
+                pass  # a picture without some stacks is still worth printing
+            stacks = {p.pid: (root / f"stack.{p.pid}").read_text()[-3000:] for p in live if (root / f"stack.{p.pid}").exists()}
+            return f"state {state}; offsets {committed}; members (exit code, last lines) {tails}; stacks {stacks}"
 
         def settled():
             if not state_path.exists():
@@ -70,13 +131,15 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
             state = json.loads(state_path.read_text())
             return len(state["members"]) == 3 and len(state["owners"]) == 6 and len(set(state["owners"].values())) == 3
 
-        wait_for(settled, what="3 members owning 6 partitions")
+        try:
+            wait_for(settled, what="3 members owning 6 partitions")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {group_picture()}") from None
         # The first member up may have read and committed the first 1,200 records alone before the
         # others joined (under load, it did): more records now give each member some to commit.
         with Producer(root) as producer:
             for i in range(1200, 1800):
                 producer.send("g6", b"%d" % i, partition=i % 6)
-        offsets_path = root / ".groups" / "grp" / "offsets.json"
 
         def every_member_committed():  # each owns two partitions: all six moved on
             if not offsets_path.exists():
@@ -99,21 +162,6 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
                 return False
             committed = json.loads(offsets_path.read_text())
             return len(committed) == 6 and all(v == 400 for v in committed.values())
-
-        def group_picture() -> str:  # what the group looked like and what each member last did
-            state = json.loads(state_path.read_text())
-            committed = json.loads(offsets_path.read_text())
-            tails = [(p.poll(), out[-6:]) for p, out in zip(procs, outputs, strict=True)]
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGUSR1)  # each live member writes its stacks
-            live = [p for p in procs if p.poll() is None]
-            try:
-                wait_for(lambda: all((root / f"stack.{p.pid}").exists() for p in live), timeout=5, what="the stacks")
-            except AssertionError:
-                pass  # a picture without some stacks is still worth printing
-            stacks = {p.pid: (root / f"stack.{p.pid}").read_text()[-3000:] for p in live if (root / f"stack.{p.pid}").exists()}
-            return f"state {state}; offsets {committed}; members (exit code, last lines) {tails}; stacks {stacks}"
 
         try:
             wait_for(all_committed, timeout=60, what="every record committed")
