@@ -24,11 +24,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check filechannel tests
 	$(BIN)/ruff format --check filechannel tests
 
-# One pytest-xdist worker per CPU and one more: at one per CPU the suite kept two CPUs 46% busy
-# (it waits on JVMs, servers and subprocesses); three keep them about 87% busy, four took longer
-# (vmstat beside the suite, 2026-11-27: 481 s with three, 517 s with four). The tests of the session's
-# Spark share one worker and its one Spark session, those of the one HDFS another.
-WORKERS := $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
+# Two pytest-xdist workers per CPU and no more: the suite waits on JVMs, servers and subprocesses,
+# so two workers on two CPUs left them idle a third of the time. Measured with the groups of
+# tests/conftest.py in effect (tests/test_grouping.py; before 2026-11-28 pytest 9.2 had silently
+# disabled them, and every worker started a Spark session of its own): on this 2-CPU VM, quiet,
+# 665 s with three workers, 605 s with four (2026-11-28). The tests of the session's Spark share
+# one worker and its one Spark session, those of the one HDFS another.
+WORKERS := $(shell $(PYTHON) -c "import os; print(2 * (os.cpu_count() or 1))")
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
 

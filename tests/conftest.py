@@ -25,6 +25,7 @@ def seaweed():
         yield server
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (``--dist loadgroup``) every test of the session's Spark (those that take
     the ``spark`` fixture) runs on one worker, which starts the one local Spark session
@@ -34,7 +35,10 @@ def pytest_collection_modifyitems(items):
 
     The longest work is handed out first: the Spark group (a third of the suite's time, on one
     worker), then the HDFS group and the tests marked ``slow``, then the rest in file order.
-    Handed out last, the bench's smoke run (a minute and a half) once ran alone at the end."""
+    Handed out last, the bench's smoke run (a minute and a half) once ran alone at the end.
+
+    ``tryfirst``: pytest-xdist reads the ``xdist_group`` marks in a hook of its own (it names each
+    test ``nodeid@group``), which must run after this one."""
 
     def rank(item: pytest.Item) -> int:
         if "spark" in getattr(item, "fixturenames", ()):
@@ -46,3 +50,4 @@ def pytest_collection_modifyitems(items):
         return 1 if item.get_closest_marker("slow") else 2
 
     items[:] = sorted(items, key=rank)
+
