@@ -50,4 +50,3 @@ def pytest_collection_modifyitems(items):
         return 1 if item.get_closest_marker("slow") else 2
 
     items[:] = sorted(items, key=rank)
-
