@@ -3,13 +3,14 @@ in the page cache, never file work that could wait; :class:`WouldBlock` where a 
 with nothing lost or skipped and the cursor where it was.
 
 Pages are made cold with ``fsync`` and ``POSIX_FADV_DONTNEED`` (Linux drops clean pages of
-a file on it); each such test first checks, with ``preadv(RWF_NOWAIT)`` itself, that the
-file's pages really left the cache. A ``RWF_NOWAIT`` read that finds a page cold starts a
-readahead from it before it fails (``filemap_get_pages``), so that check reads the file's last
-page (readahead only goes forward), and a test evicts again after any read that stopped on a
-cold page before it relies on that page being cold.
+a file on it), and ``mincore`` shows that none is left before a test relies on it. A
+``RWF_NOWAIT`` read that finds a page cold starts a readahead from it before it fails
+(``filemap_get_pages``), so a test evicts again after any read that stopped on a cold page
+before it relies on that page being cold.
 """
 
+import ctypes
+import mmap
 import os
 import time
 from collections.abc import Callable
@@ -81,22 +82,41 @@ def drain(cursor, batch=5000):
     return got
 
 
-def evict(path: Path) -> None:
-    """Drop ``path``'s pages from the page cache (written back first); check that its last page left.
+_libc = ctypes.CDLL(None, use_errno=True)
+PAGE = mmap.PAGESIZE
 
-    The check's own failed read starts a readahead from that page on, past every page a test
-    relies on being cold. Pages under I/O when it drops them (a readahead a read just started,
-    slower on a loaded machine) stay cached: it drops them again until the last page is gone.
+
+def resident_pages(path: Path) -> int:
+    """How many of ``path``'s pages are in the page cache (``mincore`` of a mapping of it, which
+    reads nothing and starts no readahead)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as mapping:
+        start = ctypes.c_char.from_buffer(mapping)  # the mapping's address (a private one: never written)
+        vec = (ctypes.c_ubyte * ((size + PAGE - 1) // PAGE))()
+        failed = _libc.mincore(ctypes.c_void_p(ctypes.addressof(start)), ctypes.c_size_t(size), vec)
+        del start  # the mapping closes only without it
+    if failed:
+        raise OSError(ctypes.get_errno(), f"mincore of {path}")
+    return sum(v & 1 for v in vec)
+
+
+def evict(path: Path) -> None:
+    """Drop ``path``'s pages from the page cache (written back first), and wait until none is left.
+
+    Pages under I/O when it drops them (a readahead a failed ``nowait`` read just started, slower
+    on a loaded machine) stay cached: it drops them again until ``mincore`` shows none. (It once
+    checked only the file's last page, with a ``RWF_NOWAIT`` read of it, since such a read starts
+    a readahead itself: the pages of an earlier readahead still in flight then stayed cached at
+    the cursor's place, and all ten tries of :func:`raises_when_cold` read them.)
     """
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-        last_page = (os.fstat(fd).st_size - 1) // 4096 * 4096
         for _ in range(200):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            try:
-                os.preadv(fd, [bytearray(4096)], last_page, os.RWF_NOWAIT)
-            except BlockingIOError:
+            if resident_pages(path) == 0:
                 return
             time.sleep(0.01)
         pytest.fail(f"the pages of {path} stayed in the page cache")
