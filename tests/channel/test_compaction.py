@@ -336,6 +336,7 @@ STORM_CHILD = textwrap.dedent(
     from filechannel import FileChannel
     ch = FileChannel(sys.argv[1], cleanup_policy="compact", segment_bytes=4096, maintenance_interval=0)
     with ch.sender() as s:
+        print("open", flush=True)
         while True:
             for _ in range(50):
                 off = ch.end_offset
@@ -355,10 +356,12 @@ def test_a_sigkill_storm_during_cleaning_loses_no_kept_record_and_resurrects_non
     rng = random.Random(39)
     removed: set[int] = set()
     for _ in range(8):
-        child = subprocess.Popen([sys.executable, "-c", STORM_CHILD, str(path)])
-        time.sleep(rng.uniform(0.3, 1.2))
+        child = subprocess.Popen([sys.executable, "-c", STORM_CHILD, str(path)], stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdout.readline() == "open\n"  # the kill's moment counts from here:
+        time.sleep(rng.uniform(0.1, 1.0))  # an interpreter starting beside a busy suite may take longer than that
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
+        child.stdout.close()
         with FileChannel(path, **CONFIG) as ch:
             records = read_all(ch)
             end = ch.end_offset
