@@ -376,6 +376,16 @@ def _alive(pid):
     return True
 
 
+def _kill(pid):
+    """SIGKILL ``pid``; whether it was still there to be killed (a worker may end on its own, and its
+    spawner reap it, between a check that it lives and the kill)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @pytest.mark.crash
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["assign", "group"])
@@ -440,8 +450,7 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
             for slot in range(3):
                 workers = live[slot]
                 for pid, kill_at in list(workers.items()):
-                    if time.monotonic() >= kill_at and _alive(pid):
-                        os.kill(pid, signal.SIGKILL)
+                    if time.monotonic() >= kill_at and _kill(pid):
                         kills += 1
                         wait_for(lambda pid=pid: not _alive(pid), what="a killed worker to be gone")
                     if not _alive(pid):
@@ -453,9 +462,7 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
             time.sleep(0.005)  # pacing between two rounds (what is waited for is polled above)
         for workers in live.values():  # the storm's last workers die too
             for pid in workers:
-                if _alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-                    kills += 1
+                kills += _kill(pid)
                 wait_for(lambda pid=pid: not _alive(pid), what="a killed worker to be gone")
             workers.clear()
         feeder.close()
@@ -473,8 +480,7 @@ def test_a_storm_of_sigkills_inside_transactions_leaves_the_output_exactly_once(
         spawner.wait(timeout=60)
         for workers in live.values():
             for pid in workers:
-                if _alive(pid):
-                    os.kill(pid, signal.SIGKILL)
+                _kill(pid)
     assert kills >= 200
     seen = read_all(root, "out")
     sources = sorted(dict(r[4])["source"].decode() for r in seen)
