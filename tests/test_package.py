@@ -289,3 +289,13 @@ def test_importing_filechannel_spark_imports_neither_pyarrow_nor_asyncio():
     code = "import filechannel.spark, sys; print(sorted({'pyarrow', 'asyncio', 'anyio'} & set(sys.modules)))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_the_command_imports_neither_the_crc32c_package_nor_importlib_metadata():
+    # engine/checksum.py: with the C codec built its CRC is used, and the package's import (which
+    # imports importlib.metadata for its version) cost more than the engine's other imports
+    if not filechannel.native_extensions()["codec"]:
+        pytest.skip("the C codec is not built: the crc32c package is the CRC")
+    code = "import filechannel.cli, sys; print(sorted({'crc32c', 'importlib.metadata'} & set(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]"

@@ -52,10 +52,9 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from crc32c import crc32c
-
 from ..channel import FileChannel
 from ..engine import failpoints
+from ..engine.checksum import crc32c
 from ..engine.files import fsync_dir, read_if_exists, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
 from ..engine.names import validate_name

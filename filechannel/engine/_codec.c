@@ -212,7 +212,8 @@ crc32c_copy(uint32_t previous, const unsigned char *p, size_t n, unsigned char *
 #endif
 
 PyDoc_STRVAR(crc32c_doc, "crc32c(data: bytes-like, previous=0) -> int\n\n"
-                        "The CRC-32C the frames carry, as the crc32c package's crc32c(data, previous) (for tests).");
+                        "The CRC-32C the frames carry, as the crc32c package's crc32c(data, previous):\n"
+                        "filechannel.engine.checksum.crc32c when the extension is built.");
 
 static PyObject *
 crc32c_py(PyObject *self, PyObject *args)

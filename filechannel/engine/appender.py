@@ -40,10 +40,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
-from crc32c import crc32c
-
 from ..config import ChannelConfig
 from ..errors import ChannelClosedError, FileChannelError, InvalidRecordError, SenderFailedError, os_errors, storage_error
+from .checksum import crc32c
 from .clock import now_ms, wall_ns
 from .files import write_limits, write_pieces
 from .log import Log

@@ -51,9 +51,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import zstandard
-from crc32c import crc32c
 
 from ..errors import ChannelClosedError, CorruptRecordError, os_errors
+from .checksum import crc32c
 from .columns import RecordColumns
 from .files import opened
 from .record import Record, decode_records

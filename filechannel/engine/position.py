@@ -20,9 +20,8 @@ from __future__ import annotations
 import os
 import struct
 
-from crc32c import crc32c
-
 from ..errors import ConfigError, CorruptRecordError, os_errors, storage_error
+from .checksum import crc32c
 from .files import fsync_dir, read_if_exists, unlink_if_exists, write_atomically
 from .names import validate_name
 

@@ -28,9 +28,8 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import Any, NamedTuple, Protocol, SupportsIndex, TypeVar, cast
 
-from crc32c import crc32c
-
 from ..errors import CorruptRecordError, MessageTooLargeError, RecordTypeError
+from .checksum import crc32c
 
 
 class _Codec(Protocol):

@@ -27,9 +27,8 @@ import uuid
 from dataclasses import dataclass
 from functools import cache
 
-from crc32c import crc32c
-
 from ..errors import os_errors
+from .checksum import crc32c
 from .files import opened, read_if_exists
 
 FILE_NAME = "recovery-point"

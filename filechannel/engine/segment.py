@@ -32,10 +32,9 @@ import re
 import struct
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
 from ..errors import CorruptRecordError, os_errors
 from . import names
+from .checksum import crc32c
 from .record import ATTR_KNOWN, FRAME_HEADER, FRAME_HEADER_SIZE, RECORD_PREFIX, RECORD_PREFIX_SIZE, _codec, decode_payload
 
 SEGMENT_MAGIC = b"FCHS"

@@ -21,9 +21,8 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from crc32c import crc32c
-
 from ..errors import os_errors
+from .checksum import crc32c
 
 if TYPE_CHECKING:  # typed as built; the fallback base, object, adds nothing the dataclass does not declare
     from ._codec import StateCore as _Core

@@ -39,8 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from crc32c import crc32c
-
+from ..engine.checksum import crc32c
 from ..engine.clock import now_ms
 from ..engine.files import read_if_exists, write_atomically
 from ..engine.names import validate_name

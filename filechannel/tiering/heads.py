@@ -21,8 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
+from ..engine.checksum import crc32c
 from ..engine.clock import now_ms
 from ..errors import CorruptRecordError
 from .layout import validate_channel

@@ -43,8 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
-from crc32c import crc32c
-
+from ..engine.checksum import crc32c
 from ..errors import ConfigError, CorruptRecordError, InvalidNameError
 
 UPLOADING, UPLOADED, DELETING, LOST = "uploading", "uploaded", "deleting", "lost"
