@@ -13,8 +13,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +33,10 @@ from filechannel.tiering.layout import (
 )
 from filechannel.tiering.metadata import SCHEMA_VERSION, SEGMENT_AT, TierMetadata
 
+from .metadata_procs import wait_for
+
 CHANNELS = ("a", "t/0")
+PROCS = Path(__file__).with_name("metadata_procs.py")  # the child processes' side of the tests below
 
 
 def upload(meta, epoch, channel, base, end, size=100, chunk_bytes=30, ts=0):
@@ -511,14 +512,8 @@ def test_threads_sharing_one_store_take_distinct_epochs(meta):
 
 
 def child(*args, **kwargs):
-    return subprocess.Popen([sys.executable, __file__, *map(str, args)], text=True, **kwargs)
-
-
-def wait_for(predicate, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
+    """``metadata_procs.py ARGS`` in a fresh interpreter (which imports neither pytest nor hypothesis)."""
+    return subprocess.Popen([sys.executable, str(PROCS), *map(str, args)], text=True, **kwargs)
 
 
 def reap(procs):
@@ -635,69 +630,6 @@ def test_sigkill_in_a_stream_of_transactions_leaves_a_consistent_database(tmp_pa
         states = now
 
 
-# -- the child process -----------------------------------------------------------------------------
-
-
-def _take_epochs(path, go, n):
-    with TierMetadata(path) as m:
-        wait_for(lambda: os.path.exists(go), "the go file")
-        for _ in range(int(n)):
-            print(m.take_epoch(f"pid {os.getpid()}"), flush=True)
-
-
-def _paused_uploader(path):
-    with TierMetadata(path) as m:
-        epoch = m.take_epoch(f"paused {os.getpid()}")
-        chunks = plan_chunks("t/0", 0, epoch, 100, 30)
-        m.begin_upload(epoch, "t/0", 0, 10, 100, 0, chunks)
-        print("ready", epoch, flush=True)
-        assert sys.stdin.readline() == "commit\n"
-        try:
-            m.finish_upload(epoch, "t/0", 0, chunks, manifest_name("t/0", 0, epoch))
-        except FencedError as exc:
-            print("fenced", exc, flush=True)
-        else:
-            print("committed", flush=True)
-
-
-def _stream(path):
-    """An uploader's life: clean up after the previous one, then upload and delete segments forever."""
-    with TierMetadata(path) as m:
-        epoch = m.take_epoch(f"stream {os.getpid()}")
-        print("epoch", epoch, flush=True)
-        for stale in m.stale_uploads(epoch):
-            m.abandon_upload(epoch, stale.channel, stale.base_offset)
-            print("abandoned", stale.base_offset, flush=True)
-        for seg in m.segments("t/0", ["deleting"]):
-            m.finish_delete(epoch, "t/0", seg.base_offset)
-            print("deleted", seg.base_offset, flush=True)
-        uploaded = [s.base_offset for s in m.segments("t/0")]
-        base = max([s.end_offset for s in m.segments("t/0", STATES)], default=0)
-        while True:
-            chunks = plan_chunks("t/0", base, epoch, 1000 + base, 64)
-            m.begin_upload(epoch, "t/0", base, base + 10, 1000 + base, base, chunks)
-            print("uploading", base, flush=True)
-            m.finish_upload(epoch, "t/0", base, chunks, manifest_name("t/0", base, epoch))
-            print("uploaded", base, flush=True)
-            uploaded.append(base)
-            if len(uploaded) > 3:
-                oldest = uploaded.pop(0)
-                m.begin_delete(epoch, "t/0", oldest)
-                print("deleting", oldest, flush=True)
-                m.finish_delete(epoch, "t/0", oldest)
-                print("deleted", oldest, flush=True)
-            base += 10
-
-
-def _open_and_take_epoch(path, go):
-    wait_for(lambda: os.path.exists(go), "the go file")
-    try:
-        with TierMetadata(path) as m:
-            print("ok", m.take_epoch("racer"), flush=True)
-    except Exception as exc:  # reported to the parent, which asserts on it
-        print("error", repr(exc), flush=True)
-
-
 def test_processes_creating_one_new_database_at_once_all_open_it(tmp_path):
     # SQLite answers "database is locked" at once (no busy wait) to a journal-mode switch racing
     # another process's: before the retry, 49 of 150 rounds of three processes had one fail.
@@ -737,13 +669,3 @@ def test_a_version_2_store_gets_its_totals_and_newest_timestamps_filled_when_ope
         upload(m, m.take_epoch("u"), "t/0", 120, 130, size=7)  # and the triggers count from now on
         [summary] = m.summary("t/0")
         assert summary.segments["uploaded"] == 12 and summary.bytes["uploaded"] == sum(100 + i for i in range(1, 12)) + 7
-
-
-if __name__ == "__main__":
-    mains: dict[str, Callable[..., object]] = {
-        "take_epochs": _take_epochs,
-        "paused_uploader": _paused_uploader,
-        "stream": _stream,
-        "open_and_take_epoch": _open_and_take_epoch,
-    }
-    mains[sys.argv[1]](*sys.argv[2:])

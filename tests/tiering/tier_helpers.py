@@ -2,7 +2,8 @@
 back what tier-2 holds (chunks joined into a .seg.z, decoded with the engine's own decoder).
 
 Also the child process of the crash and fencing tests: ``python tier_helpers.py daemon ROOT [--once]``
-runs a TieringDaemon and prints one line per action, flushed (the parent waits on those lines).
+runs a TieringDaemon and prints one line per action, flushed (the parent waits on those lines);
+``defrag-daemon``, ``producer`` and ``reader`` likewise (a child imports this module, never pytest).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from filechannel.client.topics import Admin, TopicStore
 from filechannel.engine.compressed import CompressedSegment
 from filechannel.engine.record import Record, decode_records
 from filechannel.tiering import ChunkStorage
+from filechannel.tiering.defrag import DefragSettings
 from filechannel.tiering.layout import SegmentRecord, parse_object_name
 from filechannel.tiering.metadata import TierMetadata
 
 SMALL: dict[str, Any] = {"segment_bytes": 4096, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}
+# test_defrag's SIGKILL test: merges of two 1 KiB chunks at a time (many small merges, so most kills land inside one)
+DEFRAG_KILL_SETTINGS = DefragSettings(merge_below_bytes=3000, target_bytes=3000, garbage_delay_ms=0)
 
 
 def make_topic(root: Path, tier: str, partitions: int = 1, **settings: Any) -> None:
@@ -90,6 +94,17 @@ def _daemon_main(argv: list[str]) -> int:
     return 1 if report.failures else 0
 
 
+def _defrag_daemon_main(root: str) -> None:
+    """A daemon that defragments when idle (one merge a pass), printing each action, until killed."""
+    from filechannel.tiering.daemon import TieringDaemon
+
+    def progress(line: str) -> None:
+        print(line, flush=True)
+
+    with TieringDaemon(root, interval=0.005, defrag=DEFRAG_KILL_SETTINGS, max_merges=1, progress=progress) as daemon:
+        daemon.run()
+
+
 def _producer_main(root: str, tag: str, count: int) -> int:
     """Send ``count`` records ``TAG-i`` to partition 0 of topic t, printing ``acked TAG-i`` once each is durable."""
     from filechannel.client import Producer
@@ -136,6 +151,8 @@ if __name__ == "__main__":
     faulthandler.enable()  # a test that gives up on a child aborts it (SIGABRT): its stacks are printed first
     if sys.argv[1] == "daemon":
         sys.exit(_daemon_main(sys.argv[2:]))
+    if sys.argv[1] == "defrag-daemon":
+        sys.exit(_defrag_daemon_main(sys.argv[2]))
     if sys.argv[1] == "producer":
         sys.exit(_producer_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))
     if sys.argv[1] == "reader":
