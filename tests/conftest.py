@@ -1,6 +1,9 @@
-"""Shared test settings: hypothesis profiles (CI runs more examples); the session's SeaweedFS server."""
+"""Shared test settings: hypothesis profiles (CI runs more examples); the session's SeaweedFS server;
+a port nobody listens on."""
 
 import os
+import socket
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -50,3 +53,14 @@ def pytest_collection_modifyitems(items):
         return 1 if item.get_closest_marker("slow") else 2
 
     items[:] = sorted(items, key=rank)
+
+
+@pytest.fixture
+def unused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that nothing listens on (connections to it are refused), held for the
+    test: a socket bound to it and never listening, so that no other process can take it (a port
+    found free and let go was once taken by another worker's S3 server within the test, whose
+    "unreachable" storage then answered "no such bucket")."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        yield holder.getsockname()[1]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from filechannel.bench.seaweed import SeaweedServer, free_ports, wait_for
+from filechannel.bench.seaweed import SeaweedServer, wait_for
 from filechannel.client import Admin
 from filechannel.errors import ConfigError, StorageUnavailableError, UnknownTopicError
 from filechannel.spark.bucket import STATE_PREFIX, BucketCatalog
@@ -247,12 +247,14 @@ def test_tier_options_errors_say_what_to_do(tmp_path: Path, options: dict, error
     assert "s3cr3t" not in str(info.value)
 
 
-def test_origins_go_with_tier_and_an_unreachable_bucket_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_origins_go_with_tier_and_an_unreachable_bucket_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unused_port: int
+) -> None:
     with pytest.raises(ConfigError, match=r'"origins" goes with option "tier"'):
         SourceOptions.parse({"root": str(tmp_path), "subscribe": "clicks", "origins": "a"}, batch=None)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "reader")  # (no server answers: any key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "reader")
-    port = free_ports(1)[0]
+    port = unused_port
     dead = {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1", "max_attempts": 1}
     with pytest.raises(StorageUnavailableError, match=f"127.0.0.1:{port}"):
         SourceOptions.parse({"tier": "s3://nowhere/fc", "tierOptions": json.dumps(dead), "subscribe": "clicks"}, batch=None)

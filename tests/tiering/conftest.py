@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from filechannel.bench.seaweed import SeaweedServer, free_ports, running_seaweed
+from filechannel.bench.seaweed import SeaweedServer, running_seaweed
 from filechannel.bench.seaweed import wait_for as wait_for  # the tests' deadline poll, re-exported
 
 from .hdfs_cluster import HdfsCluster, java_missing_reason, running_hdfs, webhdfs_missing_reason
@@ -295,12 +295,6 @@ class FaultProxy:
         for t in threads:
             t.join(timeout=10)
             assert not t.is_alive(), "a proxy thread did not stop"
-
-
-@pytest.fixture
-def unused_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (connections to it are refused)."""
-    return free_ports(1)[0]
 
 
 @pytest.fixture
