@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +22,23 @@ import pytest
 from filechannel.client import Admin
 from filechannel.client.topics import TopicStore
 from filechannel.engine import failpoints as failpoint
+from filechannel.errors import ConfigError
 from filechannel.root import ROOT_METADATA
 from filechannel.tiering import open_storage
 from filechannel.tiering.daemon import TieringDaemon
-from filechannel.tiering.defrag import DefragSettings, clean_up, defrag_root, objects_per_segment
+from filechannel.tiering.defrag import DefragSettings, clean_up, defrag_root, layout_after, objects_per_segment, plan
 from filechannel.tiering.fsck import fsck
 from filechannel.tiering.layout import (
+    ChunkRecord,
     SegmentRecord,
+    decode_manifest,
+    encode_manifest,
+    manifest_name,
+    merged_name,
+    parse_object_name,
+    plan_chunks,
 )
-from filechannel.tiering.metadata import TierMetadata
+from filechannel.tiering.metadata import Merge, TierMetadata
 from filechannel.tiering.rebuild import rebuild_root
 from filechannel.tiering.remote_segment import RemoteReader, read_range
 from filechannel.tiering.s3_storage import MIN_PART, plan_concat
@@ -37,7 +47,7 @@ from filechannel.tiering.status import tier_status
 from .test_daemon import HELPERS, tier_for
 from .test_rebuild import read_all
 from .test_tier_cli import fc
-from .tier_helpers import DEFRAG_KILL_SETTINGS, segment_objects
+from .tier_helpers import DEFRAG_KILL_SETTINGS, manifest_of, segment_objects
 
 SMALL: dict[str, Any] = {"segment_bytes": 8192, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}
 KILLS = int(os.environ.get("FC_DEFRAG_KILLS", "24"))
@@ -270,3 +280,57 @@ def test_sigkill_in_the_middle_of_merges_leaves_data_readable_and_fsck_clean(tmp
     segments = uploaded(root)
     assert objects_per_segment(segments)[0] <= 5 * len(segments)  # 8 chunks a segment before, 4 or 5 after
     assert read_all(root, "t", 0) == list(enumerate(sent))
+
+
+def test_merged_names_and_version_2_manifests_round_trip() -> None:
+    name = merged_name("t/0", 10, 3, 50, "0123456789abcdef")
+    parsed = parse_object_name(name)
+    assert parsed is not None and (parsed.kind, parsed.base_offset, parsed.epoch, parsed.start) == ("merged", 10, 3, 50)
+    assert parsed.name == name
+    for bad in (name.replace("0123456789abcdef", "0123"), name.replace(".00000000000000000050.", ".00000000000000000010.")):
+        assert parse_object_name(bad) is None
+    plain = SegmentRecord("t/0", 20, 30, 100, 0, "uploaded", 1, plan_chunks("t/0", 20, 1, 100, 40), manifest_name("t/0", 20, 1))
+    assert b'"version":1' in encode_manifest(plain)  # never defragmented: version 1, readable by older readers
+    merged = replace(plain, chunks=(ChunkRecord(name, 0, 80, 500), ChunkRecord(plain.chunks[2].name, 80, 20)))
+    data = encode_manifest(merged)
+    assert b'"version":2' in data and decode_manifest(data, manifest_of(plain)) == merged
+    outside = replace(plain, base_offset=60, end_offset=70, manifest=manifest_name("t/0", 60, 1))
+    with pytest.raises(ConfigError, match="holds other offsets"):
+        encode_manifest(replace(outside, chunks=(ChunkRecord(name, 0, 100, 0),)))
+
+
+def test_a_merge_cut_short_after_its_manifests_is_consistent_then_abandoned(tmp_path: Path) -> None:
+    """The widest crash window, made by hand: the merge row, its object and the new manifests
+    are written, the swap is not. fsck finds nothing wrong, a rebuild reads the new layout, and
+    the next pass undoes it (manifests from the rows, object deleted)."""
+    root, url = tmp_path / "root", f"file://{tmp_path}/tier"
+    Admin(root).create_topic("t", 1, tier=url, local_retention_bytes=0, **SMALL)
+    sent = [os.urandom(100) for _ in range(300)]
+    with TopicStore(root).open_partition("t", 0, maintenance_interval=0) as ch, ch.sender() as tx:
+        for value in sent:
+            tx.send(value)
+    fc("tier", "run", "--root", str(root), "--once")
+    before = uploaded(root)
+    settings = DefragSettings(merge_below_bytes=3000, target_bytes=20_000, garbage_delay_ms=0)
+    run = plan(before, settings)[0]
+    with TierMetadata(root / ROOT_METADATA) as metadata, open_storage(url) as storage:
+        epoch = metadata.take_epoch("test")
+        name = merged_name("t/0", run.records[0].base_offset, epoch, run.records[-1].end_offset, "00000000000000aa")
+        merge = Merge(name, "t/0", epoch, run.sources, layout_after(run, name))
+        metadata.begin_merge(epoch, merge)
+        storage.concat(name, list(run.sources))
+        for r in run.records:
+            storage.write(manifest_of(r), encode_manifest(replace(r, chunks=merge.layout[r.base_offset])))
+    assert fsck(root, deep=True).findings == []  # both layouts are whole; the object is named by the merge
+    rebuilt = tmp_path / "rebuilt"  # from a copy of the bucket: a rebuild takes the prefix over
+    shutil.copytree(tmp_path / "tier", tmp_path / "tier-copy")
+    assert rebuild_root(rebuilt, f"file://{tmp_path}/tier-copy").problems == []
+    assert {c.name for r in uploaded(rebuilt) for c in r.chunks} >= {name}  # the bucket describes the new layout
+    assert read_all(rebuilt, "t", 0) == list(enumerate(sent[: before[-1].end_offset]))
+
+    run_once = fc("tier", "run", "--root", str(root), "--once")
+    assert f"abandoned the merge into {name}" in run_once.stdout
+    assert uploaded(root) == before and fsck(root, deep=True).findings == []
+    with open_storage(url) as storage, TierMetadata(root / ROOT_METADATA) as metadata:
+        assert name in metadata.garbage("t/0")  # deleted once due: an overtaken merger may still name it
+        assert all(decode_manifest(storage.read(manifest_of(r), 0, 1 << 20), manifest_of(r)) == r for r in before)
