@@ -357,11 +357,14 @@ def test_a_sigkill_storm_during_cleaning_loses_no_kept_record_and_resurrects_non
     removed: set[int] = set()
     for _ in range(8):
         child = subprocess.Popen([sys.executable, "-c", STORM_CHILD, str(path)], stdout=subprocess.PIPE, text=True)
-        assert child.stdout is not None and child.stdout.readline() == "open\n"  # the kill's moment counts from here:
-        time.sleep(rng.uniform(0.1, 1.0))  # an interpreter starting beside a busy suite may take longer than that
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-        child.stdout.close()
+        assert child.stdout is not None
+        try:
+            assert child.stdout.readline() == "open\n"  # the kill's moment counts from here:
+            time.sleep(rng.uniform(0.1, 1.0))  # an interpreter starting beside a busy suite may take longer than that
+        finally:
+            child.kill()
+            child.wait()
+            child.stdout.close()
         with FileChannel(path, **CONFIG) as ch:
             records = read_all(ch)
             end = ch.end_offset

@@ -6,24 +6,17 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable
 
+from filechannel.bench.seaweed import wait_for
 from filechannel.errors import FencedError
 from filechannel.tiering.layout import STATES, manifest_name, plan_chunks
 from filechannel.tiering.metadata import TierMetadata
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
-
 def _take_epochs(path, go, n):
     with TierMetadata(path) as m:
-        wait_for(lambda: os.path.exists(go), "the go file")
+        wait_for(lambda: os.path.exists(go), 30, "the go file")
         for _ in range(int(n)):
             print(m.take_epoch(f"pid {os.getpid()}"), flush=True)
 
@@ -73,7 +66,7 @@ def _stream(path):
 
 
 def _open_and_take_epoch(path, go):
-    wait_for(lambda: os.path.exists(go), "the go file")
+    wait_for(lambda: os.path.exists(go), 30, "the go file")
     try:
         with TierMetadata(path) as m:
             print("ok", m.take_epoch("racer"), flush=True)

@@ -33,7 +33,7 @@ from filechannel.tiering.layout import (
 )
 from filechannel.tiering.metadata import SCHEMA_VERSION, SEGMENT_AT, TierMetadata
 
-from .metadata_procs import wait_for
+from .conftest import wait_for
 
 CHANNELS = ("a", "t/0")
 PROCS = Path(__file__).with_name("metadata_procs.py")  # the child processes' side of the tests below
@@ -547,7 +547,7 @@ def test_an_uploader_paused_before_its_commit_is_fenced_on_resume_and_changes_no
         assert line[0] == "ready", line  # chunks and manifest "written", finish_upload next
         old = int(line[1])
         os.kill(proc.pid, signal.SIGSTOP)
-        wait_for(lambda: Path(f"/proc/{proc.pid}/stat").read_text().split(")")[1].split()[0] == "T", "the child to stop")
+        wait_for(lambda: Path(f"/proc/{proc.pid}/stat").read_text().split(")")[1].split()[0] == "T", 30, "the child to stop")
         proc.stdin.write("commit\n")  # read only once it runs again
         proc.stdin.flush()
         with TierMetadata(path) as m:
