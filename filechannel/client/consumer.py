@@ -11,13 +11,12 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, Literal, Self, Unpack, overload
+from typing import TYPE_CHECKING, Any, Literal, Self, Unpack, overload
 
 from ..channel import FileChannel
 from ..engine.wakeup import Wakeup
 from ..errors import ChannelClosedError, ConfigError, FileChannelError, IllegalStateError, UnknownTopicError
 from .assignors import DEFAULT_STRATEGIES, strategy_names
-from .bucket import BucketTopics
 from .coordinator import CommitOffsets, GroupCoordinator
 from .fetcher import FETCH_BYTES, FETCH_MAX_BYTES, Fetcher, check_timeout_ms
 from .group import STATIC_PREFIX, GroupMember, is_static
@@ -36,6 +35,9 @@ from .serializer import Codec, check_codec
 from .subscription import ConsumerRebalanceListener, SubscriptionState, TopicSource, no_offset
 from .topics import TopicStore
 from .transaction_log import recover_transactions
+
+if TYPE_CHECKING:
+    from .bucket import BucketTopics
 
 _RESETS = ("earliest", "latest", "none")
 _HONOURED = (
@@ -201,6 +203,8 @@ class Consumer:
                 raise ConfigError("give the Consumer root= or tier=, not both")
             if state_dir is None:
                 raise ConfigError("a Consumer of a tier URL needs state_dir=, a local folder for its indexes and groups")
+            from .bucket import BucketTopics  # tier-2's reading side: imported by a consumer of a bucket only
+
             self._topics = self._bucket = BucketTopics(
                 tier,
                 tier_options,

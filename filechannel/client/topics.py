@@ -27,7 +27,6 @@ from ..root import (
     validate_topic_config,
 )
 from ..tiering.bindings import StorageClients, check_storage
-from ..tiering.marks import mark_deleted_now
 
 log = logging.getLogger("filechannel")
 
@@ -87,6 +86,8 @@ class TopicStore(RootLayout):
         super().delete(topic)
         if config.get("tier") is not None:
             try:
+                from ..tiering.marks import mark_deleted_now  # tier-2's metadata: only for a tiered topic's delete
+
                 mark_deleted_now(os.path.join(self.root, ROOT_TIER_DIR), topic, config["tier"], config.get("tier_options"))
             except FileChannelError as exc:
                 log.warning("topic %s deleted; its tier-2 storage cannot be marked now (%s): the daemon's purge will", topic, exc)

@@ -37,6 +37,10 @@ file has one run per block, derived from the blocks (:attr:`CompressedInfo.runs`
 reader works on runs alike. The header's end offset stays one past the segment's last
 offset before cleaning, where the next segment begins; the runs may end before it, and a
 cleaned segment may have no run at all.
+
+python-zstandard is imported where it is first used, not with this module: most processes
+that import the engine never compress or decompress (a producer, most commands), and each
+of the suite's thousand-odd processes paid for the import.
 """
 
 from __future__ import annotations
@@ -49,8 +53,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-
-import zstandard
+from typing import TYPE_CHECKING
 
 from ..errors import ChannelClosedError, CorruptRecordError, os_errors
 from .checksum import crc32c
@@ -58,6 +61,9 @@ from .columns import RecordColumns
 from .files import opened
 from .record import Record, decode_records
 from .segment import SEGMENT_HEADER_SIZE, FrameScanner, SegmentHeader, read_segment_header
+
+if TYPE_CHECKING:
+    import zstandard
 
 Z_MAGIC = b"FCHZ"
 Z_VERSION = 1  # dense offsets: a block's records run up to the next block's first offset
@@ -217,6 +223,8 @@ def compress_segment(raw_path: str, out_path: str, *, level: int, block_bytes: i
         maxes = [before for _off, _pos, before in marks] + [max_ts]
         # (first offset, raw position, max ts through the block); none for an empty segment
         cuts = [(*start, mx) for start, mx in zip(starts, maxes, strict=True)] if end_pos > SEGMENT_HEADER_SIZE else []
+        import zstandard  # on first use (the module docstring)
+
         compressor = zstandard.ZstdCompressor(level=level, write_checksum=False)
         bodies: list[bytes] = []
         lengths: list[int] = []
@@ -267,6 +275,8 @@ def write_cleaned(
 
     A block is cut once it holds ``block_bytes`` raw bytes; a run ends at a hole or a block's
     end, so runs lie inside one block (the module docstring)."""
+    import zstandard  # on first use (the module docstring)
+
     compressor = zstandard.ZstdCompressor(level=level, write_checksum=False)
     blocks: list[Block] = []
     runs: list[Run] = []
@@ -490,6 +500,8 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     block would allocate zstd's context (over 100 KiB) each time."""
     dctx = getattr(_local, "dctx", None)
     if dctx is None:
+        import zstandard  # on first use (the module docstring)
+
         dctx = _local.dctx = zstandard.ZstdDecompressor()
     return dctx
 
@@ -566,6 +578,8 @@ def decompress_block(body: bytes, block: Block) -> bytes:
     """Decompress one block's bytes on this thread; ValueError if they do not decompress.
 
     Shared by local and remote segments (python-zstandard releases the GIL meanwhile)."""
+    import zstandard  # (imported by _decompressor already: a lookup)
+
     try:
         return _decompressor().decompress(body, max_output_size=block.raw_length)
     except zstandard.ZstdError as exc:

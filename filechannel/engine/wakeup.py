@@ -4,7 +4,10 @@ In-process senders bump a sequence number under a condition after every write. F
 writers in other processes, a watchdog observer (inotify on Linux) watches the channel
 folder and bumps the same sequence on any change to a segment file, so a waiting
 receiver wakes within milliseconds of another process's flush and costs no CPU while
-it waits. The observer starts when a receiver first has to wait.
+it waits. The observer starts when a receiver first has to wait, and watchdog is imported
+only then: most processes that open a channel never wait on one (a producer, a command
+that lists topics), and watchdog's import (ctypes, subprocess, its platform emitters) was
+the largest part of ``import filechannel``.
 
 If the observer cannot start (e.g. the inotify watch limit is reached), waits fall back
 to polling every ``POLL_INTERVAL`` seconds, and that is logged once. Even with the
@@ -21,14 +24,14 @@ stderr; so that one message is routed to the ``filechannel`` logger at DEBUG.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers import Observer
-
 if TYPE_CHECKING:  # Observer is the platform's class, chosen at run time; each is a BaseObserver
+    from watchdog.events import FileSystemEvent, FileSystemEventHandler
     from watchdog.observers.api import BaseObserver
 
 log = logging.getLogger("filechannel")
@@ -46,23 +49,32 @@ class _ShutdownRaceFilter(logging.Filter):
         return True
 
 
-_watchdog_log = logging.getLogger("watchdog.observers.inotify")
-if not any(isinstance(f, _ShutdownRaceFilter) for f in _watchdog_log.filters):
-    _watchdog_log.addFilter(_ShutdownRaceFilter())
-
 POLL_INTERVAL = 0.05
 SAFETY_INTERVAL = 1.0
 _SEGMENT_SUFFIXES = (".seg", ".seg.z")
 
 
-class _Handler(FileSystemEventHandler):
-    def __init__(self, wakeup: Wakeup) -> None:
-        self._wakeup = wakeup
+@functools.cache
+def _watchdog() -> tuple[Callable[[], BaseObserver], Callable[[Wakeup], FileSystemEventHandler]]:
+    """watchdog's observer class and our event handler class, imported on first use (see the
+    module docstring), with the filter for its shutdown race installed once."""
+    from watchdog.events import FileSystemEventHandler
+    from watchdog.observers import Observer
 
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        path = event.src_path if isinstance(event.src_path, str) else event.src_path.decode()
-        if path.endswith(_SEGMENT_SUFFIXES):
-            self._wakeup.bump()
+    watchdog_log = logging.getLogger("watchdog.observers.inotify")
+    if not any(isinstance(f, _ShutdownRaceFilter) for f in watchdog_log.filters):
+        watchdog_log.addFilter(_ShutdownRaceFilter())
+
+    class Handler(FileSystemEventHandler):
+        def __init__(self, wakeup: Wakeup) -> None:
+            self._wakeup = wakeup
+
+        def on_any_event(self, event: FileSystemEvent) -> None:
+            path = event.src_path if isinstance(event.src_path, str) else event.src_path.decode()
+            if path.endswith(_SEGMENT_SUFFIXES):
+                self._wakeup.bump()
+
+    return Observer, Handler
 
 
 class Wakeup:
@@ -115,7 +127,7 @@ class Wakeup:
         with self._cond:
             if self._observer is not None or self._polling or self._closed:
                 return
-            observer = Observer()
+            observer = _watchdog()[0]()
             observer.daemon = True
             try:
                 observer.start()
@@ -128,7 +140,7 @@ class Wakeup:
 
     def _schedule(self, observer: BaseObserver, folder: str) -> None:
         try:
-            observer.schedule(_Handler(self), folder, recursive=False)
+            observer.schedule(_watchdog()[1](self), folder, recursive=False)
         except OSError as exc:
             self._fall_back(exc)
 

@@ -147,7 +147,10 @@ def test_three_processes_over_six_partitions_one_killed(tmp_path):
             committed = json.loads(offsets_path.read_text())
             return len(committed) == 6 and all(v > 0 for v in committed.values())
 
-        wait_for(every_member_committed, what="progress on every partition")
+        try:
+            wait_for(every_member_committed, what="progress on every partition")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {group_picture()}") from None
         wait_for(lambda: any(line.startswith("C ") for line in outputs[0]), what="the victim to commit")
         victim = procs[0]
         victim.send_signal(signal.SIGKILL)
