@@ -299,3 +299,36 @@ def test_the_command_imports_neither_the_crc32c_package_nor_importlib_metadata()
     code = "import filechannel.cli, sys; print(sorted({'crc32c', 'importlib.metadata'} & set(sys.modules)))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_the_command_and_the_client_leave_watchdog_zstd_and_tier_2_metadata_until_used():
+    # Most processes that import them never wait on a channel (watchdog), compress or decompress
+    # (zstandard) or touch a tier (sqlite3 for tier-2's metadata): engine/wakeup.py,
+    # engine/compressed.py, client/consumer.py and client/topics.py import those where they are used.
+    code = (
+        "import filechannel.cli, filechannel.client, sys; "
+        "print(sorted({'watchdog', 'zstandard', 'sqlite3', 'boto3', 'fsspec'} & set(sys.modules)))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
+def test_a_receiver_that_waits_gets_watchdog_and_is_woken_by_another_process(tmp_path):
+    # The other side of the test above: the import on first use still wakes a waiting receiver
+    # within a fraction of its timeout when another process writes.
+    code = (
+        "import sys, subprocess, time\n"
+        "from filechannel import FileChannel\n"
+        "ch = FileChannel(sys.argv[1])\n"
+        "rx = ch.receiver('latest')\n"
+        "writer = subprocess.Popen([sys.executable, '-c', "
+        "'import sys, time; time.sleep(0.5); from filechannel import FileChannel; "
+        'c = FileChannel(sys.argv[1]); s = c.sender(); s.send(b"x"); s.flush(); c.close()\', sys.argv[1]])\n'
+        "record = rx.recv(timeout=30)\n"
+        "writer.wait()\n"
+        "print(record.value, 'watchdog' in sys.modules)\n"
+        "ch.close()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["b'x'", "True"]
