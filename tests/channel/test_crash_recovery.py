@@ -32,7 +32,12 @@ def run_and_kill(path, seed, *extra, rng):
         first = proc.stdout.readline()
         time.sleep(rng.uniform(0.0, 0.15))
         proc.send_signal(signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        # Read the rest through the same buffered reader: communicate(timeout=...) reads the pipe's
+        # descriptor itself, and what readline had buffered past the first line was lost. A report
+        # "10012 9 381" then arrived as "12 9 381": offsets "handed out twice", or "came back
+        # different", in runs under load (the records themselves were where they belonged).
+        rest = proc.stdout.read()
     finally:
         if proc.poll() is None:
             proc.kill()
