@@ -314,21 +314,27 @@ def test_the_command_and_the_client_leave_watchdog_zstd_and_tier_2_metadata_unti
 
 
 def test_a_receiver_that_waits_gets_watchdog_and_is_woken_by_another_process(tmp_path):
-    # The other side of the test above: the import on first use still wakes a waiting receiver
-    # within a fraction of its timeout when another process writes.
+    # The other side of the test above: a receiver's first wait imports watchdog, and another
+    # process's write then wakes a waiting receiver.
     code = (
-        "import sys, subprocess, time\n"
+        "import sys, subprocess\n"
         "from filechannel import FileChannel\n"
+        "from filechannel.errors import Timeout\n"
         "ch = FileChannel(sys.argv[1])\n"
         "rx = ch.receiver('latest')\n"
+        "imported_before = 'watchdog' in sys.modules\n"
+        "try:\n"
+        "    rx.recv(timeout=0.05)\n"
+        "except Timeout:\n"
+        "    pass\n"
         "writer = subprocess.Popen([sys.executable, '-c', "
-        "'import sys, time; time.sleep(0.5); from filechannel import FileChannel; "
+        "'import sys; from filechannel import FileChannel; "
         'c = FileChannel(sys.argv[1]); s = c.sender(); s.send(b"x"); s.flush(); c.close()\', sys.argv[1]])\n'
         "record = rx.recv(timeout=30)\n"
         "writer.wait()\n"
-        "print(record.value, 'watchdog' in sys.modules)\n"
+        "print(imported_before, 'watchdog' in sys.modules, record.value)\n"
         "ch.close()\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["b'x'", "True"]
+    assert proc.stdout.split() == ["False", "True", "b'x'"]

@@ -578,7 +578,7 @@ def decompress_block(body: bytes, block: Block) -> bytes:
     """Decompress one block's bytes on this thread; ValueError if they do not decompress.
 
     Shared by local and remote segments (python-zstandard releases the GIL meanwhile)."""
-    import zstandard  # (imported by _decompressor already: a lookup)
+    import zstandard  # (once imported, a lookup in sys.modules: per block, not per record)
 
     try:
         return _decompressor().decompress(body, max_output_size=block.raw_length)

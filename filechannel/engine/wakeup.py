@@ -127,7 +127,8 @@ class Wakeup:
         with self._cond:
             if self._observer is not None or self._polling or self._closed:
                 return
-            observer = _watchdog()[0]()
+            make_observer, _handler = _watchdog()
+            observer = make_observer()
             observer.daemon = True
             try:
                 observer.start()
@@ -140,7 +141,8 @@ class Wakeup:
 
     def _schedule(self, observer: BaseObserver, folder: str) -> None:
         try:
-            observer.schedule(_watchdog()[1](self), folder, recursive=False)
+            _make_observer, make_handler = _watchdog()
+            observer.schedule(make_handler(self), folder, recursive=False)
         except OSError as exc:
             self._fall_back(exc)
 

@@ -15,13 +15,15 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from filechannel import FileChannel
 from filechannel.engine import cursor as cursor_module
 from filechannel.engine.cursor import READ_CHUNK, READ_CHUNK_MAX, WouldBlock
+
+T = TypeVar("T")
 
 SMALL: dict[str, Any] = dict(segment_bytes=8 * 1024, compression_block_bytes=2048, maintenance_interval=0)
 
@@ -146,15 +148,29 @@ def raises_when_cold(path: Path, read: Callable[[], object], error: type[BaseExc
     description of its own (``read_fresh``) where it can: on one file description all 10
     tries once returned the bytes (1 of 25 runs of the test), its readahead state kept.
     """
-    for attempt in range(200):
+
+    def raised() -> bool | None:
         evict(path)
         try:
             read()
         except error:
-            return
-        if attempt >= 10:
+            return True
+        return None
+
+    tried_in_bursts(raised, f"reads of {path}'s evicted pages never raised {error.__name__}")
+
+
+def tried_in_bursts(attempt: Callable[[], T | None], failing: str) -> T:
+    """``attempt()`` until it returns something other than None: up to 200 tries, 10 ms apart
+    after the first ten (reads of evicted pages that find them back in time come in bursts:
+    :func:`raises_when_cold`). Fails saying ``failing`` if none did."""
+    for n in range(200):
+        result = attempt()
+        if result is not None:
+            return result
+        if n >= 10:
             time.sleep(0.01)
-    pytest.fail(f"reads of {path}'s evicted pages never raised {error.__name__} in 200 tries")
+    pytest.fail(f"{failing} in 200 tries")
 
 
 def test_nowait_reads_cached_records_as_a_read_does_and_finds_the_end(tmp_path):
@@ -180,20 +196,19 @@ def test_nowait_never_reads_from_disk_and_loses_nothing(tmp_path):
         (segment,) = tmp_path.glob("*.seg")
 
         def read_past_the_chunk_in_hand():
+            """A new receiver's ordinary read, then a nowait one: the rest of the chunk in hand,
+            then it stops at the evicted pages; None if it read to the end (every page came back
+            in time, raises_when_cold says how: once in a run of the suite)."""
             receiver = ch.receiver("earliest")
             got = receiver._cursor.read(10)  # an ordinary read: the cursor now holds its first chunk
             evict(segment)
-            return receiver, got + receiver._cursor.read(100_000, nowait=True)  # the rest of the chunk, then it stops
-
-        # A nowait read of an evicted page can find it back in time (raises_when_cold says how): in
-        # one run of the suite every chunk was, and the read reached the end. Such reads come in bursts.
-        for attempt in range(200):
-            receiver, got = read_past_the_chunk_in_hand()
+            got += receiver._cursor.read(100_000, nowait=True)
             if len(got) < len(vals):
-                break
+                return receiver, got
             receiver.close()
-            if attempt >= 10:
-                time.sleep(0.01)
+            return None
+
+        receiver, got = tried_in_bursts(read_past_the_chunk_in_hand, "a nowait read never stopped at an evicted page")
         assert 10 < len(got) < len(vals)
         cursor = receiver._cursor
         # (evicted again: the read that stopped started a readahead of the pages it found cold)
