@@ -1,4 +1,5 @@
-"""The filechannel command, run as a real console script in a subprocess."""
+"""The filechannel command, run through the console script's entry point (tests/cli_helpers.py), and
+as the installed console script in a subprocess where the environment or the process matters."""
 
 import json
 import os
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .cli_helpers import SCRIPT, fc
+from ..cli_helpers import SCRIPT, fc
 
 
 def test_topics_produce_consume_groups_check(tmp_path):

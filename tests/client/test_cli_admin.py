@@ -1,6 +1,6 @@
 """The flags Kafka users type for topics that change, configs, deleted records and groups
-(kafka-topics --alter, kafka-configs, kafka-delete-records, kafka-consumer-groups), run as the
-installed console script in a real subprocess."""
+(kafka-topics --alter, kafka-configs, kafka-delete-records, kafka-consumer-groups), run through the
+console script's entry point (tests/cli_helpers.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 from filechannel.client import Admin, Consumer, Producer, TopicPartition
 
-from .cli_helpers import fc
+from ..cli_helpers import fc
 
 
 def _produce(root, n, partition=0):

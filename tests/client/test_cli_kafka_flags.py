@@ -1,4 +1,5 @@
-"""Kafka's console tools' flags on the filechannel command, run as a real console script.
+"""Kafka's console tools' flags on the filechannel command, run through the console script's entry point
+(tests/cli_helpers.py), as a real console script where a command waits.
 
 Modelled on what ConsoleConsumerTest / ConsoleProducerTest / ResetConsumerGroupOffsetTest /
 DeleteConsumerGroupsTest check: the console consumer starts at the end and waits, its flags
@@ -20,7 +21,7 @@ from filechannel.client.group import list_groups, read_group
 from filechannel.engine.position import PositionStore
 from filechannel.errors import ConfigError
 
-from .cli_helpers import SCRIPT, fc
+from ..cli_helpers import SCRIPT, fc
 
 
 def _send(root, topic, values, partition=None, key=None):

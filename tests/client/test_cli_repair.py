@@ -1,18 +1,11 @@
-"""`filechannel repair PATH --after OFFSET`, run as a real console script in a subprocess."""
+"""`filechannel repair PATH --after OFFSET`, run through the console script's entry point (tests/cli_helpers.py)."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 from filechannel import FileChannel
 from filechannel.errors import LogCorruptedError
 
-SCRIPT = Path(sys.executable).parent / "filechannel"
-
-
-def fc(*args, input=None):
-    return subprocess.run([str(SCRIPT), *args], input=input, capture_output=True, timeout=120)
+from ..cli_helpers import invoke as fc
 
 
 def damaged_channel(path):

@@ -1,4 +1,5 @@
 """The command line as a user in a terminal or a pipeline meets it (issue 23), each through the
+console script's entry point (tests/cli_helpers.py); pipes, signals and other processes through the
 installed console script in a real subprocess."""
 
 import base64
@@ -15,7 +16,7 @@ from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.client.group import read_group
 from filechannel.errors import UnknownTopicError
 
-from .cli_helpers import SCRIPT, fc
+from ..cli_helpers import SCRIPT, fc
 
 
 def _env(root):

@@ -20,6 +20,8 @@ from filechannel.errors import (
     RecordTypeError,
 )
 
+from ..cli_helpers import fc, fc_process
+
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
 PROCS = Path(__file__).parent / "procs"
@@ -330,12 +332,9 @@ def test_group_temp_files_of_a_dead_writer_are_removed_on_open(root):
 
 # -- the CLI ----------------------------------------------------------------------------------
 
-SCRIPT = Path(sys.executable).parent / "filechannel"
-
 
 def cli(root, *args, input=None):
-    env = {**os.environ, "FILECHANNEL_ROOT": str(root), "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run([str(SCRIPT), *args], input=input, capture_output=True, env=env, timeout=120)
+    return fc(root, *args, input=input, check=False)
 
 
 @pytest.mark.parametrize(
@@ -369,7 +368,7 @@ def test_cli_non_utf8_key_separator_and_corrupt_offsets(root):
     assert proc.returncode == 0, proc.stderr.decode()
     offsets_file(root).write_bytes(b"{corrupt")
     for args in (["groups", "describe", "g"], ["consume", "t", "--group", "g", "--max", "1", "--from-beginning"]):
-        proc = cli(root, *args)
+        proc = fc_process(root, *args)  # (a process warns once about a file: each command its own)
         err = proc.stderr.decode()
         assert proc.returncode == 0 and "Traceback" not in err, err
         # one warning line (consume also prints Kafka's "Processed a total of N messages")

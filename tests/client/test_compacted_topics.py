@@ -13,7 +13,7 @@ from filechannel.client import Admin, Consumer, Producer, TopicPartition
 from filechannel.client.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from filechannel.client.errors import InvalidConfigurationError, InvalidRecordError
 
-from .cli_helpers import fc
+from ..cli_helpers import fc
 
 T0 = TopicPartition("t", 0)
 

@@ -44,9 +44,9 @@ from filechannel.tiering.remote_segment import RemoteReader, read_range
 from filechannel.tiering.s3_storage import MIN_PART, plan_concat
 from filechannel.tiering.status import tier_status
 
+from ..cli_helpers import fc_text as fc
 from .test_daemon import HELPERS, tier_for
 from .test_rebuild import read_all
-from .test_tier_cli import fc
 from .tier_helpers import DEFRAG_KILL_SETTINGS, manifest_of, segment_objects
 
 SMALL: dict[str, Any] = {"segment_bytes": 8192, "compression_block_bytes": 1024, "tier_chunk_bytes": 1024}

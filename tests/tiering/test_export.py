@@ -35,7 +35,7 @@ from filechannel.tiering.layout import (
 )
 from filechannel.tiering.metadata import EpochRecord, TierMetadata
 
-from .test_tier_cli import fc
+from ..cli_helpers import fc_text as fc
 from .tier_helpers import make_topic, produce
 
 channels = st.sampled_from(["t/0", "t/1", "orders/3", "solo"])

@@ -31,8 +31,8 @@ from filechannel.tiering.metadata import SCHEMA_VERSION, TierMetadata
 from filechannel.tiering.rebuild import rebuild_root
 from filechannel.tiering.reindex import referenced_by_manifests
 
+from ..cli_helpers import fc_text as fc
 from .test_rebuild import kind_url, read_all
-from .test_tier_cli import fc
 from .tier_helpers import SMALL, manifest_of, produce
 
 

@@ -20,8 +20,8 @@ from filechannel.tiering import open_storage
 from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.metadata import TierMetadata
 
+from ..cli_helpers import fc_text as fc
 from .test_rebuild import read_all
-from .test_tier_cli import fc
 from .tier_helpers import local_bases, make_topic, produce, segment_objects
 
 pytestmark = pytest.mark.hdfs

@@ -35,7 +35,7 @@ from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.defrag import DefragSettings, defrag_root
 from filechannel.tiering.heads import head_name
 
-from ..client.cli_helpers import SCRIPT, fc
+from ..cli_helpers import SCRIPT, fc
 from .conftest import FaultProxy, wait_for
 from .test_daemon import tier_for
 from .tier_helpers import SMALL
@@ -279,8 +279,8 @@ def test_the_origin_is_set_before_the_first_tiered_topic_and_must_be_a_name(tmp_
     assert fc(root, "config").stdout.decode().splitlines()[-1] == "tier.origin=edge-1"
     fresh = tmp_path / "fresh"
     assert fc(fresh, "config", "tier.origin=edge-9").stdout.decode().splitlines()[-1] == "tier.origin=edge-9"
-    bad = fc(fresh, "config", "tier.origin=a.b", check=False)
-    assert bad.returncode == 2 and b"no dot" in bad.stderr
+    refused = fc(fresh, "config", "tier.origin=a.b", check=False)
+    assert refused.returncode == 2 and b"no dot" in refused.stderr
 
 
 def test_bucket_reader_errors_say_what_and_where(tmp_path: Path, unused_port: int, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,8 +21,8 @@ from filechannel.tiering.layout import ChunkRecord, decode_manifest, encode_mani
 from filechannel.tiering.metadata import SegmentRecord, TierMetadata
 from filechannel.tiering.rebuild import rebuild_root
 
+from ..cli_helpers import fc_text as fc
 from .test_daemon import tier_for
-from .test_tier_cli import fc
 from .tier_helpers import SMALL, make_topic, manifest_of, produce
 
 

@@ -8,11 +8,7 @@ condition with a deadline), so "several requests in flight" is observed, never t
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -23,9 +19,8 @@ from filechannel.tiering.layout import SegmentRecord
 from filechannel.tiering.local_storage import LocalStorage
 from filechannel.tiering.remote_segment import RemoteReader
 
+from ..cli_helpers import fc
 from .read_helpers import offload
-
-SCRIPT = Path(sys.executable).parent / "filechannel"
 
 
 class WatchedStorage(LocalStorage):
@@ -187,8 +182,7 @@ def test_cli_check_reports_a_flipped_byte_in_a_chunk(tmp_path) -> None:
     with Admin(root).open_partition("t", 0, maintenance_interval=0) as ch:
         ch.compress_sealed()
         uploaded = offload(ch, keep_local=1)
-    env = {**os.environ, "FILECHANNEL_ROOT": str(root)}
-    ok = subprocess.run([str(SCRIPT), "check"], capture_output=True, env=env, timeout=120)
+    ok = fc(root, "check", check=False)
     assert ok.returncode == 0, ok.stderr.decode()
     assert b"2,000 records" in ok.stdout
     chunk = uploaded[2].chunks[0]
@@ -196,7 +190,7 @@ def test_cli_check_reports_a_flipped_byte_in_a_chunk(tmp_path) -> None:
     data = bytearray(obj.read_bytes())
     data[-30] ^= 0x08  # inside a block's body
     obj.write_bytes(bytes(data))
-    bad = subprocess.run([str(SCRIPT), "check"], capture_output=True, env=env, timeout=120)
+    bad = fc(root, "check", check=False)
     err = bad.stderr.decode()
     assert bad.returncode == 1 and chunk.name in err and "Traceback" not in err
 

@@ -17,8 +17,8 @@ from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.metadata import TierMetadata
 from filechannel.tiering.ownership import CLAIM, EPOCHS, IDENTITY_FILE
 
+from ..cli_helpers import fc_text as fc
 from .test_daemon import tier_for
-from .test_tier_cli import fc
 from .tier_helpers import SMALL
 
 

@@ -1,4 +1,5 @@
-"""``filechannel tier run`` and ``filechannel tier status``, run as the real console script."""
+"""``filechannel tier run`` and ``filechannel tier status``: once in the test's process (tests/cli_helpers.py),
+as a daemon in a real subprocess of the console script."""
 
 from __future__ import annotations
 
@@ -13,18 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from ..cli_helpers import SCRIPT
+from ..cli_helpers import fc_text as fc
 from .conftest import wait_for
 from .tier_helpers import local_bases, make_topic, produce
-
-SCRIPT = Path(sys.executable).parent / "filechannel"
-
-
-def fc(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"filechannel {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-    return proc
 
 
 def status(root: Path) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Tier-2 commands given something wrong, run as a user runs them (``python -m filechannel``): one
+"""Tier-2 commands given something wrong, run through the console script's entry point (tests/cli_helpers.py): one
 ``error:`` line, exit 2 for a bad value, 1 for an operation that failed, never a traceback, and
 nothing made when nothing could be done. Also: a deleted tiered topic stays deleted."""
 
@@ -14,15 +14,14 @@ import pytest
 
 from filechannel.client.topics import Admin
 
+from ..cli_helpers import fc_text
 from .tier_helpers import make_topic, produce
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
 
 def fc(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "filechannel", *args], input=stdin, capture_output=True, text=True, env=ENV, timeout=120
-    )
+    return fc_text(*args, check=False, input=stdin)
 
 
 def one_error(proc: subprocess.CompletedProcess[str], code: int) -> str:

@@ -1,5 +1,5 @@
 """``filechannel tier run --roll``: a quiet partition's records move to tier-2 before its segment
-fills, run as a user runs it (``python -m filechannel``), beside real writer processes."""
+fills, run through the console script's entry point (tests/cli_helpers.py), beside real writer processes."""
 
 from __future__ import annotations
 
@@ -16,18 +16,10 @@ import pytest
 from filechannel.client.topics import Admin, TopicStore
 from filechannel.engine.lock import FileLock
 
+from ..cli_helpers import fc_text as fc
 from .conftest import wait_for
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-
-
-def fc(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "filechannel", *args], input=stdin, capture_output=True, text=True, env=ENV, timeout=120
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"filechannel {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-    return proc
 
 
 def status(root: Path) -> dict:
@@ -123,7 +115,7 @@ def say(proc: subprocess.Popen[str], line: str, answer: str) -> None:
 
 
 def test_without_roll_the_active_segment_waits_and_with_roll_it_moves(root: Path) -> None:
-    fc("produce", "t", "--root", str(root), stdin="a\nb\nc\n")
+    fc("produce", "t", "--root", str(root), input="a\nb\nc\n")
     run = fc("tier", "run", "--root", str(root), "--once")
     assert "pass done: 0 segment(s) uploaded" in run.stdout
     assert (status(root)["active_offsets"], status(root)["uploaded_segments"]) == (3, 0)
@@ -135,7 +127,7 @@ def test_without_roll_the_active_segment_waits_and_with_roll_it_moves(root: Path
     assert (row["tier_first_offset"], row["tier_end_offset"], row["active_offsets"], row["upload_lag_offsets"]) == (0, 3, 0, 0)
     assert row["local_first_offset"] == 3  # local_retention_bytes=0: only tier-2 holds them now
 
-    fc("produce", "t", "--root", str(root), stdin="d\n")  # the next writer goes on after the sealed segment
+    fc("produce", "t", "--root", str(root), input="d\n")  # the next writer goes on after the sealed segment
     assert values(root) == ["a", "b", "c", "d"]
     again = fc("tier", "run", "--root", str(root), "--once", "--roll", "--idle", "3600")
     assert "sealed" not in again.stdout and status(root)["active_offsets"] == 1  # written just now: not idle

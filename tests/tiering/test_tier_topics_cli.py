@@ -15,7 +15,7 @@ from filechannel.client import Admin
 from filechannel.errors import ConfigError
 from filechannel.tiering import open_storage
 
-from .test_tier_cli import fc
+from ..cli_helpers import fc_text as fc
 from .tier_helpers import produce
 
 
