@@ -168,9 +168,15 @@ def test_a_running_stream_follows_new_uploads_and_picks_up_new_origins(
         finally:
             query.stop()
     assert got == want
-    # Spark ends the reader's process without its stop(): the next catalog removes what it left.
-    BucketCatalog(url, options, None, max_age_s=1).close()
-    assert dead_catalog_folders() == []
+    # Spark ends the reader's process without its stop(): the next catalog removes what it left. (Spark
+    # may still be ending it when stop() returns, and other workers' Spark processes end too: a catalog
+    # made before a process is gone leaves that one's folder to the next catalog.)
+
+    def next_catalog_cleaned_up() -> bool:
+        BucketCatalog(url, options, None, max_age_s=1).close()
+        return dead_catalog_folders() == []
+
+    wait_for(next_catalog_cleaned_up, 60, "a new catalog to find no folder of an ended process left")
 
 
 def test_a_stream_of_origins_not_there_yet_waits_and_a_batch_says_what_is_there(tmp_path: Path) -> None:
