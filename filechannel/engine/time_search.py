@@ -16,6 +16,9 @@ from .record import Record, checked_timestamp
 
 # About the most a time search decodes at once: 4,096 records of 1 MB would be 4 GB.
 _SCAN_BYTES = 1 << 20
+# Records decoded by a search's first read, doubled at each next one up to _MOST_SCAN: the answer is
+# usually within one index interval of where the time index says to start.
+_FIRST_SCAN, _MOST_SCAN = 64, 4096
 
 
 def offset_for_time(log: Log, timestamp_ms: int) -> int | None:
@@ -54,8 +57,17 @@ def _time_in_segment(log: Log, ref: SegmentRef, segment_end: int | None, timesta
     except OffsetOutOfRangeError:
         return None  # collected meanwhile: later segments may still hold it
     rec: Record  # (the cursor's default layout)
+    count = _FIRST_SCAN
     try:
-        while batch := cursor.read(4096, max_bytes=_SCAN_BYTES):
+        while True:
+            if segment_end is not None:  # never a record past the segment: crossing into the next one lists the folder
+                count = min(count, segment_end - cursor.position)
+                if count <= 0:
+                    return None
+            batch = cursor.read(count, max_bytes=_SCAN_BYTES)
+            if not batch:
+                return None
+            count = min(2 * count, _MOST_SCAN)
             for rec in batch:
                 if segment_end is not None and rec.offset >= segment_end:
                     return None
@@ -63,4 +75,3 @@ def _time_in_segment(log: Log, ref: SegmentRef, segment_end: int | None, timesta
                     return rec.offset
     finally:
         cursor.close()
-    return None

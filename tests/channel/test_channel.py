@@ -238,6 +238,46 @@ def test_offset_for_time_holds_about_a_megabyte_of_large_records_at_a_time(tmp_p
         assert peak < 3 << 20, peak
 
 
+def test_offset_for_time_scans_far_from_the_index_entry_in_growing_batches(tmp_path):
+    """One time-index entry for 10,000 records: the search reads on from it, batch after batch."""
+    with FileChannel(tmp_path, compression="none", maintenance_interval=0, index_interval_bytes=1 << 30) as ch:
+        s = ch.sender()
+        s.send_many([b"v%d" % i for i in range(9_000)], timestamp=1000)
+        s.send(b"the one", timestamp=5000)
+        s.send_many([b"w%d" % i for i in range(999)], timestamp=1000)
+        s.flush()
+        assert ch.offset_for_time(1000) == 0
+        assert ch.offset_for_time(4000) == 9_000
+        assert ch.offset_for_time(5001) is None
+
+
+def test_offset_for_time_opens_no_segment_past_the_one_that_holds_the_answer(tmp_path, monkeypatch):
+    """A search in one segment reads none of the next: crossing into it would list the folder
+    and open its files, on every search."""
+    with FileChannel(tmp_path, **SMALL) as ch:
+        s = ch.sender()
+        for i in range(400):
+            s.send(b"r" * 40, timestamp=1000 + 10 * i)
+        s.flush()
+        bases = sorted(int(f[:20]) for f in segment_files(tmp_path, ".seg"))
+        assert len(bases) > 4
+        opened: list[int] = []
+        real = os.open
+
+        def recording_open(path, *args, **kwargs):
+            parsed = parse_segment_file(os.path.basename(os.fspath(path)))
+            if parsed is not None:
+                opened.append(parsed[0])
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", recording_open)
+        for i in (0, 40, 63, 64, 65, 100, 250, 399):
+            opened.clear()
+            assert ch.offset_for_time(1000 + 10 * i) == i
+            holder = max(b for b in bases if b <= i)
+            assert opened and max(opened) <= holder, (i, holder, opened)
+
+
 def test_recv_many_bounded_in_bytes_returns_about_that_many_and_loses_nothing(tmp_path):
     """recv_many(max_bytes=) ends a batch once its records reach the bound (at least one; at
     most one read past it), and the next call goes on from there."""
