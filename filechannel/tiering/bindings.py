@@ -54,10 +54,9 @@ def open_storage(url: str, **options: Any) -> ChunkStorage:
 
             return S3Storage.from_url(url, **options)
         from .fsspec_storage import FsspecStorage
-    except ImportError as exc:  # boto3, fsspec, s3fs: the s3 extra's
-        raise ConfigError(
-            f"{redact_url(url)} needs {exc.name or 'a library'}, which is not installed: pip install 'filechannel[s3]'"
-        ) from None
+    except ImportError as exc:  # boto3 (botocore), fsspec, s3fs: the s3 extra's
+        package = exc.name.partition(".")[0] if exc.name else "a library"  # (botocore, not botocore.exceptions)
+        raise ConfigError(f"{redact_url(url)} needs {package}, which is not installed: pip install 'filechannel[s3]'") from None
     return FsspecStorage(url, **options)
 
 

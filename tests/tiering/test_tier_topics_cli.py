@@ -119,9 +119,10 @@ def test_bad_storage_options_are_one_line(tmp_path: Path) -> None:
 
 
 def test_without_the_s3_extra_an_s3_topic_is_refused_in_one_line(tmp_path: Path) -> None:
-    """boto3 missing (as without ``pip install 'filechannel[s3]'``): one ConfigError naming the extra."""
+    """boto3 and its botocore missing (as without ``pip install 'filechannel[s3]'``): one ConfigError
+    naming the missing library and the extra."""
     code = (
-        "import sys; sys.modules['boto3'] = None\n"  # an import of boto3 now raises ImportError
+        "import sys; sys.modules['boto3'] = sys.modules['botocore'] = None\n"  # their imports now raise ImportError
         "from filechannel.client import Admin\n"
         "from filechannel.errors import ConfigError\n"
         "try:\n"
@@ -131,7 +132,7 @@ def test_without_the_s3_extra_an_s3_topic_is_refused_in_one_line(tmp_path: Path)
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    assert "boto3" in proc.stdout and "pip install 'filechannel[s3]'" in proc.stdout
+    assert "needs botocore, which is not installed" in proc.stdout and "pip install 'filechannel[s3]'" in proc.stdout
     assert not (tmp_path / "root" / "t").exists()
 
 
