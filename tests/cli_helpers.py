@@ -37,6 +37,7 @@ def invoke(
 ) -> subprocess.CompletedProcess[Any]:
     """``filechannel ARGS`` in this process; ``env`` (default: this process's) is its whole
     environment, ``input`` its stdin (default: empty)."""
+    argv = [str(a) for a in args]
     data = input.encode() if isinstance(input, str) else (input or b"")
     stdout, stderr = io.BytesIO(), io.BytesIO()
     streams = (sys.stdin, sys.stdout, sys.stderr)
@@ -54,7 +55,7 @@ def invoke(
         os.environ.clear()
         os.environ.update(env)
     try:
-        main([str(a) for a in args])
+        main(argv)
         code = 0
     except SystemExit as exc:  # what the interpreter makes of it at exit
         if exc.code is None or isinstance(exc.code, int):
@@ -76,18 +77,15 @@ def invoke(
     left = [t for t in threading.enumerate() if t not in threads]
     for thread in left:
         thread.join(timeout=5)
-    assert not [t for t in left if t.is_alive()], f"filechannel {' '.join(args)} left threads running: {left}"
+    assert not [t for t in left if t.is_alive()], f"filechannel {' '.join(argv)} left threads running: {left}"
     if text:
-        return subprocess.CompletedProcess(list(args), code, out.decode(), err.decode())
-    return subprocess.CompletedProcess(list(args), code, out, err)
+        return subprocess.CompletedProcess(argv, code, out.decode(), err.decode())
+    return subprocess.CompletedProcess(argv, code, out, err)
 
 
 def fc(root: Path | str, *args: str, input: bytes | str | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:
     """``filechannel ARGS`` with ``FILECHANNEL_ROOT=root``; raises with its stderr if ``check`` and it failed."""
-    proc = invoke(*args, env={**os.environ, "FILECHANNEL_ROOT": str(root)}, input=input)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"filechannel {' '.join(args)} failed: {proc.stderr.decode()}")
-    return proc
+    return _checked(invoke(*args, env={**os.environ, "FILECHANNEL_ROOT": str(root)}, input=input), check)
 
 
 def fc_process(root: Path | str, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -98,7 +96,12 @@ def fc_process(root: Path | str, *args: str, input: bytes | None = None) -> subp
 
 def fc_text(*args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
     """``filechannel ARGS`` (text output); raises with its stderr if ``check`` and it failed."""
-    proc = invoke(*args, input=input, text=True)
+    return _checked(invoke(*args, input=input, text=True), check)
+
+
+def _checked(proc: subprocess.CompletedProcess[Any], check: bool) -> subprocess.CompletedProcess[Any]:
+    """``proc``, or an AssertionError with its exit code and stderr if ``check`` and it failed."""
     if check and proc.returncode != 0:
-        raise AssertionError(f"filechannel {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        err = proc.stderr.decode() if isinstance(proc.stderr, bytes) else proc.stderr
+        raise AssertionError(f"filechannel {' '.join(proc.args)} failed ({proc.returncode}): {err}")
     return proc

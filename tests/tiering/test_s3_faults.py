@@ -165,19 +165,18 @@ def test_bad_credentials_are_access_denied_and_never_shown(seaweed, bucket, capl
     ]
     # A client with the right keys made first and used after: clients share botocore's model files
     # (s3_storage._model_loader), never their credentials.
-    good = open_storage(f"s3://{bucket}/p", endpoint_url=seaweed.endpoint, max_attempts=1, **seaweed.credentials())
-    good.write("kept", b"ok")
-    for credentials in attempts:
-        storage = open_storage(f"s3://{bucket}/p", endpoint_url=seaweed.endpoint, max_attempts=1, **credentials)
-        with storage:
-            for call in (partial(storage.read, "obj", 0, 1), partial(storage.write, "obj", b"x"), storage.list):
-                with pytest.raises(AccessDeniedError) as info:
-                    call()
-                assert isinstance(info.value, PermissionError)
-                assert "check the credentials" in str(info.value) and bucket in str(info.value)
-                for shown in (str(info.value), str(info.value.__cause__), repr(storage), str(vars(storage))):
-                    assert wrong_secret not in shown and seaweed.secret_key not in shown
-    with good:
+    with open_storage(f"s3://{bucket}/p", endpoint_url=seaweed.endpoint, max_attempts=1, **seaweed.credentials()) as good:
+        good.write("kept", b"ok")
+        for credentials in attempts:
+            storage = open_storage(f"s3://{bucket}/p", endpoint_url=seaweed.endpoint, max_attempts=1, **credentials)
+            with storage:
+                for call in (partial(storage.read, "obj", 0, 1), partial(storage.write, "obj", b"x"), storage.list):
+                    with pytest.raises(AccessDeniedError) as info:
+                        call()
+                    assert isinstance(info.value, PermissionError)
+                    assert "check the credentials" in str(info.value) and bucket in str(info.value)
+                    for shown in (str(info.value), str(info.value.__cause__), repr(storage), str(vars(storage))):
+                        assert wrong_secret not in shown and seaweed.secret_key not in shown
         assert good.read("kept", 0, 2) == b"ok"
     assert caplog.records  # the client did log
     assert wrong_secret not in caplog.text and seaweed.secret_key not in caplog.text
