@@ -156,9 +156,14 @@ def test_the_sdist_carries_the_license_the_c_sources_py_typed_and_what_the_readm
         assert f"Classifier: Programming Language :: Python :: {python}" in pkg_info
 
 
+# The tests of the wheel run on one pytest-xdist worker, which builds it once (the C extensions
+# compiled, a venv made and the wheel installed in it): a module fixture is made once per worker.
+ON_THE_WHEELS_WORKER = pytest.mark.xdist_group("wheel")
+
+
 @pytest.fixture(scope="module")
 def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel of the checkout's sources, built once for this module's tests."""
+    """A wheel of the checkout's sources, built once for this module's tests (ON_THE_WHEELS_WORKER)."""
     tmp = tmp_path_factory.mktemp("wheel")
     src = _tracked_copy(tmp / "src")
     code = "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
@@ -168,6 +173,7 @@ def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "dist" / proc.stdout.strip().splitlines()[-1]
 
 
+@ON_THE_WHEELS_WORKER
 def test_the_wheel_carries_the_license_py_typed_and_only_the_package(built_wheel):
     with zipfile.ZipFile(built_wheel) as wheel:
         names = set(wheel.namelist())
@@ -218,6 +224,7 @@ def _user_env(temp: Path, **extra: str) -> dict[str, str]:
     return {**env, "TMPDIR": str(temp), **extra}
 
 
+@ON_THE_WHEELS_WORKER
 @pytest.mark.bench
 @pytest.mark.slow
 def test_the_installed_bench_lists_its_options_and_writes_to_a_temp_folder(installed, tmp_path):
@@ -252,6 +259,7 @@ def test_the_installed_bench_lists_its_options_and_writes_to_a_temp_folder(insta
     assert "| produce | python floor (frames in one file) |" in proc.stdout
 
 
+@ON_THE_WHEELS_WORKER
 @pytest.mark.bench
 @pytest.mark.slow
 def test_the_installed_bench_without_a_peer_or_matplotlib_skips_their_rows_saying_why(installed, tmp_path):
