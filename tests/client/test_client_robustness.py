@@ -171,7 +171,9 @@ async def test_waiting_getmany_leaves_the_loop_free_and_cancellation_loses_nothi
             tg.start_soon(ticker)
             assert await ac.getmany(timeout_ms=400) == {}
             done.set()
-        assert ticks >= 10  # the ticker ran while getmany waited (a blocked loop gives 1)
+        # the ticker ran while getmany waited: a blocked loop gives 1; 40 on a quiet machine, and a
+        # loaded one may wake a 10 ms sleep late, so a few more than 1 is the claim
+        assert ticks >= 3
 
         with anyio.move_on_after(0.2) as scope:
             await ac.getmany(timeout_ms=60_000)
