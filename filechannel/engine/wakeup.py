@@ -14,6 +14,12 @@ to polling every ``POLL_INTERVAL`` seconds, and that is logged once. Even with t
 observer, no single wait is longer than ``SAFETY_INTERVAL``: a cheap re-check in case
 an event was lost (an inotify queue overflow), not a poll.
 
+Locks: ``bump`` takes the wake-up's condition, and watchdog calls our handler (which
+bumps) holding its observer's lock; so the condition is never held while calling into
+watchdog (starting the observer, scheduling a folder), or the two deadlock: a group member
+of three partitions once hung for ever in ``observer.schedule`` while its observer's thread
+waited in ``bump``. Starting and scheduling are serialized by a lock of their own instead.
+
 A library prints nothing on a normal close. watchdog's inotify emitter logs an ERROR
 ("queue_events() called when the thread is inactive") when its thread reads once more
 after ``stop()``: a race inside watchdog's own shutdown (its loop checks "keep running"
@@ -87,6 +93,9 @@ class Wakeup:
     def __init__(self, *folders: str) -> None:
         self._folders: list[str] = list(folders)
         self._cond = threading.Condition(threading.Lock())
+        # Held while the observer is started or given a folder, and by close() to take it (see
+        # the module docstring, "Locks"); never taken with _cond held.
+        self._setup = threading.Lock()
         self._seq = 0
         self._observer: BaseObserver | None = None
         self._polling = False
@@ -98,12 +107,14 @@ class Wakeup:
 
     def add_folder(self, folder: str) -> None:
         """Also wake on writes to segment files in ``folder``."""
-        with self._cond:
-            if folder in self._folders:
-                return
-            self._folders.append(folder)
-            if self._observer is not None:
-                self._schedule(self._observer, folder)
+        with self._setup:
+            with self._cond:
+                if folder in self._folders:
+                    return
+                self._folders.append(folder)
+                observer = self._observer
+            if observer is not None:
+                self._schedule(observer, folder)
 
     def bump(self) -> None:
         with self._cond:
@@ -124,7 +135,7 @@ class Wakeup:
     def _watch(self) -> None:
         if self._observer is not None or self._polling or self._closed:
             return
-        with self._cond:
+        with self._setup:
             if self._observer is not None or self._polling or self._closed:
                 return
             make_observer, _handler = _watchdog()
@@ -135,8 +146,10 @@ class Wakeup:
             except OSError as exc:
                 self._fall_back(exc)
                 return
-            self._observer = observer
-            for folder in self._folders:
+            with self._cond:
+                self._observer = observer  # close() stops it, whatever scheduling raises
+                folders = list(self._folders)
+            for folder in folders:  # add_folder waits for _setup: no folder is missed
                 self._schedule(observer, folder)
 
     def _schedule(self, observer: BaseObserver, folder: str) -> None:
@@ -147,8 +160,9 @@ class Wakeup:
             self._fall_back(exc)
 
     def _fall_back(self, exc: OSError) -> None:
-        if not self._polling:
-            self._polling = True
+        with self._cond:
+            first, self._polling = not self._polling, True
+        if first:
             log.warning(
                 "cannot watch %s for new records (%s); receivers poll every %.0f ms instead",
                 ", ".join(self._folders),
@@ -157,7 +171,7 @@ class Wakeup:
             )
 
     def close(self) -> None:
-        with self._cond:
+        with self._setup, self._cond:  # after a start in progress: it stops what that started
             self._closed = True
             observer, self._observer = self._observer, None
             self._cond.notify_all()
