@@ -180,8 +180,8 @@ def _positive(value: object, what: str, minimum: int = 1) -> int:
 @functools.cache
 def _model_loader() -> botocore.loaders.Loader:
     """botocore's reader of its model files (S3's API, endpoints), shared by every client made here:
-    it keeps what it parsed. A session of its own read and parsed them again for each client,
-    about 0.18 s of CPU per storage opened (2026-11-29). It holds no credential."""
+    it keeps what it parsed, where a session of its own read and parsed them again for each client,
+    most of the cost of opening a storage (DESIGN.md, s3_storage.py). It holds no credential."""
     return botocore.loaders.create_loader()
 
 
