@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml constraints.txt setup.py filechannel/engine/_codec.c fi
 	@# pip compiles what it installs one file at a time (36 s of the 88 s install on this 2-CPU VM);
 	@# compileall does it on every CPU (18 s), but not what nothing imports here: the dependencies'
 	@# own test suites (a quarter of the files, pandas' mostly), pip, setuptools and mypy (mypy and
-	@# mypyc run compiled; 10 s). A few files of the dependencies are not Python 3 (test data,
-	@# templates) and fail to compile, as they did under pip: not an error.
+	@# mypyc run compiled; 10 s). A dependency's file that is not Python 3 (test data, a template)
+	@# would fail to compile, as under pip: not an error.
 	-$(BIN)/python -m compileall -q -j 0 -x '/(tests?|pip|setuptools|mypyc?)/' \
 		$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") >/dev/null
 	touch $(STAMP)
