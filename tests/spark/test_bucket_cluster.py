@@ -13,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +27,7 @@ import pyarrow.dataset as ds
 import pyspark
 import pytest
 
-from filechannel.bench.seaweed import SeaweedServer, free_ports, wait_for
+from filechannel.bench.seaweed import SeaweedServer
 
 from ..tiering.test_origins import edge_root, produce, upload_all, value
 
@@ -88,6 +90,21 @@ def started(argv: list[str], log: Path, env: dict[str, str]) -> Iterator[subproc
         proc.wait()
 
 
+def tails(*logs: Path) -> str:
+    """The last lines of each log, for a failure message."""
+    return "\n".join(f"--- {log.name}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]) for log in logs)
+
+
+def logged(log: Path, pattern: str, what: str, timeout: float = 120) -> str:
+    """The first group of ``pattern``'s first match in ``log``, once the process has written it;
+    fails after ``timeout`` seconds naming ``what``, with the log's last lines."""
+    deadline = time.monotonic() + timeout
+    while (found := re.search(pattern, log.read_text(errors="replace"))) is None:
+        assert time.monotonic() < deadline, f"{what} not in {log.name} within {timeout:.0f} s\n{tails(log)}"
+        time.sleep(0.2)
+    return found.group(1)
+
+
 def alive_workers(webui_port: int) -> int:
     """The master's count of live workers; 0 while its web UI is not up, or is up but still serves
     its HTML page at /json/ (it did once, starting under load)."""
@@ -111,8 +128,6 @@ def test_a_cluster_whose_worker_cannot_see_the_roots_streams_every_origin_from_t
         produce(root, origin, count)
         upload_all(root)
 
-    master_port, master_ui, worker_ui = free_ports(3)
-    master = f"spark://127.0.0.1:{master_port}"
     (tmp_path / "tmp").mkdir()  # every temporary file of the cluster's processes, gone with tmp_path
     env = {
         **os.environ,
@@ -121,36 +136,42 @@ def test_a_cluster_whose_worker_cannot_see_the_roots_streams_every_origin_from_t
         "TMPDIR": str(tmp_path / "tmp"),
         "SPARK_LOCAL_DIRS": str(tmp_path / "tmp"),
         "JDK_JAVA_OPTIONS": f"-Djava.io.tmpdir={tmp_path / 'tmp'}",
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",  # its REST server's port is a fixed 6066
     }
     env.pop("SPARK_HOME", None)  # spark-class finds pyspark's own
-    hide = f"mount -t tmpfs -o size=1m filechannel-test-empty {roots}"
-    worker = f'{hide} && exec "$0" org.apache.spark.deploy.worker.Worker {master} --host 127.0.0.1 --webui-port {worker_ui} '
-    worker += f"--cores 1 --memory 1g --work-dir {tmp_path / 'worker'}"
-    with (
-        started(
-            [
-                SPARK_CLASS,
-                "org.apache.spark.deploy.master.Master",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(master_port),
-                "--webui-port",
-                str(master_ui),
-            ],
-            tmp_path / "master.log",
-            env,
-        ),
-        started(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", worker, SPARK_CLASS], tmp_path / "worker.log", env
-        ),
-    ):
-        wait_for(lambda: alive_workers(master_ui) >= 1, 120, "the worker registered with the master")
-        out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-        driver_env = {**env, "PYTHONPATH": os.pathsep.join([str(CHECKOUT), os.environ.get("PYTHONPATH", "")])}
-        argv = [sys.executable, "-c", DRIVER, master, url, json.dumps(options), str(out), str(checkpoint), str(roots)]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=driver_env)
-    assert proc.returncode == 0, f"driver failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    master_log, worker_log = tmp_path / "master.log", tmp_path / "worker.log"
+    # Port 0: the master and its web UI bind ports of their own choosing and log them; a free port probed
+    # beforehand can be taken before the JVM binds it, and Spark then binds the next one, where nothing looks.
+    master_argv = [
+        SPARK_CLASS,
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--webui-port",
+        "0",
+    ]
+    with started(master_argv, master_log, env):
+        master = logged(master_log, r"Starting Spark master at (spark://\S+)", "the master's address")
+        master_ui = int(logged(master_log, r"Successfully started service 'MasterUI' on port (\d+)", "the master's web UI"))
+        # The worker once the master serves: one started beside a master still starting retries its
+        # registration every 5-15 s, then every 30-90 s (Spark's Worker).
+        hide = f"mount -t tmpfs -o size=1m filechannel-test-empty {roots}"
+        worker = f'{hide} && exec "$0" org.apache.spark.deploy.worker.Worker {master} --host 127.0.0.1 --webui-port 0 '
+        worker += f"--cores 1 --memory 1g --work-dir {tmp_path / 'worker'}"
+        with started(["unshare", "--mount", "--propagation", "private", "sh", "-c", worker, SPARK_CLASS], worker_log, env):
+            deadline = time.monotonic() + 120
+            while alive_workers(master_ui) < 1:
+                assert time.monotonic() < deadline, (
+                    f"no worker registered with the master within 120 s\n{tails(master_log, worker_log)}"
+                )
+                time.sleep(0.2)
+            out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+            driver_env = {**env, "PYTHONPATH": os.pathsep.join([str(CHECKOUT), os.environ.get("PYTHONPATH", "")])}
+            argv = [sys.executable, "-c", DRIVER, master, url, json.dumps(options), str(out), str(checkpoint), str(roots)]
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=driver_env)
+    assert proc.returncode == 0, f"driver failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}\n{tails(master_log, worker_log)}"
     assert "executor sees in the roots' folder: []" in proc.stdout  # the roots are there, on this side only
     assert sorted(os.listdir(roots)) == ["edge-1", "edge-2"]
     got = sorted(
