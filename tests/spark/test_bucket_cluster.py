@@ -18,16 +18,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow.dataset as ds
 import pyspark
 import pytest
 
-from filechannel.bench.seaweed import SeaweedServer
+from filechannel.bench.seaweed import SeaweedServer, wait_for
 
 from ..tiering.test_origins import edge_root, produce, upload_all, value
 
@@ -95,13 +94,19 @@ def tails(*logs: Path) -> str:
     return "\n".join(f"--- {log.name}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]) for log in logs)
 
 
-def logged(log: Path, pattern: str, what: str, timeout: float = 120) -> str:
-    """The first group of ``pattern``'s first match in ``log``, once the process has written it;
-    fails after ``timeout`` seconds naming ``what``, with the log's last lines."""
-    deadline = time.monotonic() + timeout
-    while (found := re.search(pattern, log.read_text(errors="replace"))) is None:
-        assert time.monotonic() < deadline, f"{what} not in {log.name} within {timeout:.0f} s\n{tails(log)}"
-        time.sleep(0.2)
+def waited(condition: Callable[[], bool], what: str, *logs: Path) -> None:
+    """``wait_for`` (120 s), failing with the last lines of ``logs``."""
+    try:
+        wait_for(condition, 120, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{tails(*logs)}") from None
+
+
+def logged(log: Path, pattern: str, what: str) -> str:
+    """The first group of ``pattern``'s first match in ``log``, once the process has written it."""
+    waited(lambda: re.search(pattern, log.read_text(errors="replace")) is not None, what, log)
+    found = re.search(pattern, log.read_text(errors="replace"))  # a log only grows: still there
+    assert found is not None
     return found.group(1)
 
 
@@ -161,12 +166,7 @@ def test_a_cluster_whose_worker_cannot_see_the_roots_streams_every_origin_from_t
         worker = f'{hide} && exec "$0" org.apache.spark.deploy.worker.Worker {master} --host 127.0.0.1 --webui-port 0 '
         worker += f"--cores 1 --memory 1g --work-dir {tmp_path / 'worker'}"
         with started(["unshare", "--mount", "--propagation", "private", "sh", "-c", worker, SPARK_CLASS], worker_log, env):
-            deadline = time.monotonic() + 120
-            while alive_workers(master_ui) < 1:
-                assert time.monotonic() < deadline, (
-                    f"no worker registered with the master within 120 s\n{tails(master_log, worker_log)}"
-                )
-                time.sleep(0.2)
+            waited(lambda: alive_workers(master_ui) >= 1, "a worker registered with the master", master_log, worker_log)
             out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
             driver_env = {**env, "PYTHONPATH": os.pathsep.join([str(CHECKOUT), os.environ.get("PYTHONPATH", "")])}
             argv = [sys.executable, "-c", DRIVER, master, url, json.dumps(options), str(out), str(checkpoint), str(roots)]
