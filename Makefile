@@ -4,33 +4,16 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# What is kept between checkouts of this user, out of the checkout (the HDFS tests' Hadoop jars too).
+# What is kept between checkouts of this user, out of the checkout: the locked dependencies as wheels
+# and as a compiled venv that a checkout's venv is a copy of in hard links (make/venv.sh), mypy's
+# cache, the HDFS tests' Hadoop jars.
 CACHE  := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/filechannel
-# The locked dependencies as wheels, made once per constraints.txt (its hash names the folder; the
-# folders of other locks are removed when a new one is made): an install from them reads no package
-# index, which pip reads one project at a time (the install: 46 s from the index, 25 s from these).
-WHEELS := $(CACHE)/wheels/$(shell sha256sum constraints.txt | cut -c1-16)
 EXTRAS := .[dev,s3,hdfs,spark,bench]
 
 .PHONY: run lint test bench lock clean
 
-$(STAMP): pyproject.toml constraints.txt setup.py filechannel/engine/_codec.c filechannel/engine/_readahead.c
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools>=77" wheel
-	test -d $(WHEELS) || { new=$(WHEELS).new$$$$; \
-		$(BIN)/python -m pip wheel --quiet --no-deps -r constraints.txt "setuptools>=77" wheel -w $$new \
-			|| { rm -rf $$new; exit 1; }; \
-		mv -T $$new $(WHEELS) 2>/dev/null || rm -rf $$new; \
-		find $(dir $(WHEELS)) -mindepth 1 -maxdepth 1 ! -name '$(notdir $(WHEELS))*' -exec rm -rf {} +; }
-	$(BIN)/python -m pip install --quiet --no-compile --no-index --find-links $(WHEELS) -c constraints.txt -e '$(EXTRAS)' \
-		|| { echo "if pip found no distribution of a package, pyproject.toml needs one that constraints.txt lacks: make lock" >&2; exit 1; }
-	@# pip compiles what it installs one file at a time (36 s of the 88 s install on this 2-CPU VM);
-	@# compileall does it on every CPU (18 s), but not what nothing imports here: the dependencies'
-	@# own test suites (a quarter of the files, pandas' mostly), pip, setuptools and mypy (mypy and
-	@# mypyc run compiled; 10 s). A dependency's file that is not Python 3 (test data, a template)
-	@# would fail to compile, as under pip: not an error.
-	-$(BIN)/python -m compileall -q -j 0 -x '/(tests?|pip|setuptools|mypyc?)/' \
-		$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") >/dev/null
+$(STAMP): pyproject.toml constraints.txt setup.py filechannel/engine/_codec.c filechannel/engine/_readahead.c make/venv.sh
+	bash make/venv.sh $(PYTHON) $(VENV) $(CACHE) '$(EXTRAS)'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -147,6 +147,7 @@ def test_the_sdist_carries_the_license_the_c_sources_py_typed_and_what_the_readm
         "filechannel/engine/_readahead.c",
         "examples/demo.py",
         "Makefile",
+        "make/venv.sh",
         "constraints.txt",
     } | linked
     assert expected <= members, sorted(expected - members)
