@@ -57,7 +57,7 @@ if [ "$(cat "$venv/.base" 2>/dev/null)" != "$key" ]; then
 	cp -al "$base" "$venv" 2>/dev/null || { rm -rf "$venv" && cp -a "$base" "$venv"; }
 	rm "$venv/.complete"
 	here=$(cd "$venv" && pwd)
-	grep -rlIZ -- "$base" "$venv/bin" "$venv/pyvenv.cfg" | xargs -0 -r sed -i "s|$base|$here|g"
+	{ grep -rlIZ -- "$base" "$venv/bin" "$venv/pyvenv.cfg" || true; } | xargs -0 -r sed -i "s|$base|$here|g"
 	echo "$key" >"$venv/.base"
 fi
 exec 9>&-
