@@ -8,8 +8,8 @@
 # rewritten, to which pip then adds the package alone: a fresh clone installs and compiles nothing
 # but this package (README "Set-up on a fresh machine" has the times).
 # Hard links share contents: a dependency's file edited in place in one checkout's venv is edited in
-# every other's and in the cache's (pip replaces files, it never edits them; `make clean` and a new
-# clone make the venv again).
+# every other's and in the cache's (pip replaces files, it never edits them); removing CACHE/venv
+# undoes it, the next run making the cached venv again.
 #
 # The cached venv is made from wheels, kept in CACHE/wheels/<hash of constraints.txt> (pip reads a
 # package index one project at a time; a wheel folder is read at once), so no install reads an index
