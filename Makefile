@@ -22,8 +22,7 @@ run: $(STAMP)
 # mypy (strict on the package; the tests too, their annotations optional), the import layers of
 # DESIGN.md "Layers" (lint-imports), ruff's lint and format checks; their configuration is in pyproject.toml.
 # mypy's cache is kept out of the checkout, shared by every checkout of this user: a fresh clone
-# checked 257 files in 23 s without one, 0.4 s with one that another clone made (a file whose
-# contents changed is checked again: mypy compares each file's hash with its cache's).
+# checks again only the files whose contents differ (mypy compares each file's hash with its cache's).
 lint: $(STAMP)
 	MYPY_CACHE_DIR=$(CACHE)/mypy $(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
@@ -31,16 +30,14 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check filechannel tests
 
 # Two pytest-xdist workers per CPU and no more: the suite waits on JVMs, servers and subprocesses,
-# so two workers on two CPUs left them idle a third of the time. Measured with the groups of
-# tests/conftest.py in effect (tests/test_grouping.py; before 2026-11-28 pytest 9.2 had silently
-# disabled them, and every worker started a Spark session of its own): on this 2-CPU VM, quiet,
-# 665 s with three workers, 605 s with four (2026-11-28). The tests of the session's Spark share
-# one worker and its one Spark session, those of the one HDFS another.
+# so one worker per CPU left the CPUs idle a third of the time, and three workers on two CPUs took
+# longer than four (measured with the groups of tests/conftest.py in effect, which
+# tests/test_grouping.py checks). The tests of the session's Spark share one worker and its one
+# Spark session, those of the one HDFS another.
 WORKERS := $(shell $(PYTHON) -c "import os; print(2 * (os.cpu_count() or 1))")
 # Bytecode is written (.gitignore'd __pycache__) even where PYTHONDONTWRITEBYTECODE is set, as on
 # this VM: without it every one of the suite's thousand-odd Python processes compiled the modules
-# it imports, and each worker rewrote and compiled every test module (collection 10 s, 3.3 s with
-# bytecode; the suite 626 s against 671 s, 2026-11-28).
+# it imports, and each worker compiled every test module again, in collection and in all.
 test: $(STAMP) lint
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
 

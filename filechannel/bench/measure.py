@@ -68,8 +68,7 @@ def _payload_chunks(size: int, n: int) -> list[list[bytes]]:
 
 
 # A run shorter than this is repeated, best of REPEATS kept: on a shared machine two
-# sub-second runs of the same code differ by tens of percent (the 100 B floor measured
-# 2.8 M and 3.7 M msgs/s in two full runs minutes apart).
+# sub-second runs of the same code differ by tens of percent.
 REPEAT_UNDER_S = 3.0
 REPEATS = 3
 # How long a timed row runs in --quick, the CI-sized run: long enough to show that the row works, not a figure.

@@ -138,7 +138,7 @@ def _raw_upload(server: Any, bucket: str, files: list[str], p: TierPlan) -> Turn
     """put_object of each file's chunks of ``chunk_bytes``, ``concurrency`` in flight, each pread just before.
 
     The client is made in the timed part, as a daemon's pass makes its storage's (a fresh
-    daemon per turn): making a boto3 client loads botocore's S3 model, 0.06-0.14 CPU-s here."""
+    daemon per turn): making a boto3 client loads botocore's S3 model, a cost of every pass."""
     sizes = {f: os.path.getsize(f) for f in files}
     jobs = [(f, pos, min(p.chunk_bytes, sizes[f] - pos)) for f in files for pos in range(0, sizes[f], p.chunk_bytes)]
 

@@ -94,10 +94,10 @@ init_shift(uint32_t table[4][256], size_t zeros)
  * mod P (bit-reflected, as CRC-32C is), XORed into the data there. The state's polynomial
  * stays congruent mod P to the bytes it replaced, so the four registers, folded into one by
  * 512-bit steps, give the buffer's CRC when the crc32 instruction runs over their 64 bytes
- * from state 0 (the initial state is XORed into the first four bytes). encode_batch of 64 KiB
- * values took 1.6-1.8 µs a value, 3.3 with the streams below (DESIGN.md, "Frame"); at 256
- * bytes folding gained nothing, hence FOLD_MIN. Needs AVX-512F and VPCLMULQDQ (checked
- * at module init: fold_ok); the constants are x^e mod P for the e above, bit-reversed.
+ * from state 0 (the initial state is XORed into the first four bytes). It halves the time
+ * of a long value against the streams below; at 256 bytes it gained nothing, hence FOLD_MIN
+ * (the figures: DESIGN.md, "Frame"). Needs AVX-512F and VPCLMULQDQ (checked at module
+ * init: fold_ok); the constants are x^e mod P for the e above, bit-reversed.
  * tests/channel/test_codec.py checks both ways against the crc32c package (set_fold). */
 #define FOLD_MIN 512   /* bytes from which a buffer is folded */
 #define FOLD_ROUND 256 /* bytes a round folds */
@@ -426,8 +426,8 @@ decode_plain(PyObject *self, PyObject *args)
         goto done;
     }
     /* The template's constants are copied into each record; its slots are written once, by the
-       fields made for them (a slot filled with its constant first costs a reference taken and
-       dropped per record, 5 ns of a 115 ns kafka-python record). */
+       fields made for them (a slot filled with its constant first cost a reference taken and
+       dropped per record). */
     Py_ssize_t constants[SHAPED_MAX_FIELDS], nconst = 0;
     if (nt > SHAPED_MAX_FIELDS) {
         PyErr_Format(PyExc_ValueError, "template: at most %d items", SHAPED_MAX_FIELDS);
@@ -467,8 +467,8 @@ decode_plain(PyObject *self, PyObject *args)
         }
         Py_ssize_t vlen = (Py_ssize_t)length - PREFIX;
         /* A long value is copied into its bytes while its CRC is checked, one pass over it
-           (64 KiB: 4.3 -> 3.1 µs a record); a short one is copied after a CRC of its frame,
-           which costs less for it than two calls. */
+           (DESIGN.md, "Record"); a short one is copied after a CRC of its frame, which costs
+           less for it than two calls. */
         int fused = vlen >= FUSED_COPY_MIN;
         PyObject *value = PyBytes_FromStringAndSize(fused ? NULL : (const char *)b + pos + HEAD, vlen);
         if (value == NULL) {
@@ -2038,7 +2038,8 @@ core_try_append(AppendCore *self, PyObject *value, int have_ts, long long *ts, l
      * CLOCK_MONOTONIC, and the timestamp is that plus the wall clock's lead, which
      * Appender takes whenever it takes the writer lock, so at most the hold limit ago
      * (Appender._append computes it the same way). A step of the wall clock once kept
-     * writer.lock held past the hold limit; a second clock read cost 40-58 ns here. */
+     * writer.lock held past the hold limit; a second clock read was a tenth of a send
+     * (DESIGN.md, "Appending and locking"). */
     struct timespec tp;
     clock_gettime(CLOCK_MONOTONIC, &tp);
     long long mono_ns = (long long)tp.tv_sec * 1000000000LL + tp.tv_nsec;
