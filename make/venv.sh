@@ -14,7 +14,8 @@
 # The cached venv is made from wheels, kept in CACHE/wheels/<hash of constraints.txt> (pip reads a
 # package index one project at a time; a wheel folder is read at once), so no install reads an index
 # but the first: a dependency that pyproject.toml gains and constraints.txt lacks fails the install.
-# The folders of other locks are removed when a new one is made; one checkout makes them at a time.
+# When one is made, the wheels of other locks and the venvs of other locks or Pythons are removed
+# (a venv is 1.3 GB); one checkout makes them at a time.
 set -euo pipefail
 python=$1 venv=$2 cache=$3 extras=$4
 

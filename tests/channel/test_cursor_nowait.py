@@ -212,6 +212,7 @@ def test_nowait_never_reads_from_disk_and_loses_nothing(tmp_path):
             evict(segment)
             got += cursor.read(100_000, nowait=True)
             if 10 < len(got) < len(vals):
+                assert cursor.position == len(got)
                 # (evicted again: the read that stopped started a readahead of the pages it found cold)
                 evict(segment)
                 try:
