@@ -34,6 +34,7 @@ from ..engine import failpoints
 from ..engine.files import read_if_exists, unlink_if_exists, write_atomically
 from ..engine.names import validate_name
 from ..errors import ConfigError, UnknownTopicError, os_errors, storage_error
+from . import worker_heap
 from .errors import SinkError
 from .options import REFUSED_KAFKA_SINK, SINK_OPTIONS, lower_keys, refuse_kafka_options, require_root
 
@@ -152,6 +153,8 @@ def staging_errors(action: str, path: str) -> Iterator[None]:
 def stage(spec: SinkSpec, batches: Iterator[pa.RecordBatch]) -> StagedFile:
     """In a task: write this task's rows to a staging file; nothing reaches the topic yet."""
     import pyarrow.ipc
+
+    worker_heap.settle()
 
     folder = os.path.join(spec.root, STAGING_DIR)
     with os_errors("create folder", folder):

@@ -32,6 +32,7 @@ from ..client import Consumer, TopicPartition
 from ..client.topics import TopicStore
 from ..client.transaction_log import recover_transactions
 from ..errors import ConfigError
+from . import worker_heap
 from .bucket import BucketCatalog, BucketPlanner
 from .errors import data_loss
 from .options import EARLIEST, LATEST, UPLOADED, Bound, Offsets, SourceOptions
@@ -187,6 +188,7 @@ def plan(opts: SourceOptions, catalog: BucketCatalog | None, start: Offsets, end
 
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """On an executor: a local range through the channel, a tier-2 range from the storage alone."""
+    worker_heap.settle()
     if isinstance(partition, TierRange):
         return read_tier_range(partition)
     if isinstance(partition, OffsetRange):
