@@ -1,4 +1,4 @@
-"""The machine under test: what it is, and what its disk can do (dd, fsync latency)."""
+"""The machine under test: what it is, what its disk can do (dd, fsync latency), how busy its CPUs have been."""
 
 from __future__ import annotations
 
@@ -79,3 +79,15 @@ def fsync_latency(count: int) -> dict[str, Any]:
         "p99_us": sorted(lat)[int(0.99 * len(lat))] * 1e6,
         "one_fsync_per_message_msgs_per_s": 1 / median,
     }
+
+
+def busy_cpu_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (Linux's /proc/stat), None elsewhere:
+    a Spark query's CPU is spread over its JVM and Python workers, which no one process's figures hold."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")

@@ -36,6 +36,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from . import machine
 from .measure import Row, in_child
 from .optional import SPARK_EXTRA, NotInstalled, needs
 
@@ -185,18 +186,6 @@ def _block_ranges(root: str, topic: str, prefix: str, block_bytes: int) -> list[
     ]
 
 
-def _busy_cpu_s() -> float | None:
-    """CPU seconds the whole machine has spent busy since boot (Linux's /proc/stat), None elsewhere:
-    a Spark query's CPU is spread over its JVM and Python workers, which no one process's figures hold."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()[1:]
-    except OSError:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
 def _timed_query(df: Any) -> tuple[int, float]:
     t0 = time.perf_counter()
     q = (
@@ -289,9 +278,9 @@ def _many_tasks(ours: Any, ceiling: Any) -> list[dict[str, Any]]:
             ("ours", ours.option("minPartitions", str(MANY_TASKS))),
             ("ceiling", ceiling.option("parts", str(MANY_TASKS))),
         ):
-            cpu0 = _busy_cpu_s()
+            cpu0 = machine.busy_cpu_seconds()
             n, secs = _timed_query(df.load())
-            cpu1 = _busy_cpu_s()
+            cpu1 = machine.busy_cpu_seconds()
             measured[key].append((n, secs, None if cpu0 is None or cpu1 is None else cpu1 - cpu0))
     rows = []
     for key, backend, durability in (
