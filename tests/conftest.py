@@ -1,5 +1,5 @@
-"""Shared test settings: hypothesis profiles (CI runs more examples); the session's SeaweedFS server;
-a port nobody listens on."""
+"""Shared test settings: hypothesis profiles (CI runs more examples); the JVMs' options and class
+archive; the session's SeaweedFS server; a port nobody listens on."""
 
 import os
 import socket
@@ -10,15 +10,24 @@ from hypothesis import HealthCheck, settings
 
 from filechannel.bench.seaweed import running_seaweed
 
+from . import jvm_archive
+
 settings.register_profile("dev", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
-# Every JVM the tests start (Spark's, HDFS's, the README's and the standalone cluster's) lives seconds:
-# the C1 compiler alone and the serial collector spend less CPU on them than C2's compile threads and
-# G1's workers, which on two CPUs took time from the tests beside them (17% less CPU for the Spark
-# sink and Kafka-options tests, measured with /proc/stat around them). A user's JVMs keep Java's defaults.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# The options of every JVM the tests start, unless the user set them (tests/jvm_archive.py says why).
+_JVM_OPTIONS_ARE_OURS = "JAVA_TOOL_OPTIONS" not in os.environ
+os.environ.setdefault("JAVA_TOOL_OPTIONS", jvm_archive.BASE_OPTIONS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Spark's JVMs map the class archive (made now if this machine has none). In the process that
+    runs the tests, or hands them out to pytest-xdist's workers, which inherit its environment."""
+    if _JVM_OPTIONS_ARE_OURS and not hasattr(config, "workerinput"):
+        os.environ["JAVA_TOOL_OPTIONS"], why = jvm_archive.java_tool_options()
+        if why:
+            config.issue_config_time_warning(pytest.PytestWarning(f"Spark's JVMs start without a class archive: {why}"), 2)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,56 @@
+"""The suite's Spark JVMs map their classes from the class archive (tests/jvm_archive.py)."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import jvm_archive
+
+
+@pytest.mark.spark
+def test_a_spark_jvm_loads_spark_from_the_archive_and_spark_submits_launcher_says_nothing(tmp_path):
+    import pyspark
+
+    options, why = jvm_archive.java_tool_options()
+    assert not why, why
+    assert re.search(r"-XX:SharedArchiveFile=\S+/filechannel/jvm/spark-[0-9a-f]{16}\.jsa", options)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # spark-submit's launcher JVM (another class path: it cannot map the archive) and Spark's own;
+    # where each loaded each class from goes to a file per JVM, not to the output spark-submit parses
+    proc = subprocess.run(
+        [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--version"],
+        env={
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "JAVA_TOOL_OPTIONS": f"{options} -Xlog:class+load=info:file={logs}/%p.log",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = "".join(log.read_text() for log in logs.iterdir())
+    assert "org.apache.spark.deploy.SparkSubmit source: shared objects file (top)" in loaded, loaded[-2000:]
+    assert "cds" not in proc.stderr.replace(options, ""), proc.stderr  # no warning from the launcher's JVM
+
+
+def test_the_archive_is_named_by_the_jvm_and_jars_it_holds_classes_of(tmp_path):
+    """A jar or the JVM changed (a new pyspark, a new Java) names another archive: the old one is never mapped again."""
+    (tmp_path / "jdk" / "bin").mkdir(parents=True)
+    (tmp_path / "jdk" / "lib").mkdir()
+    (tmp_path / "jdk" / "bin" / "java").write_bytes(b"")
+    (tmp_path / "jdk" / "lib" / "modules").write_bytes(b"17")
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / "a.jar").write_bytes(b"one")
+    names = [jvm_archive.digest(str(tmp_path / "jdk" / "bin" / "java"), tmp_path / "jars")]
+    (tmp_path / "jars" / "a.jar").write_bytes(b"two!")  # another size: two writes can share an mtime
+    names.append(jvm_archive.digest(str(tmp_path / "jdk" / "bin" / "java"), tmp_path / "jars"))
+    (tmp_path / "jdk" / "lib" / "modules").write_bytes(b"21.0")  # another size too
+    names.append(jvm_archive.digest(str(tmp_path / "jdk" / "bin" / "java"), tmp_path / "jars"))
+    assert len(set(names)) == 3
+    assert jvm_archive.digest(str(tmp_path / "jdk" / "bin" / "java"), tmp_path / "jars") == names[-1]
