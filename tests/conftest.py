@@ -3,6 +3,7 @@ archive; the session's SeaweedFS server; a port nobody listens on."""
 
 import os
 import socket
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -21,13 +22,26 @@ _JVM_OPTIONS_ARE_OURS = "JAVA_TOOL_OPTIONS" not in os.environ
 os.environ.setdefault("JAVA_TOOL_OPTIONS", jvm_archive.BASE_OPTIONS)
 
 
+_SPARK_ARCHIVE: jvm_archive.SparkArchive | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Spark's JVMs map the class archive (made now if this machine has none). In the process that
-    runs the tests, or hands them out to pytest-xdist's workers, which inherit its environment."""
+    """Spark's JVMs map the class archive (made in the background if this machine has none). In the
+    process that runs the tests, or hands them out to pytest-xdist's workers, which inherit its environment."""
+    global _SPARK_ARCHIVE
     if _JVM_OPTIONS_ARE_OURS and not hasattr(config, "workerinput"):
-        os.environ["JAVA_TOOL_OPTIONS"], why = jvm_archive.java_tool_options()
-        if why:
+        _SPARK_ARCHIVE, why = jvm_archive.SparkArchive.of_this_machine()
+        if _SPARK_ARCHIVE is None:
             config.issue_config_time_warning(pytest.PytestWarning(f"Spark's JVMs start without a class archive: {why}"), 2)
+        else:
+            os.environ["JAVA_TOOL_OPTIONS"] = _SPARK_ARCHIVE.options
+            _SPARK_ARCHIVE.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The archive's job, if this run started one, done and its archive in place (or why not, said)."""
+    if _SPARK_ARCHIVE is not None and (why := _SPARK_ARCHIVE.finish()):
+        print(f"\nSpark's class archive was not made: {why}", file=sys.stderr)
 
 
 @pytest.fixture(scope="session")

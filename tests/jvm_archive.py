@@ -10,10 +10,12 @@ Spark session doing one query took 10.5 busy CPU-seconds with it instead of 18.3
 Invariants:
 
 - The archive is made by a short local Spark job reading and writing a topic through our source
-  and sink (``_TRAINING``), so the classes our queries load are in it too; it is written under a
-  temporary name and renamed, under a lock (``fcntl``) shared by concurrent test runs: no JVM ever
-  maps a half-written archive. The job's Spark runs from a linked copy of pyspark's jars kept beside
-  the archive (``_make`` says why): one archive serves every checkout of the same pyspark.
+  and sink (``_TRAINING``), so the classes our queries load are in it too, in the background of the
+  first test run that lacks it; it is written under a temporary name and renamed once whole, under
+  a lock (``fcntl``) shared by concurrent test runs: no JVM ever maps a half-written archive. The
+  JVMs of that run started before the rename run on Java's own archive, as without ours. The
+  job's Spark runs from a linked copy of pyspark's jars kept beside the archive
+  (``SparkArchive.start`` says why): one archive serves every checkout of the same pyspark.
 - Its name carries a digest of what it depends on (the ``java`` binary and its module image,
   pyspark's jars, the JVM options): a new Java or pyspark makes a new one, which removes the others
   (archive and jars, or what a killed run left).
@@ -31,10 +33,12 @@ import fcntl
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import IO
 
 # Every JVM the tests start lives seconds: the C1 compiler alone and the serial collector spend less
 # CPU on them than C2's compile threads and G1's workers, which on two CPUs took time from the tests
@@ -77,6 +81,7 @@ jvm = spark.sparkContext._gateway.proc  # spark-submit, exec'ed into the JVM: it
 spark.stop()
 jvm.stdin.close()  # which it does when its stdin closes
 jvm.wait(timeout=300)
+os.replace(sys.argv[2], sys.argv[3])  # the archive, whole, in place for the JVMs started from now on
 """
 
 
@@ -95,60 +100,115 @@ def digest(java: str, jars: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def spark_archive() -> tuple[Path | None, str]:
-    """The archive for this machine's Java and pyspark, made now if there is none; (None, why) if
-    there cannot be one (no ``java``, no pyspark, or the job failed)."""
-    java = shutil.which("java")
-    if java is None:
-        return None, "no `java` on the PATH"
-    try:
-        import pyspark
-    except ImportError:
-        return None, "pyspark is not installed"
-    spark_home = Path(pyspark.__file__).parent
-    archive = cache_dir() / f"spark-{digest(java, spark_home / 'jars')}.jsa"
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with open(archive.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, whatever is raised
-        if archive.exists():
-            return archive, ""
-        for other in archive.parent.iterdir():  # older archives and their jars, or what a killed run left
+class SparkArchive:
+    """This machine's archive for Spark's JVMs, and its making when there is none yet.
+
+    ``options`` name it whether or not it exists yet: a JVM started before it is in place runs
+    with Java's own archive alone (named first, as the base the dynamic archive was made on top of),
+    one started after maps both. ``start()`` makes it in the background when it is missing, while
+    the tests run (the first run on a machine pays the job's CPU, not its minute of waiting): the
+    job renames it into place once whole. ``finish()`` waits for the job and cleans up after it."""
+
+    def __init__(self, java: str, spark_home: Path) -> None:
+        self.spark_home = spark_home
+        self.path = cache_dir() / f"spark-{digest(java, spark_home / 'jars')}.jsa"
+        java_base = Path(os.path.realpath(java)).parents[1] / "lib" / "server" / "classes.jsa"
+        files = f"{java_base}:{self.path}" if java_base.exists() else str(self.path)
+        self.options = f"{BASE_OPTIONS} {_USE.format(files)}"
+        self._lock: IO[str] | None = None
+        self._job: subprocess.Popen[bytes] | None = None
+        self._root: tempfile.TemporaryDirectory[str] | None = None
+        self._why = ""  # why start() could not start the job
+
+    @classmethod
+    def of_this_machine(cls) -> tuple[SparkArchive | None, str]:
+        """The archive for this machine's ``java`` and pyspark; (None, why) without either."""
+        java = shutil.which("java")
+        if java is None:
+            return None, "no `java` on the PATH"
+        try:
+            import pyspark
+        except ImportError:
+            return None, "pyspark is not installed"
+        return cls(java, Path(pyspark.__file__).parent), ""
+
+    @property
+    def _partial(self) -> Path:
+        return self.path.with_name(f".{self.path.name}.tmp")
+
+    def start(self) -> None:
+        """Start making the archive if it is missing and no other test run is making it.
+
+        A JVM maps an archive only while the jars it was made from are where they were, as they
+        were (it checks their paths, sizes and times), though its own class path may name other
+        copies of them. So the job's Spark runs from a copy of pyspark's ``bin`` and ``jars`` kept
+        beside the archive (hard links: no bytes copied, same sizes and times), not from the
+        checkout's venv, which a fresh clone, as CI's, has at another path and which goes with it."""
+        if self.path.exists():
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(self.path.parent / ".lock", "w")  # noqa: SIM115 (held until finish() closes it)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another run is making it: this one's later JVMs may find it made
+            lock.close()
+            return
+        self._lock = lock
+        if self.path.exists():  # made while this run looked
+            return
+        try:
+            self._start_job()
+        except OSError as e:
+            self._why = f"it could not be started: {e}"
+
+    def _start_job(self) -> None:
+        for other in self.path.parent.iterdir():  # older archives and their jars, or what a killed run left
             if other.name != ".lock":
                 shutil.rmtree(other) if other.is_dir() else other.unlink()
-        why = _make(archive, spark_home)
-        if why:
-            return None, why
-    return archive, ""
-
-
-def _make(archive: Path, spark_home: Path) -> str:
-    """Run the job with the archive written at its exit; '' once it is in place, else why not.
-
-    A JVM maps an archive only while the jars it was made from are where they were, as they were
-    (it checks their paths, sizes and times), though its own class path may name other copies of
-    them. So the job's Spark runs from a copy of pyspark's ``bin`` and ``jars`` kept beside the
-    archive (hard links: no bytes copied, same sizes and times), not from the checkout's venv,
-    which a fresh clone, as CI's, has at another path and which goes with its checkout."""
-    home = archive.with_suffix("")
-    for part in ("bin", "jars"):
-        shutil.copytree(spark_home / part, home / part, copy_function=_link_or_copy)
-    partial = archive.with_name(f".{archive.name}.tmp")
-    with tempfile.TemporaryDirectory(prefix="fc-jvm-archive-") as root:
+        home = self.path.with_suffix("")
+        for part in ("bin", "jars"):
+            shutil.copytree(self.spark_home / part, home / part, copy_function=_link_or_copy)
+        self._root = tempfile.TemporaryDirectory(prefix="fc-jvm-archive-")
+        err = Path(self._root.name) / "job.err"  # a file, not a pipe: nobody reads Spark's logs until finish()
         env = {
             **os.environ,
             "SPARK_HOME": str(home),
-            "JAVA_TOOL_OPTIONS": f"{BASE_OPTIONS} -XX:ArchiveClassesAtExit={partial} -Xlog:cds=off -Xlog:cds+dynamic=off",
+            "JAVA_TOOL_OPTIONS": f"{BASE_OPTIONS} -XX:ArchiveClassesAtExit={self._partial} -Xlog:cds=off -Xlog:cds+dynamic=off",
             "PYSPARK_PYTHON": sys.executable,
             "PYTHONPATH": os.pathsep.join([str(_ROOT), str(_WORKER_SITE), os.environ.get("PYTHONPATH", "")]),
         }
+        with err.open("w") as log:  # the job has its own descriptor of it
+            self._job = subprocess.Popen(
+                [sys.executable, "-c", _TRAINING, str(Path(self._root.name) / "topics"), str(self._partial), str(self.path)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,  # a Ctrl-C of the tests is not the job's: finish() ends it
+            )
+
+    def finish(self, timeout: float = 600) -> str:
+        """Wait for the job started by ``start()``; '' if the archive is in place, else why not (the
+        job failed, or ran past ``timeout`` and was killed)."""
         try:
-            proc = subprocess.run([sys.executable, "-c", _TRAINING, root], env=env, capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired:
-            return "the local Spark job that makes it ran for more than 600 s"
-    if proc.returncode != 0 or not partial.exists():
-        return f"the local Spark job that makes it failed (exit {proc.returncode}): {proc.stderr[-1500:]}"
-    os.replace(partial, archive)
-    return ""
+            if self._why:
+                return self._why
+            if self._job is not None:
+                try:
+                    self._job.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self._job.pid, signal.SIGKILL)
+                    self._job.wait()
+                    return f"the local Spark job that makes it ran for more than {timeout:.0f} s"
+                if self._job.returncode != 0:
+                    err = (Path(self._root.name) / "job.err").read_text(errors="replace") if self._root else ""
+                    return f"the local Spark job that makes it failed (exit {self._job.returncode}): {err[-1500:]}"
+            return "" if self.path.exists() else "another test run is making it"
+        finally:
+            if self._lock is not None:  # this run made it, or tried: nothing of the try is left
+                self._partial.unlink(missing_ok=True)
+                if self._root is not None:
+                    self._root.cleanup()
+                self._lock.close()  # the lock with it
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -157,12 +217,3 @@ def _link_or_copy(src: str, dst: str) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
-
-
-def java_tool_options() -> tuple[str, str]:
-    """The options for the suite's JVMs: ``BASE_OPTIONS`` and the Spark archive's, or ``BASE_OPTIONS``
-    alone and why there is no archive."""
-    archive, why = spark_archive()
-    if archive is None:
-        return BASE_OPTIONS, why
-    return f"{BASE_OPTIONS} {_USE.format(archive)}", ""

@@ -1,5 +1,6 @@
 """The suite's Spark JVMs map their classes from the class archive (tests/jvm_archive.py)."""
 
+import fcntl
 import os
 import re
 import subprocess
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from filechannel.bench.seaweed import wait_for
+
 from . import jvm_archive
 
 
@@ -15,9 +18,14 @@ from . import jvm_archive
 def test_a_spark_jvm_loads_spark_from_the_archive_and_spark_submits_launcher_says_nothing(tmp_path):
     import pyspark
 
-    options, why = jvm_archive.java_tool_options()
-    assert not why, why
-    assert re.search(r"-XX:SharedArchiveFile=\S+/filechannel/jvm/spark-[0-9a-f]{16}\.jsa", options)
+    archive, why = jvm_archive.SparkArchive.of_this_machine()
+    assert archive is not None, why
+    assert re.search(
+        r"-XX:SharedArchiveFile=\S+/lib/server/classes\.jsa:\S+/filechannel/jvm/spark-[0-9a-f]{16}\.jsa", archive.options
+    )
+    # the first run on a machine makes it while the tests run (conftest.py): it is in place within minutes
+    wait_for(archive.path.exists, 600, "the class archive")
+    options = archive.options
     logs = tmp_path / "logs"
     logs.mkdir()
     # spark-submit's launcher JVM (another class path: it cannot map the archive) and Spark's own;
@@ -39,18 +47,35 @@ def test_a_spark_jvm_loads_spark_from_the_archive_and_spark_submits_launcher_say
     assert "cds" not in proc.stderr.replace(options, ""), proc.stderr  # no warning from the launcher's JVM
 
 
-def test_the_archive_is_named_by_the_jvm_and_jars_it_holds_classes_of(tmp_path):
-    """A jar or the JVM changed (a new pyspark, a new Java) names another archive: the old one is never mapped again."""
+@pytest.fixture
+def fake_jdk(tmp_path: Path) -> str:
+    """A ``java`` whose JVM is files only: what the archive's name is made of."""
     (tmp_path / "jdk" / "bin").mkdir(parents=True)
     (tmp_path / "jdk" / "lib").mkdir()
     (tmp_path / "jdk" / "bin" / "java").write_bytes(b"")
     (tmp_path / "jdk" / "lib" / "modules").write_bytes(b"17")
+    return str(tmp_path / "jdk" / "bin" / "java")
+
+
+def test_the_archive_is_named_by_the_jvm_and_jars_it_holds_classes_of(tmp_path, fake_jdk):
+    """A jar or the JVM changed (a new pyspark, a new Java) names another archive: the old one is never mapped again."""
     (tmp_path / "jars").mkdir()
     (tmp_path / "jars" / "a.jar").write_bytes(b"one")
-    names = [jvm_archive.digest(str(tmp_path / "jdk" / "bin" / "java"), tmp_path / "jars")]
+    names = [jvm_archive.digest(fake_jdk, tmp_path / "jars")]
     (tmp_path / "jars" / "a.jar").write_bytes(b"two!")  # another size: two writes can share an mtime
-    names.append(jvm_archive.digest(str(tmp_path / "jdk" / "bin" / "java"), tmp_path / "jars"))
+    names.append(jvm_archive.digest(fake_jdk, tmp_path / "jars"))
     (tmp_path / "jdk" / "lib" / "modules").write_bytes(b"21.0")  # another size too
-    names.append(jvm_archive.digest(str(tmp_path / "jdk" / "bin" / "java"), tmp_path / "jars"))
+    names.append(jvm_archive.digest(fake_jdk, tmp_path / "jars"))
     assert len(set(names)) == 3
-    assert jvm_archive.digest(str(tmp_path / "jdk" / "bin" / "java"), tmp_path / "jars") == names[-1]
+    assert jvm_archive.digest(fake_jdk, tmp_path / "jars") == names[-1]
+
+
+def test_an_archive_that_cannot_be_made_says_why_and_leaves_the_lock_free(tmp_path, fake_jdk, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "spark" / "jars").mkdir(parents=True)  # no bin/: no Spark to run the job with
+    archive = jvm_archive.SparkArchive(fake_jdk, tmp_path / "spark")
+    archive.start()
+    assert "could not be started" in archive.finish()
+    assert not archive.path.exists()
+    with open(jvm_archive.cache_dir() / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the next run makes it
