@@ -8,7 +8,6 @@ every CRC checks, and no compression is left half-done.
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from filechannel import FileChannel
+
+from .. import children
 
 sys.path.insert(0, str(Path(__file__).parent / "procs"))
 from durable_writer import value
@@ -25,23 +26,23 @@ KILLS = 30
 
 
 def run_and_kill(path, seed, *extra, rng):
-    proc = subprocess.Popen([sys.executable, str(WRITER), str(path), str(seed), *extra], stdout=subprocess.PIPE)
+    proc = children.start(WRITER, str(path), str(seed), *extra, text=False)
+    assert proc.stdout is not None
     try:
         # Wait for the first acknowledged record, then let it run a random while.
-        assert proc.stdout is not None
         first = proc.stdout.readline()
         time.sleep(rng.uniform(0.0, 0.15))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        # Read the rest through the same buffered reader: communicate(timeout=...) reads the pipe's
-        # descriptor itself, and what readline had buffered past the first line was lost. A report
-        # "10012 9 381" then arrived as "12 9 381": offsets "handed out twice", or "came back
-        # different", in runs under load (the records themselves were where they belonged).
+        # Read the rest through the same buffered reader: what readline had buffered past the
+        # first line is there only (a report "10012 9 381" once arrived as "12 9 381": offsets
+        # "handed out twice", or "came back different", in runs under load).
         rest = proc.stdout.read()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdout.close()
     reported = {}
     for line in (first + rest).decode().splitlines():
         parts = line.split()

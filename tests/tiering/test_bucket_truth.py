@@ -15,8 +15,6 @@ import random
 import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from contextlib import closing
@@ -42,6 +40,7 @@ from filechannel.tiering.metadata import TierMetadata
 from filechannel.tiering.ownership import CLAIM, PrefixGuard, newest_epoch, read_claim, root_identity
 from filechannel.tiering.rebuild import rebuild_root
 
+from .. import children
 from .conftest import wait_for
 from .test_daemon import HELPERS, tier_for
 from .test_defrag import Child
@@ -347,13 +346,11 @@ STORM_ROUNDS = int(os.environ.get("FC_TIER_STORM_ROUNDS", "24"))
 
 
 class _Proc:
-    """A helper process of tier_helpers.py, its stdout lines collected by a thread."""
+    """A helper process of tier_helpers.py (forked from the fork server: tests/children.py), its stdout
+    lines collected by a thread."""
 
     def __init__(self, *args: str) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HELPERS), *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
-        )
+        self.proc = children.start(HELPERS, *args)
         self.lines: list[str] = []
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()

@@ -10,7 +10,6 @@ import random
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from filechannel.tiering.daemon import TieringDaemon
 from filechannel.tiering.daemon_lock import LOCK_FILE
 from filechannel.tiering.metadata import TierMetadata
 
+from .. import children
 from .conftest import wait_for
 from .tier_helpers import local_bases, make_topic, produce, segment_objects, tier2_records
 
@@ -31,17 +31,11 @@ KILLS = int(os.environ.get("FC_TIER_KILLS", "32"))
 
 
 class Child:
-    """``python tier_helpers.py daemon ROOT``, its stdout lines collected by a thread."""
+    """``python tier_helpers.py daemon ROOT`` (forked from the fork server: tests/children.py), its
+    stdout lines collected by a thread."""
 
     def __init__(self, root: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HELPERS), "daemon", str(root)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        self.proc = children.start(HELPERS, "daemon", str(root), stderr=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -70,13 +64,13 @@ class Child:
 
     def finish(self) -> tuple[int, str]:
         try:
-            _, err = self.proc.communicate(timeout=60)
+            _, err = self.proc.communicate(timeout=60, stdout=False)  # the reader thread has stdout
         except subprocess.TimeoutExpired:
             self.proc.send_signal(signal.SIGABRT)  # faulthandler (tier_helpers) prints its stacks, then it dies
-            _, err = self.proc.communicate(timeout=10)
+            _, err = self.proc.communicate(timeout=10, stdout=False)
             raise AssertionError(f"the daemon did not exit within 60 s; it printed {self.seen}; stderr:\n{err}") from None
         self._reader.join(timeout=10)
-        return self.proc.returncode, err
+        return self.proc.wait(), err
 
 
 def coverage(root: Path) -> tuple[list[tuple[int, int]], list[int]]:
@@ -146,7 +140,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
     assert [r.offset for r in remote_records + local_records] == list(range(len(sent)))
 
 
-def stop_mid_upload(proc: subprocess.Popen[str], metadata: TierMetadata, db: Path) -> None:
+def stop_mid_upload(proc: children.Child, metadata: TierMetadata, db: Path) -> None:
     """SIGSTOP ``proc`` while an upload of its is under way and it is inside no write transaction
     of the metadata (stopped inside one, it would hold the database's write lock: every other
     daemon then waits, and fails after the busy timeout, as SQLite makes it). On a loaded machine

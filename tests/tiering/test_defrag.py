@@ -9,8 +9,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
@@ -44,6 +42,7 @@ from filechannel.tiering.remote_segment import RemoteReader, read_range
 from filechannel.tiering.s3_storage import MIN_PART, plan_concat
 from filechannel.tiering.status import tier_status
 
+from .. import children
 from ..cli_helpers import fc_text as fc
 from .test_daemon import HELPERS, tier_for
 from .test_rebuild import read_all
@@ -219,13 +218,8 @@ class Child:
     failpoint whose file the test created there."""
 
     def __init__(self, root: Path, failpoints: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), failpoint.ENV: str(failpoints)}
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HELPERS), "defrag-daemon", str(root)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
+        self.proc = children.start(
+            HELPERS, "defrag-daemon", str(root), stderr=True, env={**os.environ, failpoint.ENV: str(failpoints)}
         )
 
     def wait_line(self, word: str) -> None:
