@@ -152,10 +152,15 @@ def start(
             daemon=True,
         )
         process.start()
+    except BaseException:
+        for end in ends:
+            if end:
+                os.close(end[0])
+        raise
     finally:
         os.close(devnull)
         for end in ends:
             if end:
-                os.close(end[1])
+                os.close(end[1])  # the child's end: the child has its own copy
     readers = [open(end[0], mode) if end else None for end in ends]  # noqa: SIM115 (the Child's)
     return Child(process, readers[0], readers[1])
