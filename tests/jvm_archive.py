@@ -45,7 +45,7 @@ from typing import IO
 # beside them (17% less CPU for the Spark sink and Kafka-options tests, measured with /proc/stat
 # around them). A user's JVMs keep Java's defaults.
 BASE_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-_USE = "-XX:SharedArchiveFile={} -Xlog:cds=off -Xlog:cds+dynamic=off"
+_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # the warnings of a JVM that cannot use an archive
 _ROOT = Path(__file__).resolve().parents[1]
 _WORKER_SITE = _ROOT / "tests" / "spark" / "worker_site"  # see tests/spark/conftest.py
 
@@ -90,9 +90,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "filechannel" / "jvm"
 
 
+def _java_home(java: str) -> Path:
+    return Path(os.path.realpath(java)).parents[1]
+
+
 def digest(java: str, jars: Path) -> str:
     """What the archive depends on: the JVM (its binary and module image), Spark's jars, the options."""
-    java_home = Path(os.path.realpath(java)).parents[1]
+    java_home = _java_home(java)
     h = hashlib.sha256(f"{java_home} {BASE_OPTIONS}".encode())
     for path in [java_home / "lib" / "modules", *sorted(jars.iterdir())]:
         st = path.stat()
@@ -112,9 +116,9 @@ class SparkArchive:
     def __init__(self, java: str, spark_home: Path) -> None:
         self.spark_home = spark_home
         self.path = cache_dir() / f"spark-{digest(java, spark_home / 'jars')}.jsa"
-        java_base = Path(os.path.realpath(java)).parents[1] / "lib" / "server" / "classes.jsa"
+        java_base = _java_home(java) / "lib" / "server" / "classes.jsa"
         files = f"{java_base}:{self.path}" if java_base.exists() else str(self.path)
-        self.options = f"{BASE_OPTIONS} {_USE.format(files)}"
+        self.options = f"{BASE_OPTIONS} -XX:SharedArchiveFile={files} {_QUIET}"
         self._lock: IO[str] | None = None
         self._job: subprocess.Popen[bytes] | None = None
         self._root: tempfile.TemporaryDirectory[str] | None = None
@@ -173,7 +177,7 @@ class SparkArchive:
         env = {
             **os.environ,
             "SPARK_HOME": str(home),
-            "JAVA_TOOL_OPTIONS": f"{BASE_OPTIONS} -XX:ArchiveClassesAtExit={self._partial} -Xlog:cds=off -Xlog:cds+dynamic=off",
+            "JAVA_TOOL_OPTIONS": f"{BASE_OPTIONS} -XX:ArchiveClassesAtExit={self._partial} {_QUIET}",
             "PYSPARK_PYTHON": sys.executable,
             "PYTHONPATH": os.pathsep.join([str(_ROOT), str(_WORKER_SITE), os.environ.get("PYTHONPATH", "")]),
         }
