@@ -164,6 +164,11 @@ class Log:
         self.maintenance_lock = FileLock(os.path.join(path, "maintenance.lock"), read_only=read_only)
         self._mutex = threading.Lock()
         self._bases: list[int] = []  # the local segments' base offsets, as last listed
+        # What the last listing's names parse to, and its refs by (base, compressed): a listing
+        # parses only names it has not seen (every read lists the folder; most names stay).
+        # Each listing keeps only its own names, so neither grows with the log's history.
+        self._parsed: dict[str, tuple[int, str] | None] = {}
+        self._refs: dict[tuple[int, bool], SegmentRef] = {}
         self._sealed_index: dict[int, tuple[tuple[int, int, int], OffsetIndex, TimeIndex]] = {}
         # (file identity, table) by base offset: the cleaner replaces a .seg.z by one of the same name
         self._z_info: dict[int, tuple[tuple[int, int], CompressedInfo]] = {}
@@ -232,17 +237,25 @@ class Log:
         garbage collection work on: they never touch tier-2)."""
         with os_errors("list", self.path):
             files = os.listdir(self.path)
+        seen, parsed = self._parsed, {}
         found: dict[int, bool] = {}
         for f in files:
-            parsed = names.parse_segment_file(f)
-            if parsed is None:
+            name = parsed[f] = seen[f] if f in seen else names.parse_segment_file(f)
+            if name is None:
                 continue
-            base, suffix = parsed
+            base, suffix = name
             if suffix == names.COMPRESSED_SUFFIX:
                 found[base] = True
             elif suffix == names.SEGMENT_SUFFIX:
                 found.setdefault(base, False)
-        return [SegmentRef(b, z, self.compressed_path(b) if z else self.segment_path(b)) for b, z in sorted(found.items())]
+        known, refs = self._refs, {}
+        for base, z in sorted(found.items()):
+            ref = known.get((base, z))
+            if ref is None:
+                ref = SegmentRef(base, z, self.compressed_path(base) if z else self.segment_path(base))
+            refs[base, z] = ref
+        self._parsed, self._refs = parsed, refs  # replaced whole: readers on other threads see one or the other
+        return list(refs.values())
 
     def _remote_below(self, first_local: int | None) -> list[SegmentRef]:
         """The uploaded segments below ``first_local`` (all of them if None), as refs."""

@@ -256,6 +256,7 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._clock = clock
         self._last_trigger: float | None = None  # clock() of the last batch let through
         self._catalog: BucketCatalog | None = None  # made on first use (option tier)
+        self._seen: Offsets | None = None  # the ends the last latestOffset read, for reportLatestOffset
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -287,7 +288,10 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._target = end_offsets(self.opts, self.catalog())
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
-        latest = self._target if self._target is not None else end_offsets(self.opts, self.catalog())
+        if self._target is not None:
+            latest = self._target
+        else:
+            latest = self._seen = end_offsets(self.opts, self.catalog())
         if self.opts.uploaded_only:  # a start past the uploaded end (a timestamp found in the local tail) waits there
             latest = {t: {p: max(off, start.get(t, {}).get(p, off)) for p, off in ps.items()} for t, ps in latest.items()}
         if isinstance(limit, ReadAllAvailable):  # the highest priority, as in Kafka's source
@@ -312,7 +316,14 @@ class FileChannelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return False
 
     def reportLatestOffset(self) -> Offsets | None:
-        return end_offsets(self.opts, self.catalog())
+        """The ends the trigger's :meth:`latestOffset` just read (before admission control), for
+        the query's progress; the files (or the bucket) are asked again only without one since.
+
+        Spark asks right after each ``latestOffset``, and with the default trigger an idle query
+        asks every 10 ms (``spark.sql.streaming.pollingDelay``): reading the ends again opened
+        every partition a second time per ask."""
+        seen, self._seen = self._seen, None
+        return seen if seen is not None else end_offsets(self.opts, self.catalog())
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         return plan(self.opts, self.catalog(), start, end)

@@ -175,6 +175,22 @@ def test_min_offsets_per_trigger_waits_for_enough_records_or_max_trigger_delay(t
         SourceOptions.parse({"root": str(tmp_path), "subscribe": "w", "maxTriggerDelay": "soon"}, batch=False)
 
 
+def test_the_progress_reports_the_ends_its_trigger_read_and_reads_them_again_only_without_one(tmp_path):
+    # Spark asks reportLatestOffset (for the query's progress) right after each latestOffset, every
+    # 10 ms on an idle query: the reader reports the ends latestOffset read, before admission
+    # control, instead of opening every partition again; with no trigger since, it reads them.
+    make_topic(tmp_path, "r", partitions=2, n=10)
+    opts = SourceOptions.parse({"root": str(tmp_path), "subscribe": "r", "maxOffsetsPerTrigger": "4"}, batch=False)
+    reader = FileChannelStreamReader(opts)
+    start = {"r": {"0": 0, "1": 0}}
+    assert sum(reader.latestOffset(start, reader.getDefaultReadLimit())["r"].values()) == 4
+    produce(tmp_path, "r", range(10, 16))
+    reported = reader.reportLatestOffset()
+    assert reported is not None and sum(reported["r"].values()) == 10  # what the trigger read
+    reported = reader.reportLatestOffset()
+    assert reported is not None and sum(reported["r"].values()) == 16  # no trigger since: the files now
+
+
 def test_min_offsets_per_trigger_in_a_running_query(spark, tmp_path):
     root = tmp_path / "root"
     make_topic(root, "q", n=5)
