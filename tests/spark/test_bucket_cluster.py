@@ -22,7 +22,6 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pyspark
 import pytest
 
@@ -174,6 +173,8 @@ def test_a_cluster_whose_worker_cannot_see_the_roots_streams_every_origin_from_t
     assert proc.returncode == 0, f"driver failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}\n{tails(master_log, worker_log)}"
     assert "executor sees in the roots' folder: []" in proc.stdout  # the roots are there, on this side only
     assert sorted(os.listdir(roots)) == ["edge-1", "edge-2"]
+    import pyarrow.dataset as ds  # here, not at the top: it imports pandas, a second of each worker's collection
+
     got = sorted(
         (r["origin"], r["topic"], r["partition"], r["offset"], r["value"]) for r in ds.dataset(out).to_table().to_pylist()
     )
