@@ -609,7 +609,9 @@ def test_sigkill_in_a_stream_of_transactions_leaves_a_consistent_database(tmp_pa
                 events.append(line.split())
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(30)
-            events += [line.split() for line in proc.stdout.read().splitlines()]  # printed but not yet read
+            # printed but not yet read; a line the kill cut is one not printed (with PYTHONUNBUFFERED=1, as
+            # on this machine, print writes each word and the newline with a write of its own)
+            events += [line.split() for line in proc.stdout.read().splitlines(keepends=True) if line.endswith("\n")]
         finally:
             reap([proc])
         epoch, now = check_consistent(path)
