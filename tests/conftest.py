@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from filechannel.bench.seaweed import running_seaweed
+from filechannel.bench.seaweed import SeaweedServer, running_seaweed
 
-from . import jvm_archive
+from . import jvm_archive, session_s3, warm_bytecode
 
 settings.register_profile("dev", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -39,14 +39,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The archive's job, if this run started one, done and its archive in place (or why not, said)."""
+    """The run's S3 server stopped; the archive's job, if this run started one, done and its archive
+    in place (or why not, said)."""
+    if _SESSION_S3 is not None:
+        _SESSION_S3.stop()
     if _SPARK_ARCHIVE is not None and (why := _SPARK_ARCHIVE.finish()):
         print(f"\nSpark's class archive was not made: {why}", file=sys.stderr)
 
 
 @pytest.fixture(scope="session")
-def seaweed():
-    """The session's SeaweedFS server (started on first use): the tier-2 tests' S3 and the README's."""
+def seaweed() -> Iterator[SeaweedServer]:
+    """The session's SeaweedFS server: the tier-2 tests' S3 and the README's. Under pytest-xdist, the
+    one the controller started for every worker (tests/session_s3.py); else started on first use."""
+    shared = session_s3.attached()
+    if shared is not None:
+        yield shared
+        return
     with running_seaweed() as server:
         yield server
 
@@ -87,3 +95,15 @@ def unused_port() -> Iterator[int]:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
         holder.bind(("127.0.0.1", 0))
         yield holder.getsockname()[1]
+
+
+_SESSION_S3: SeaweedServer | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under pytest-xdist, before the workers start, the controller compiles the test modules and
+    the package once (tests/warm_bytecode.py) and starts the run's S3 server (tests/session_s3.py)."""
+    global _SESSION_S3
+    if not hasattr(session.config, "workerinput") and session.config.pluginmanager.hasplugin("dsession"):
+        with warm_bytecode.warming(session.config):
+            _SESSION_S3 = session_s3.start_for_workers()

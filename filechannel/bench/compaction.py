@@ -142,8 +142,8 @@ def _copy(size: int, total_bytes: int) -> list[dict[str, Any]]:
 
 
 def workloads(quick: bool) -> list[tuple[str, Any, tuple[Any, ...]]]:
-    """(name, function, args) of the rows above: 2 MiB of records per row quick (four segments), 256 MiB otherwise."""
-    total = (2 if quick else 256) * 1024 * 1024
+    """(name, function, args) of the rows above: 512 KiB of records per row quick (four segments), 256 MiB otherwise."""
+    total = (512 << 10) if quick else (256 << 20)
     out: list[tuple[str, Any, tuple[Any, ...]]] = []
     for size in SIZES:
         out += [("compaction cleaner", _clean, (size, s, total)) for s in SUPERSEDED]
@@ -153,7 +153,7 @@ def workloads(quick: bool) -> list[tuple[str, Any, tuple[Any, ...]]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m filechannel.bench.compaction", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 MiB of records per row instead of 256 MiB")
+    parser.add_argument("--quick", action="store_true", help="512 KiB of records per row instead of 256 MiB")
     args = parser.parse_args()
     print(
         "| workload | backend | size | records | records/s | MB/s | peak RSS MB | Python peak MB |\n"

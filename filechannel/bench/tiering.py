@@ -67,7 +67,7 @@ class TierPlan:
 
 def plan(quick: bool) -> TierPlan:
     if quick:
-        return TierPlan(4, 8 << 20, 2 << 20, 256 << 10, 4 << 20, 4, 1024, 1000, 1)
+        return TierPlan(4, 4 << 20, 2 << 20, 256 << 10, 4 << 20, 4, 1024, 1000, 1)
     return TierPlan(8, 64 << 20, 16 << 20, 256 << 10, 64 << 20, 4, 1024, 1000, 3)
 
 

@@ -28,4 +28,4 @@ def test_the_harness_gets_both_sizes_and_both_shares_with_their_reference():
     plan = [(name, args[:2]) for name, _, args in workloads(quick=True)]
     for size in SIZES:
         assert {a[1] for n, a in plan if n == "compaction cleaner" and a[0] == size} == set(SUPERSEDED)
-        assert [a for n, a in plan if n == "compaction raw read+write" and a[0] == size] == [(size, 2 * 1024 * 1024)]
+        assert [a for n, a in plan if n == "compaction raw read+write" and a[0] == size] == [(size, 512 * 1024)]

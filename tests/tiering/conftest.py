@@ -2,7 +2,7 @@
 NameNode and DataNode, tests/tiering/hdfs_cluster.py) and a fault-injecting TCP proxy.
 
 The server (the ``seaweed`` session fixture of tests/conftest.py, filechannel/bench/seaweed.py shared with the bench) is
-started once per session, on 127.0.0.1 with every port free and given explicitly, in a temp folder that is removed at the
+started once per test run (under pytest-xdist, by the controller for every worker: tests/session_s3.py), on 127.0.0.1 with every port free and given explicitly, in a temp folder that is removed at the
 end, always. Each test gets its own bucket. The proxy sits between a client and
 the server and injects resets, 503 answers, delays and holds, so faults are tested against the real server.
 """
