@@ -22,20 +22,63 @@ import pytest
 from filechannel.bench.seaweed import SeaweedServer, running_seaweed
 from filechannel.bench.seaweed import wait_for as wait_for  # the tests' deadline poll, re-exported
 
-from .hdfs_cluster import HdfsCluster, java_missing_reason, running_hdfs, webhdfs_missing_reason
+from .hdfs_cluster import HdfsCluster, java_missing_reason, webhdfs_missing_reason
 
 
-@pytest.fixture(scope="session")
-def hdfs() -> Iterator[HdfsCluster]:
-    """The session's HDFS (started on first use, on the one xdist worker of the ``hdfs`` group: tests/conftest.py).
+class _RunHdfs:
+    """The run's HDFS: started by the first test marked ``hdfs``, stopped after the last of them.
+
+    The ``hdfs`` tests run one after another on one xdist worker (tests/conftest.py), in the
+    first minutes of the run; the cluster's two JVMs idled through the rest of it (0.013
+    CPU-seconds a second). So it stops when the next test of this worker is not marked ``hdfs``
+    (``pytest_runtest_teardown`` below), and starts again if one comes later; at the latest,
+    when the session ends (an interrupted one included).
+    """
+
+    def __init__(self) -> None:
+        self.cluster: HdfsCluster | None = None
+
+    def get(self) -> HdfsCluster:
+        if self.cluster is None:
+            cluster = HdfsCluster()
+            try:
+                cluster.start()
+            except BaseException:
+                cluster.stop()
+                raise
+            self.cluster = cluster
+        return self.cluster
+
+    def stop(self) -> None:
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            cluster.stop()
+
+
+_RUN_HDFS = _RunHdfs()
+
+
+@pytest.fixture
+def hdfs() -> HdfsCluster:
+    """The run's HDFS (on the one xdist worker of the ``hdfs`` group: tests/conftest.py; a test
+    that uses it is marked ``hdfs``).
 
     Without Java the tests that use it are skipped, saying so; the Makefile's CI image has it.
     """
     reason = java_missing_reason()
     if reason is not None:
         pytest.skip(reason)
-    with running_hdfs() as cluster:
-        yield cluster
+    return _RUN_HDFS.get()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last of a row of ``hdfs`` tests (or of the run), the run's HDFS stops."""
+    if nextitem is None or nextitem.get_closest_marker("hdfs") is None:
+        _RUN_HDFS.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _RUN_HDFS.stop()
 
 
 @pytest.fixture

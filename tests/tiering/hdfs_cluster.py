@@ -20,7 +20,6 @@ file in /tmp (``-XX:-UsePerfData``), so a killed test session leaves nothing run
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import glob
 import os
@@ -31,7 +30,6 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
@@ -283,13 +281,3 @@ def _overwrite() -> WriteOptions:
     options = WriteOptions()
     options.overwrite = True
     return options
-
-
-@contextlib.contextmanager
-def running_hdfs() -> Iterator[HdfsCluster]:
-    cluster = HdfsCluster()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
