@@ -9,7 +9,7 @@ from filechannel.bench.compaction import SIZES, SUPERSEDED, _clean, _copy, workl
 @pytest.mark.bench
 @pytest.mark.parametrize("superseded", SUPERSEDED)
 def test_the_cleaner_row_counts_the_records_and_bytes_it_cleaned(superseded):
-    (row,) = _clean(100, superseded, 1024 * 1024)
+    (row,) = _clean(100, superseded, 512 * 1024)
     assert row["workload"] == f"cleaner, {round(superseded * 100)}% superseded" and row["ours"]
     assert row["n"] > 0 and row["extra"]["passes_bytes"] >= row["extra"]["sealed_bytes"] > 0
     assert 0 < row["extra"]["bytes_after"] <= row["extra"]["sealed_bytes"]
