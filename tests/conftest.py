@@ -107,6 +107,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Under pytest-xdist, before the workers start, the controller compiles the test modules and
     the package once (tests/warm_bytecode.py) and starts the run's S3 server (tests/session_s3.py)."""
     global _SESSION_S3
-    if not hasattr(session.config, "workerinput") and session.config.pluginmanager.hasplugin("dsession"):
+    if session.config.pluginmanager.hasplugin("dsession"):  # (xdist's controller: its workers have none)
         with warm_bytecode.warming(session.config):
             _SESSION_S3 = session_s3.start_for_workers()
