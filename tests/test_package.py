@@ -193,6 +193,23 @@ def test_python_dash_m_filechannel_is_the_command():
     assert usage.returncode == 2 and usage.stderr.startswith("error: ")
 
 
+@pytest.mark.skipif(Path(sys.prefix) != ROOT / ".venv", reason="checks the venv make/venv.sh makes, which runs the suite")
+def test_makes_venv_finds_this_checkouts_package_and_starts_without_importing_a_finder(tmp_path):
+    """make/venv.sh rewrites setuptools' editable .pth file to a finder that imports nothing: the
+    venv's Python starts without pathlib, importlib.util and fnmatch (half its start-up CPU), and
+    finds ``filechannel``, and nothing else of the checkout, in this checkout from any folder."""
+    code = "import sys; print(sorted(m for m in ('pathlib', 'importlib.util', 'fnmatch') if m in sys.modules))"
+    started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert started.stdout.strip() == "[]", started.stderr
+    code = "import filechannel, filechannel.engine._codec as c; print(filechannel.__file__); print(c.__file__)"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    package, codec = found.stdout.split()
+    assert Path(package) == ROOT / "filechannel" / "__init__.py" and Path(codec).parent == ROOT / "filechannel" / "engine"
+    for other in ("bench", "tests", "examples"):
+        none = subprocess.run([sys.executable, "-c", f"import {other}"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert none.returncode == 1 and f"No module named '{other}'" in none.stderr
+
+
 @pytest.mark.parametrize("example", ["pipeline.py", "demo.py", "transactional_worker.py"])
 def test_the_examples_import_what_the_package_has(example):
     """``make run`` runs examples/pipeline.py: a name the package moved fails here, in a second,
