@@ -200,7 +200,10 @@ def test_makes_venv_finds_this_checkouts_package_and_starts_without_importing_a_
     finds ``filechannel``, and nothing else of the checkout, in this checkout from any folder."""
     code = "import sys; print(sorted(m for m in ('pathlib', 'importlib.util', 'fnmatch') if m in sys.modules))"
     started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert started.stdout.strip() == "[]", started.stderr
+    assert started.stdout.strip() == "[]", (
+        f"the venv's Python imported {started.stdout.strip()} before running anything: is setuptools' editable "
+        f"finder back (a `pip install -e .` by hand)? `rm .venv/.installed && make .venv/.installed` runs make/venv.sh again\n{started.stderr}"
+    )
     code = "import filechannel, filechannel.engine._codec as c; print(filechannel.__file__); print(c.__file__)"
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     package, codec = found.stdout.split()
