@@ -75,11 +75,12 @@ exec 9>&-
 # name `filechannel`, and only it, is looked up in this checkout's folder, after the venv's own path.
 for pth in "$venv"/lib/python*/site-packages/__editable__.filechannel-*.pth; do
 	"$venv/bin/python" - "$(pwd)" "$pth" <<'PTH'
-import sys
+import os, sys
 finder = ("import sys; from importlib.machinery import PathFinder; sys.meta_path.append(type('CheckoutFinder', (), "
           "{'find_spec': staticmethod(lambda name, path=None, target=None, find=PathFinder.find_spec: "
           f"find(name, [{sys.argv[1]!r}]) if name == 'filechannel' else None)}}))")
-with open(sys.argv[2], "w") as f:
+with open(sys.argv[2] + ".tmp", "w") as f:  # replaced, not edited: a hard-linked file stays as it was (see above)
     f.write(finder + "\n")
+os.replace(sys.argv[2] + ".tmp", sys.argv[2])
 PTH
 done
