@@ -74,6 +74,7 @@ exec 9>&-
 # workers), so the .pth file is rewritten to a finder of the same behaviour that imports nothing: the
 # name `filechannel`, and only it, is looked up in this checkout's folder, after the venv's own path.
 for pth in "$venv"/lib/python*/site-packages/__editable__.filechannel-*.pth; do
+	[ -e "$pth" ] || continue # no such file (another setuptools): its finder stays, and a test says so
 	"$venv/bin/python" - "$(pwd)" "$pth" <<'PTH'
 import os, sys
 finder = ("import sys; from importlib.machinery import PathFinder; sys.meta_path.append(type('CheckoutFinder', (), "

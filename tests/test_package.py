@@ -193,7 +193,9 @@ def test_python_dash_m_filechannel_is_the_command():
     assert usage.returncode == 2 and usage.stderr.startswith("error: ")
 
 
-@pytest.mark.skipif(Path(sys.prefix) != ROOT / ".venv", reason="checks the venv make/venv.sh makes, which runs the suite")
+@pytest.mark.skipif(
+    Path(sys.prefix).resolve() != ROOT / ".venv", reason="checks the venv make/venv.sh makes, which runs the suite"
+)
 def test_makes_venv_finds_this_checkouts_package_and_starts_without_importing_a_finder(tmp_path):
     """make/venv.sh rewrites setuptools' editable .pth file to a finder that imports nothing: the
     venv's Python starts without pathlib, importlib.util and fnmatch (half its start-up CPU), and
