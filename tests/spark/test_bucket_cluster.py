@@ -170,7 +170,8 @@ def test_a_cluster_whose_worker_cannot_see_the_roots_streams_every_origin_from_t
         with started(["unshare", "--mount", "--propagation", "private", "sh", "-c", worker, SPARK_CLASS], worker_log, env):
             waited(lambda: alive_workers(master_ui) >= 1, "a worker registered with the master", master_log, worker_log)
             out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-            driver_env = {**env, "PYTHONPATH": os.pathsep.join([str(CHECKOUT), str(WORKER_SITE), os.environ.get("PYTHONPATH", "")])}
+            path = os.pathsep.join([str(CHECKOUT), str(WORKER_SITE), os.environ.get("PYTHONPATH", "")])
+            driver_env = {**env, "PYTHONPATH": path}
             argv = [sys.executable, "-c", DRIVER, master, url, json.dumps(options), str(out), str(checkpoint), str(roots)]
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=driver_env)
     assert proc.returncode == 0, f"driver failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}\n{tails(master_log, worker_log)}"
