@@ -41,17 +41,15 @@ import json
 import logging
 import os
 import re
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .config import ChannelConfig, TopicSettings
 from .engine.clock import now_ms
-from .engine.files import fsync_dir, read_if_exists, write_atomically
+from .engine.files import fsync_dir, read_if_exists, remove_tree, write_atomically
 from .engine.lock import FileLock
 from .engine.names import validate_name
 from .errors import (
@@ -499,12 +497,12 @@ class RootLayout:
                 if config.get("tier") is not None:  # its tier-2 copies go too, by the tiering daemon
                     mark_topic_deleted(self.root, topic, config)
                 path = self.topic_path(topic)
-                doomed = os.path.join(self.root, f"{_DELETED}{topic}.{uuid.uuid4().hex}")
+                doomed = os.path.join(self.root, f"{_DELETED}{topic}.{os.urandom(16).hex()}")
                 with os_errors("delete topic folder", path):
                     os.rename(path, doomed)
                 fsync_dir(self.root)
                 with os_errors("delete topic folder", doomed):
-                    shutil.rmtree(doomed)
+                    remove_tree(doomed)
         finally:
             lock.close()
         with self._mutex:
@@ -526,7 +524,7 @@ class RootLayout:
         for name in names:
             if name.startswith(_DELETED):
                 with os_errors("delete topic folder", os.path.join(self.root, name)):
-                    shutil.rmtree(os.path.join(self.root, name))
+                    remove_tree(os.path.join(self.root, name))
 
     def list(self) -> list[str]:
         try:

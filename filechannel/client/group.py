@@ -72,15 +72,13 @@ import json
 import logging
 import os
 import re
-import shutil
 import socket
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.files import opened_if_exists, read_if_exists, unlink_if_exists, write_atomically
+from ..engine.files import opened_if_exists, read_if_exists, remove_tree, unlink_if_exists, write_atomically
 from ..engine.lock import FileLock
 from ..engine.names import validate_name
 from ..engine.position import PositionStore
@@ -240,7 +238,7 @@ class GroupMember:
             self.member_id = STATIC_PREFIX + validate_name(group_instance_id, "group_instance_id")
         else:
             host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60]
-            self.member_id = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            self.member_id = f"{host}-{os.getpid()}-{os.urandom(4).hex()}"
         # The life file is created and locked under group.lock: another member deletes a life
         # file nobody locks (a dead member's), under that lock. Created outside it, this file
         # was once deleted between its creation and its flock by a member starting at that
@@ -697,7 +695,7 @@ def delete_group(root: str, group_id: str) -> None:
     _forget_positions(root, group_id, sorted(partitions))
     folder = group_folder(root, group_id)
     with os_errors("delete group folder", folder):
-        shutil.rmtree(folder)
+        remove_tree(folder)
 
 
 def restore_offsets(root: str, group_id: str, offsets: dict[TopicPartition, int]) -> bool:

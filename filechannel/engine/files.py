@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -203,17 +201,27 @@ def folder_bytes(path: str) -> int:
     return total
 
 
+def remove_tree(path: str, ignore_errors: bool = False) -> None:
+    """``shutil.rmtree``, with shutil imported on first use: it imports zlib, bz2 and lzma, which
+    a process that deletes no folder (most of them) never needs."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=ignore_errors)
+
+
 def private_folder(parent: str, prefix: str) -> str:
     """A new folder ``<parent>/<prefix><pid>-<random>`` of this process (``parent`` made if
     missing), after removing those of processes that no longer run: a process killed before
     its cleanup leaves its folder, and the next one made in ``parent`` removes it."""
+    import tempfile  # here, as shutil in remove_tree: most processes never make one
+
     os.makedirs(parent, exist_ok=True)
     for name in os.listdir(parent):
         if not name.startswith(prefix):
             continue
         pid = name[len(prefix) :].split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            remove_tree(os.path.join(parent, name), ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import struct
-import uuid
 from dataclasses import dataclass
 from functools import cache
 
@@ -43,9 +42,10 @@ def boot_id() -> bytes:
     """This boot of the machine, 16 bytes (Linux); zeros where the OS does not say."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
-            return uuid.UUID(f.read().strip()).bytes
+            boot = bytes.fromhex(f.read().strip().replace("-", ""))  # a UUID's text: its 16 bytes
     except (OSError, ValueError):
         return _UNKNOWN_BOOT
+    return boot if len(boot) == 16 else _UNKNOWN_BOOT
 
 
 @dataclass(frozen=True)
