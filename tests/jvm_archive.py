@@ -43,8 +43,9 @@ from typing import IO
 # Every JVM the tests start lives seconds: the C1 compiler alone and the serial collector spend less
 # CPU on them than C2's compile threads and G1's workers, which on two CPUs took time from the tests
 # beside them (17% less CPU for the Spark sink and Kafka-options tests, measured with /proc/stat
-# around them). A user's JVMs keep Java's defaults.
-BASE_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# around them). No perf-data file either: a JVM that keeps one makes /tmp/hsperfdata_<user>, which
+# outlived the run. A user's JVMs keep Java's defaults.
+BASE_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # the warnings of a JVM that cannot use an archive
 _ROOT = Path(__file__).resolve().parents[1]
 _WORKER_SITE = _ROOT / "tests" / "spark" / "worker_site"  # see tests/spark/conftest.py

@@ -14,6 +14,15 @@ from filechannel.bench.seaweed import wait_for
 from . import jvm_archive
 
 
+def test_the_suites_jvms_keep_no_perf_data_file_in_tmp():
+    """Every JVM the tests start takes BASE_OPTIONS (tests/conftest.py), and so makes no
+    /tmp/hsperfdata_<user> folder, which the JVM does not remove."""
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": jvm_archive.BASE_OPTIONS}
+    proc = subprocess.run(["java", "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"\bUsePerfData\s+= false\b", proc.stdout), proc.stdout[-2000:]
+
+
 @pytest.mark.spark
 def test_a_spark_jvm_loads_spark_from_the_archive_and_spark_submits_launcher_says_nothing(tmp_path):
     import pyspark
