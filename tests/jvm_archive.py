@@ -50,6 +50,14 @@ _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # the warnings of a JVM that can
 _ROOT = Path(__file__).resolve().parents[1]
 _WORKER_SITE = _ROOT / "tests" / "spark" / "worker_site"  # see tests/spark/conftest.py
 
+
+def checkout_python_path() -> str:
+    """``PYTHONPATH`` for a process that starts Spark from this checkout (and for the Python processes
+    its Spark starts): the checkout, then ``tests/spark/worker_site`` (pyspark imported as installed,
+    not compiled again from Spark's zip in each process), then the path this process inherited."""
+    return os.pathsep.join([str(_ROOT), str(_WORKER_SITE), os.environ.get("PYTHONPATH", "")])
+
+
 # A local Spark job in a fresh interpreter: a batch read, then a stream from our source into our sink.
 _TRAINING = """
 import os, sys
@@ -180,7 +188,7 @@ class SparkArchive:
             "SPARK_HOME": str(home),
             "JAVA_TOOL_OPTIONS": f"{BASE_OPTIONS} -XX:ArchiveClassesAtExit={self._partial} {_QUIET}",
             "PYSPARK_PYTHON": sys.executable,
-            "PYTHONPATH": os.pathsep.join([str(_ROOT), str(_WORKER_SITE), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": checkout_python_path(),
         }
         with err.open("w") as log:  # the job has its own descriptor of it
             self._job = subprocess.Popen(

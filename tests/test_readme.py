@@ -28,8 +28,9 @@ import pytest
 
 from filechannel.bench.seaweed import SeaweedServer
 
+from . import jvm_archive
+
 ROOT = Path(__file__).resolve().parents[1]
-WORKER_SITE = str(ROOT / "tests" / "spark" / "worker_site")  # see tests/spark/conftest.py
 README = ROOT / "README.md"
 BLOCKS = re.findall(r"```(python|sh)\n(.*?)```", README.read_text(), re.S)
 SETUP = "git clone"  # the block that makes the checkout: what the test stands in for
@@ -75,7 +76,7 @@ def _run_readme(folder: Path, s3: SeaweedServer) -> list[str]:
         # The checkout under test, not an installed copy, for every process (and Spark's workers).
         # Spark's Python workers import pyspark as installed, not from Spark's zip, which each of them
         # compiles again (README "Spark"): the blocks run as written, on half the workers' CPU time.
-        "PYTHONPATH": os.pathsep.join([str(ROOT), WORKER_SITE, os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": jvm_archive.checkout_python_path(),
         **{k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "JAVA_TOOL_OPTIONS", "SPARK_LOCAL_IP", "TMPDIR")},
         # S3's access key, as a user's shell has it (the S3 block's commands read it from there)
         "AWS_ACCESS_KEY_ID": s3.access_key,

@@ -27,14 +27,11 @@ import pytest
 
 from filechannel.bench.seaweed import SeaweedServer, wait_for
 
+from .. import jvm_archive
 from ..tiering.test_origins import edge_root, produce, upload_all, value
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
-CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout under test, for the driver and the executors
-# The Python processes Spark starts (the driver's planners and source runner, the executors' workers) import
-# pyspark as installed, not from the zip Spark puts first on their path (see tests/spark/conftest.py).
-WORKER_SITE = Path(__file__).resolve().parent / "worker_site"
 SPARK_CLASS = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
 
 # The driver: checks that an executor sees an empty folder where the roots are, then runs the stream.
@@ -170,8 +167,8 @@ def test_a_cluster_whose_worker_cannot_see_the_roots_streams_every_origin_from_t
         with started(["unshare", "--mount", "--propagation", "private", "sh", "-c", worker, SPARK_CLASS], worker_log, env):
             waited(lambda: alive_workers(master_ui) >= 1, "a worker registered with the master", master_log, worker_log)
             out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-            path = os.pathsep.join([str(CHECKOUT), str(WORKER_SITE), os.environ.get("PYTHONPATH", "")])
-            driver_env = {**env, "PYTHONPATH": path}
+            # The checkout under test for the driver and (spark.executorEnv.PYTHONPATH) the executors.
+            driver_env = {**env, "PYTHONPATH": jvm_archive.checkout_python_path()}
             argv = [sys.executable, "-c", DRIVER, master, url, json.dumps(options), str(out), str(checkpoint), str(roots)]
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=driver_env)
     assert proc.returncode == 0, f"driver failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}\n{tails(master_log, worker_log)}"
